@@ -1,0 +1,331 @@
+//! The command line: `kms-operator <command>`. Every flag also reads an
+//! environment variable `KMS_OPERATOR_<FLAG_NAME>`; durations accept a bare
+//! number of seconds or `10s`/`2m`/`1h`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::api::duration::parse_duration;
+use crate::telemetry::LogFormat;
+
+/// Keeps Kubernetes Secrets in step with Hanzo KMS (Infisical API).
+#[derive(Debug, Parser)]
+#[command(name = "kms-operator", version, about, propagate_version = true)]
+pub struct Cli {
+    /// Log format.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "text",
+        env = "KMS_OPERATOR_LOG_FORMAT"
+    )]
+    pub log_format: LogFormat,
+    /// Log level, or an `EnvFilter` directive such as `kms_operator=debug,info`.
+    #[arg(
+        long,
+        global = true,
+        default_value = "info",
+        env = "KMS_OPERATOR_LOG_LEVEL"
+    )]
+    pub log_level: String,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the operator.
+    Run(Box<RunArgs>),
+    /// Print the CRDs as YAML (or write one file per CRD with `--out-dir`).
+    Crds(CrdsArgs),
+    /// Run the embedded development KMS.
+    DevServer(DevServerArgs),
+    /// Show shards, their owners, and objects that are not ready.
+    Status(StatusArgs),
+}
+
+/// Flags of `kms-operator run`.
+#[derive(Debug, Args, Clone)]
+pub struct RunArgs {
+    /// Namespaces to watch (comma list); empty watches the whole cluster.
+    #[arg(long, value_delimiter = ',', env = "KMS_OPERATOR_NAMESPACES")]
+    pub namespaces: Vec<String>,
+    /// Number of shards the namespaces are split into. Every replica must use
+    /// the same value.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=256), env = "KMS_OPERATOR_SHARDS")]
+    pub shards: u32,
+    /// This replica's identity in Leases (default: the hostname).
+    #[arg(long, env = "KMS_OPERATOR_POD_NAME")]
+    pub pod_name: Option<String>,
+    /// Namespace of the operator's Leases and of the `kms-config` ConfigMap.
+    #[arg(
+        long,
+        default_value = "kms-operator-system",
+        env = "KMS_OPERATOR_POD_NAMESPACE"
+    )]
+    pub pod_namespace: String,
+    /// Prefix of the Lease names (`<prefix>-shard-NN`, `<prefix>-member-<pod>`).
+    #[arg(
+        long,
+        default_value = "kms-operator",
+        env = "KMS_OPERATOR_LEASE_PREFIX"
+    )]
+    pub lease_prefix: String,
+    /// How long a Lease is valid without renewal.
+    #[arg(long, default_value = "10", value_parser = parse_duration_arg, env = "KMS_OPERATOR_LEASE_DURATION")]
+    pub lease_duration: Duration,
+    /// Stop working on a shard whose Lease was not renewed for this long.
+    #[arg(long, default_value = "7", value_parser = parse_duration_arg, env = "KMS_OPERATOR_RENEW_DEADLINE")]
+    pub renew_deadline: Duration,
+    /// Time between Lease renewals.
+    #[arg(long, default_value = "2", value_parser = parse_duration_arg, env = "KMS_OPERATOR_RETRY_PERIOD")]
+    pub retry_period: Duration,
+    /// Directory of the persistent cache; empty disables it.
+    #[arg(long, env = "KMS_OPERATOR_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// File with a key that encrypts tokens kept in the persistent cache.
+    #[arg(long, env = "KMS_OPERATOR_CACHE_ENCRYPTION_KEY_FILE")]
+    pub cache_encryption_key_file: Option<PathBuf>,
+    /// Address of the metrics server (`host:port` or `:port`; `0` disables it).
+    #[arg(long, alias = "metrics-bind-address", default_value = "0.0.0.0:8443", value_parser = parse_bind_addr, env = "KMS_OPERATOR_METRICS_ADDR")]
+    pub metrics_addr: BindAddr,
+    /// Serve metrics over HTTPS with bearer-token authentication.
+    #[arg(long, env = "KMS_OPERATOR_METRICS_TLS")]
+    pub metrics_tls: bool,
+    /// Address of the health server (`/healthz`, `/readyz`).
+    #[arg(long, alias = "health-probe-bind-address", default_value = "0.0.0.0:8081", value_parser = parse_bind_addr, env = "KMS_OPERATOR_HEALTH_ADDR")]
+    pub health_addr: BindAddr,
+    /// Accepted for compatibility; replicas always coordinate through Leases.
+    #[arg(long, env = "KMS_OPERATOR_LEADER_ELECT")]
+    pub leader_elect: bool,
+    /// Accepted for compatibility with the reference chart; has no effect.
+    #[arg(long, hide = true)]
+    pub deprecated_scoped_namespace_warning: bool,
+    /// Allow resources to reference Secrets and ServiceAccounts in other
+    /// namespaces.
+    #[arg(long, env = "KMS_OPERATOR_ALLOW_CROSS_NAMESPACE_REFS")]
+    pub allow_cross_namespace_refs: bool,
+    /// Host patterns the KMS URL may use (comma list, `*.example.com`
+    /// allowed); empty allows any host.
+    #[arg(long, value_delimiter = ',', env = "KMS_OPERATOR_ALLOWED_KMS_HOSTS")]
+    pub allowed_kms_hosts: Vec<String>,
+    /// Directory under which `gcpIamAuth` key files may be read.
+    #[arg(long, env = "KMS_OPERATOR_KEY_FILE_DIR")]
+    pub key_file_dir: Option<PathBuf>,
+    /// KMS requests per second for the whole operator, shared by live
+    /// replicas (burst twice that).
+    #[arg(long, default_value_t = 20.0, env = "KMS_OPERATOR_KMS_RATE_LIMIT")]
+    pub kms_rate_limit: f64,
+    /// How long cleanup on deletion is retried before the operator gives up.
+    #[arg(long, default_value = "1h", value_parser = parse_duration_arg, env = "KMS_OPERATOR_CLEANUP_TIMEOUT")]
+    pub cleanup_timeout: Duration,
+}
+
+/// Flags of `kms-operator crds`.
+#[derive(Debug, Args, Clone)]
+pub struct CrdsArgs {
+    /// Write `<plural>.yaml` per CRD into this directory instead of printing.
+    #[arg(long, env = "KMS_OPERATOR_OUT_DIR")]
+    pub out_dir: Option<PathBuf>,
+}
+
+/// Flags of `kms-operator dev-server`.
+#[derive(Debug, Args, Clone)]
+pub struct DevServerArgs {
+    /// Address to listen on; the API is served under `/api/…`.
+    #[arg(long, default_value = "127.0.0.1:8080", env = "KMS_OPERATOR_ADDR")]
+    pub addr: SocketAddr,
+    /// Directory of the server's database; empty keeps everything in memory.
+    #[arg(long, env = "KMS_OPERATOR_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Seed file (YAML) applied at start, create-if-absent.
+    #[arg(long, env = "KMS_OPERATOR_SEED")]
+    pub seed: Option<PathBuf>,
+    /// Bearer token of the admin API (`/admin`); without it the admin API is
+    /// open.
+    #[arg(long, env = "KMS_OPERATOR_ADMIN_TOKEN")]
+    pub admin_token: Option<String>,
+    /// Shortest lease TTL accepted for dynamic secrets.
+    #[arg(long, default_value = "60s", value_parser = parse_duration_arg, env = "KMS_OPERATOR_MIN_LEASE_TTL")]
+    pub min_lease_ttl: Duration,
+    /// Kubeconfig of the cluster that validates Kubernetes-auth logins.
+    #[arg(long, env = "KMS_OPERATOR_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+}
+
+/// Output format of `kms-operator status`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// A table.
+    Table,
+    /// JSON.
+    Json,
+}
+
+/// Flags of `kms-operator status`.
+#[derive(Debug, Args, Clone)]
+pub struct StatusArgs {
+    /// Namespace of the operator's Leases.
+    #[arg(
+        long,
+        default_value = "kms-operator-system",
+        env = "KMS_OPERATOR_POD_NAMESPACE"
+    )]
+    pub pod_namespace: String,
+    /// Prefix of the Lease names.
+    #[arg(
+        long,
+        default_value = "kms-operator",
+        env = "KMS_OPERATOR_LEASE_PREFIX"
+    )]
+    pub lease_prefix: String,
+    /// Output format.
+    #[arg(
+        long,
+        short,
+        value_enum,
+        default_value = "table",
+        env = "KMS_OPERATOR_OUTPUT"
+    )]
+    pub output: OutputFormat,
+}
+
+/// A listen address, or disabled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BindAddr {
+    /// Listen here.
+    Addr(SocketAddr),
+    /// Do not listen (`0`).
+    Disabled,
+}
+
+fn parse_duration_arg(s: &str) -> Result<Duration, String> {
+    parse_duration(s).map_err(|e| e.to_string())
+}
+
+/// Parse `host:port`, `:port` (all interfaces) or `0` (disabled).
+fn parse_bind_addr(s: &str) -> Result<BindAddr, String> {
+    let s = s.trim();
+    if s == "0" {
+        return Ok(BindAddr::Disabled);
+    }
+    let full = if let Some(port) = s.strip_prefix(':') {
+        format!("0.0.0.0:{port}")
+    } else {
+        s.to_owned()
+    };
+    full.parse::<SocketAddr>()
+        .map(BindAddr::Addr)
+        .map_err(|e| format!("invalid address {s:?}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_args(args: &[&str]) -> RunArgs {
+        let mut argv = vec!["kms-operator", "run"];
+        argv.extend_from_slice(args);
+        match Cli::try_parse_from(argv).unwrap().command {
+            Command::Run(a) => *a,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_follow_the_spec() {
+        let a = run_args(&[]);
+        assert_eq!(a.shards, 16);
+        assert_eq!(a.pod_namespace, "kms-operator-system");
+        assert_eq!(a.lease_prefix, "kms-operator");
+        assert_eq!(a.lease_duration, Duration::from_secs(10));
+        assert_eq!(a.renew_deadline, Duration::from_secs(7));
+        assert_eq!(a.retry_period, Duration::from_secs(2));
+        assert_eq!(a.cleanup_timeout, Duration::from_secs(3600));
+        assert_eq!(
+            a.metrics_addr,
+            BindAddr::Addr("0.0.0.0:8443".parse().unwrap())
+        );
+        assert_eq!(
+            a.health_addr,
+            BindAddr::Addr("0.0.0.0:8081".parse().unwrap())
+        );
+        assert!((a.kms_rate_limit - 20.0).abs() < f64::EPSILON);
+        assert!(a.namespaces.is_empty());
+    }
+
+    #[test]
+    fn reference_chart_arguments_are_accepted() {
+        let a = run_args(&[
+            "--metrics-bind-address=:8443",
+            "--leader-elect",
+            "--health-probe-bind-address=:8081",
+            "--namespaces=a,b",
+        ]);
+        assert_eq!(
+            a.metrics_addr,
+            BindAddr::Addr("0.0.0.0:8443".parse().unwrap())
+        );
+        assert_eq!(
+            a.health_addr,
+            BindAddr::Addr("0.0.0.0:8081".parse().unwrap())
+        );
+        assert!(a.leader_elect);
+        assert_eq!(a.namespaces, vec!["a", "b"]);
+        assert_eq!(
+            run_args(&["--metrics-addr=0"]).metrics_addr,
+            BindAddr::Disabled
+        );
+    }
+
+    #[test]
+    fn durations_accept_seconds_and_units() {
+        let a = run_args(&[
+            "--lease-duration=15s",
+            "--retry-period=3",
+            "--cleanup-timeout=2m",
+        ]);
+        assert_eq!(a.lease_duration, Duration::from_secs(15));
+        assert_eq!(a.retry_period, Duration::from_secs(3));
+        assert_eq!(a.cleanup_timeout, Duration::from_secs(120));
+        let err = Cli::try_parse_from(["kms-operator", "run", "--lease-duration=ten"]).unwrap_err();
+        assert!(err.to_string().contains("invalid duration"), "{err}");
+    }
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn every_flag_reads_its_environment_variable() {
+        use clap::CommandFactory;
+        let cmd = Cli::command();
+        let mut checked = 0;
+        for sub in cmd.get_subcommands() {
+            for arg in sub.get_arguments() {
+                let Some(long) = arg.get_long() else { continue };
+                if arg.is_hide_set() || long == "help" || long == "version" {
+                    continue;
+                }
+                let want = format!("KMS_OPERATOR_{}", long.to_uppercase().replace('-', "_"));
+                let got = arg.get_env().map(|e| e.to_string_lossy().into_owned());
+                assert_eq!(
+                    got.as_deref(),
+                    Some(want.as_str()),
+                    "flag --{long} of {}",
+                    sub.get_name()
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked > 20, "only {checked} flags checked");
+    }
+}

@@ -1,0 +1,24 @@
+//! kms-operator: keeps Kubernetes Secrets in step with a KMS that speaks the
+//! Infisical HTTP API (Hanzo KMS).
+//!
+//! ```text
+//!            watches (CRs, managed Secrets, kms-config, credentials)
+//!                                   │
+//!                       shard filter (namespace → shard)
+//!                                   │
+//!             per-shard work queues ─► reconcile: fetch → plan → apply → status
+//!                                   │                 │
+//!                         KMS client (kms/)    Kubernetes API (server-side apply)
+//! ```
+//!
+//! Modules:
+//! - [`api`]: the custom resource types and the CRDs generated from them;
+//! - [`cli`]: the command line;
+//! - [`telemetry`]: logging set-up.
+//!
+//! The crates `shard` (namespace→shard ring and Lease ownership) and `storage`
+//! (the persistent cache) sit beside this one and never import it.
+
+pub mod api;
+pub mod cli;
+pub mod telemetry;

@@ -1,0 +1,12 @@
+//! Integration tests of kms-operator on a real kube-apiserver + etcd.
+//!
+//! One test binary. The control plane comes from `KUBECONFIG` when it is set
+//! (the test script starts one per run and exports it; any cluster works);
+//! otherwise the harness starts the local one with `tests/testenv/testenv up`
+//! under `target/testenv` and leaves it running for the next run. The CRDs
+//! under `crds/` are applied once per run; every test works in namespaces of
+//! its own.
+
+mod harness;
+
+mod crds;
