@@ -1,0 +1,1 @@
+//! The template engine of kms-operator. Lands with the templating issue.
