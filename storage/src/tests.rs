@@ -1,0 +1,841 @@
+//! Store-level tests: real databases in temporary directories.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::codec::{LEASE_SCHEMA, SYNC_SCHEMA, TOKEN_SCHEMA};
+use crate::*;
+
+const TOKEN: &str = "eyJhbGciOiJIUzI1NiJ9.token-plaintext-4f1c9e";
+const SECRET_VALUE: &str = "hunter2-very-secret-value-77a3";
+const IDENTITY: &str = "universal-auth/client-id-5d2e";
+
+fn key(byte: u8) -> EncryptionKey {
+    EncryptionKey::from_bytes([byte; 32])
+}
+
+fn opts(encryption: Option<u8>) -> Options {
+    Options {
+        encryption_key: encryption.map(key),
+        ..Options::default()
+    }
+}
+
+fn open(dir: &Path, encryption: Option<u8>) -> (Store, OpenReport) {
+    Store::open(dir, opts(encryption)).expect("open")
+}
+
+fn sync_record(generation: i64) -> SyncRecord {
+    SyncRecord {
+        generation,
+        etag: Some(format!("W/\"etag-{generation}\"")),
+        target_hashes: BTreeMap::from([
+            ("Secret/ns/app".to_string(), [generation as u8; 32]),
+            ("Secret/ns/other".to_string(), [0xAB; 32]),
+        ]),
+        last_sync_unix_ms: 1_700_000_000_000 + generation,
+        next_due_unix_ms: 1_700_000_600_000 + generation,
+        synced_keys: 4,
+    }
+}
+
+fn lease_record() -> LeaseRecord {
+    LeaseRecord {
+        lease_id: "lease-marker-0c7d11".into(),
+        version: 3,
+        expires_at_unix_ms: 1_700_003_600_000,
+    }
+}
+
+fn token_record() -> TokenRecord {
+    TokenRecord {
+        access_token: AccessToken::new(TOKEN),
+        expires_at_unix_ms: 4_000_000_000_000,
+        max_expires_at_unix_ms: 4_100_000_000_000,
+    }
+}
+
+/// Every regular file under `dir`, recursively.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        for entry in std::fs::read_dir(&path).unwrap().flatten() {
+            let p = entry.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+fn files_contain(dir: &Path, needle: &[u8]) -> bool {
+    files_under(dir).iter().any(|file| {
+        let bytes = std::fs::read(file).unwrap();
+        bytes.windows(needle.len()).any(|w| w == needle)
+    })
+}
+
+fn db_files(dir: &Path) -> Vec<PathBuf> {
+    files_under(&dir.join("db"))
+}
+
+#[test]
+fn store_is_send_sync_clone() {
+    fn check<T: Send + Sync + Clone + 'static>() {}
+    check::<Store>();
+    check::<DataHasher>();
+    check::<EncryptionKey>();
+    fn check_send<T: Send>(_: &T) {}
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = open(dir.path(), None);
+    check_send(&store.flush_async());
+}
+
+#[test]
+fn fresh_open_reports_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, report) = open(&dir.path().join("nested/cache"), None);
+    assert_eq!(report, OpenReport::default());
+    assert!(!store.encrypts_tokens());
+    for kind in RecordKind::ALL {
+        assert_eq!(store.len(kind), 0);
+    }
+    assert!(store.path().ends_with("nested/cache"));
+}
+
+#[test]
+fn records_round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = open(dir.path(), Some(1));
+
+    assert_eq!(store.get_sync("uid-1"), Lookup::Miss);
+    store.put_sync("uid-1", &sync_record(1)).unwrap();
+    assert_eq!(store.get_sync("uid-1"), Lookup::Hit(sync_record(1)));
+    store.put_sync("uid-1", &sync_record(2)).unwrap();
+    assert_eq!(store.get_sync("uid-1"), Lookup::Hit(sync_record(2)));
+
+    store.put_lease("uid-1", &lease_record()).unwrap();
+    assert_eq!(store.get_lease("uid-1"), Lookup::Hit(lease_record()));
+    assert_eq!(store.get_lease("uid-2"), Lookup::Miss);
+
+    assert!(store.encrypts_tokens());
+    assert!(store.put_token(IDENTITY, &token_record()).unwrap());
+    assert_eq!(store.get_token(IDENTITY), Lookup::Hit(token_record()));
+    assert_eq!(store.get_token("another identity"), Lookup::Miss);
+
+    assert_eq!(store.len(RecordKind::Sync), 1);
+    assert_eq!(store.len(RecordKind::Lease), 1);
+    assert_eq!(store.len(RecordKind::Token), 1);
+
+    store.remove_sync("uid-1").unwrap();
+    store.remove_lease("uid-1").unwrap();
+    store.remove_token(IDENTITY).unwrap();
+    store.remove_sync("never-there").unwrap();
+    assert_eq!(store.get_sync("uid-1"), Lookup::Miss);
+    assert_eq!(store.get_lease("uid-1"), Lookup::Miss);
+    assert_eq!(store.get_token(IDENTITY), Lookup::Miss);
+}
+
+#[test]
+fn other_schema_byte_is_an_error_and_is_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = open(dir.path(), Some(1));
+
+    store.put_sync("uid-s", &sync_record(5)).unwrap();
+    let mut bytes = crate::codec::encode(SYNC_SCHEMA, &sync_record(5)).unwrap();
+    bytes[0] = SYNC_SCHEMA + 1;
+    store.raw_insert(RecordKind::Sync, b"uid-s", &bytes);
+    let lookup = store.get_sync("uid-s");
+    let Lookup::Error(reason) = &lookup else {
+        panic!("expected an error, got {lookup:?}");
+    };
+    assert!(reason.contains("schema version 2, expected 1"), "{reason}");
+    assert!(reason.contains("removed"), "{reason}");
+    assert_eq!(store.get_sync("uid-s"), Lookup::Miss);
+
+    let mut bytes = crate::codec::encode(LEASE_SCHEMA, &lease_record()).unwrap();
+    bytes[0] = 0;
+    store.raw_insert(RecordKind::Lease, b"uid-l", &bytes);
+    assert!(store.get_lease("uid-l").is_error());
+    assert!(store.get_lease("uid-l").is_miss());
+
+    store.put_token(IDENTITY, &token_record()).unwrap();
+    let slot = store.token_db_key(IDENTITY).unwrap();
+    let mut sealed = store.inner_token_raw(&slot).unwrap();
+    assert_eq!(sealed[0], TOKEN_SCHEMA);
+    sealed[0] = TOKEN_SCHEMA + 7;
+    store.raw_insert(RecordKind::Token, &slot, &sealed);
+    assert!(store.get_token(IDENTITY).is_error());
+    assert!(store.get_token(IDENTITY).is_miss());
+}
+
+impl Store {
+    fn inner_token_raw(&self, slot: &[u8]) -> Option<Vec<u8>> {
+        self.tree_for_tests(RecordKind::Token)
+            .get(slot)
+            .unwrap()
+            .map(|v| v.to_vec())
+    }
+}
+
+#[test]
+fn garbage_is_an_error_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = open(dir.path(), Some(1));
+    let garbage: [&[u8]; 5] = [
+        b"",
+        &[SYNC_SCHEMA],
+        &[SYNC_SCHEMA, 0xFF, 0xFF, 0xFF, 0xFF],
+        &[
+            SYNC_SCHEMA,
+            0xFD,
+            0xFF,
+            0xFF,
+            0xFF,
+            0xFF,
+            0xFF,
+            0xFF,
+            0xFF,
+            0xFF,
+        ],
+        b"\x01completely unrelated bytes, far too many of them",
+    ];
+    for bytes in garbage {
+        store.raw_insert(RecordKind::Sync, b"g", bytes);
+        assert!(store.get_sync("g").is_error(), "{bytes:?}");
+        store.raw_insert(RecordKind::Lease, b"g", bytes);
+        assert!(store.get_lease("g").is_error(), "{bytes:?}");
+        let slot = store.token_db_key(IDENTITY).unwrap();
+        store.raw_insert(RecordKind::Token, &slot, bytes);
+        assert!(store.get_token(IDENTITY).is_error(), "{bytes:?}");
+    }
+    // A well-formed record of the other kind is not mistaken for this one.
+    let lease = crate::codec::encode(LEASE_SCHEMA, &lease_record()).unwrap();
+    store.raw_insert(RecordKind::Sync, b"x", &lease);
+    assert!(store.get_sync("x").is_error());
+}
+
+#[test]
+fn reopen_keeps_records_and_the_hash_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = BTreeMap::from([("password".to_string(), SECRET_VALUE.as_bytes().to_vec())]);
+    let hash = {
+        let (store, _) = open(dir.path(), Some(1));
+        store.put_sync("uid-a", &sync_record(1)).unwrap();
+        store.put_sync("uid-b", &sync_record(2)).unwrap();
+        store.put_lease("uid-a", &lease_record()).unwrap();
+        store.put_token(IDENTITY, &token_record()).unwrap();
+        store.data_hasher().hash_map(&data)
+    };
+    let (store, report) = open(dir.path(), Some(1));
+    assert_eq!(report.recovered, None);
+    assert_eq!(report.records, 4);
+    assert_eq!(report.dropped, 0);
+    assert!(!report.key_changed);
+    assert_eq!(store.get_sync("uid-a"), Lookup::Hit(sync_record(1)));
+    assert_eq!(store.get_sync("uid-b"), Lookup::Hit(sync_record(2)));
+    assert_eq!(store.get_lease("uid-a"), Lookup::Hit(lease_record()));
+    assert_eq!(store.get_token(IDENTITY), Lookup::Hit(token_record()));
+    assert_eq!(store.data_hasher().hash_map(&data), hash);
+}
+
+/// Copies the database files as they are now, as a crash would leave them.
+fn snapshot(dir: &Path, to: &Path) {
+    for file in db_files(dir) {
+        let rel = file.strip_prefix(dir).unwrap();
+        let dest = to.join(rel);
+        std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+        std::fs::copy(&file, &dest).unwrap();
+    }
+}
+
+#[test]
+fn flush_makes_writes_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let crash = tempfile::tempdir().unwrap();
+    // No background flushing: only an explicit flush writes.
+    let (store, _) = Store::open_with(dir.path(), opts(None), None).unwrap();
+    store.put_sync("uid-durable", &sync_record(9)).unwrap();
+    store.flush().unwrap();
+    // The store stays open (no flush on drop); a copy of its files is what
+    // a crash right now would leave behind.
+    snapshot(dir.path(), crash.path());
+    let (copy, report) = open(crash.path(), None);
+    assert_eq!(report.recovered, None, "{report:?}");
+    assert_eq!(copy.get_sync("uid-durable"), Lookup::Hit(sync_record(9)));
+    drop(store);
+}
+
+#[test]
+fn flush_async_completes() {
+    let dir = tempfile::tempdir().unwrap();
+    let crash = tempfile::tempdir().unwrap();
+    let (store, _) = Store::open_with(dir.path(), opts(None), None).unwrap();
+    store.put_lease("uid-async", &lease_record()).unwrap();
+    block_on(store.flush_async()).unwrap();
+    snapshot(dir.path(), crash.path());
+    let (copy, _) = open(crash.path(), None);
+    assert_eq!(copy.get_lease("uid-async"), Lookup::Hit(lease_record()));
+}
+
+/// Polls a future to completion on this thread.
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    loop {
+        if let std::task::Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+            return out;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+fn corrupt_and_reopen(name: &str, damage: impl Fn(&Path)) {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (store, _) = open(dir.path(), None);
+        for i in 0..50 {
+            store
+                .put_sync(&format!("uid-{i}"), &sync_record(i))
+                .unwrap();
+        }
+        store.flush().unwrap();
+    }
+    damage(&dir.path().join("db"));
+    let (store, report) =
+        Store::open(dir.path(), opts(None)).unwrap_or_else(|e| panic!("{name}: open failed: {e}"));
+    let reason = report
+        .recovered
+        .clone()
+        .unwrap_or_else(|| panic!("{name}: no recovery reported: {report:?}"));
+    assert!(!reason.is_empty());
+    let moved = report.moved_to.clone().expect("moved aside");
+    assert!(moved.exists(), "{name}: {moved:?}");
+    assert!(
+        moved
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("db.corrupt-"),
+        "{moved:?}"
+    );
+    assert_eq!(report.records, 0, "{name}");
+    // The recreated store works and survives a reopen.
+    store.put_sync("after", &sync_record(1)).unwrap();
+    drop(store);
+    let (store, report) = open(dir.path(), None);
+    assert_eq!(report.recovered, None, "{name}: {report:?}");
+    assert_eq!(store.get_sync("after"), Lookup::Hit(sync_record(1)));
+}
+
+#[test]
+fn corrupt_files_are_moved_aside() {
+    corrupt_and_reopen("all files garbage", |db| {
+        for file in files_under(db) {
+            let len = std::fs::metadata(&file).unwrap().len().max(64) as usize;
+            let garbage: Vec<u8> = (0..len).map(|i| (i * 7 + 13) as u8).collect();
+            std::fs::write(&file, garbage).unwrap();
+        }
+    });
+    corrupt_and_reopen("all files truncated", |db| {
+        for file in files_under(db) {
+            std::fs::write(&file, b"").unwrap();
+        }
+    });
+    corrupt_and_reopen("conf garbage", |db| {
+        std::fs::write(db.join("conf"), b"this is not a config\n").unwrap();
+    });
+    corrupt_and_reopen("data file garbage", |db| {
+        let len = std::fs::metadata(db.join("db")).unwrap().len() as usize;
+        std::fs::write(db.join("db"), vec![0xA5; len]).unwrap();
+    });
+    corrupt_and_reopen("data file zeroed", |db| {
+        let len = std::fs::metadata(db.join("db")).unwrap().len() as usize;
+        std::fs::write(db.join("db"), vec![0; len]).unwrap();
+    });
+    corrupt_and_reopen("database path is a file", |db| {
+        std::fs::remove_dir_all(db).unwrap();
+        std::fs::write(db, b"garbage").unwrap();
+    });
+}
+
+#[test]
+fn a_truncated_config_alone_loses_nothing() {
+    // The engine rewrites a configuration file of 8 bytes or less; the data
+    // file is intact, so nothing is recovered and the records stay.
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (store, _) = open(dir.path(), None);
+        store.put_sync("uid", &sync_record(1)).unwrap();
+    }
+    std::fs::write(dir.path().join("db/conf"), b"short").unwrap();
+    let (store, report) = open(dir.path(), None);
+    assert_eq!(report.recovered, None);
+    assert_eq!(store.get_sync("uid"), Lookup::Hit(sync_record(1)));
+}
+
+#[test]
+fn only_the_latest_corrupt_copy_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    for round in 0..3 {
+        drop(open(dir.path(), None));
+        std::fs::write(dir.path().join("db/conf"), b"garbage, longer than a header").unwrap();
+        let (_store, report) = open(dir.path(), None);
+        assert!(report.recovered.is_some(), "round {round}");
+    }
+    let copies: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("db.corrupt-"))
+        .collect();
+    assert_eq!(copies.len(), 1);
+}
+
+#[test]
+fn unknown_format_or_lost_marker_is_recovered() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(open(dir.path(), None));
+    {
+        let db = sled::open(dir.path().join("db")).unwrap();
+        let meta = db.open_tree("meta").unwrap();
+        meta.insert("format", &b"kms-operator-cache\x09"[..])
+            .unwrap();
+        db.flush().unwrap();
+    }
+    let (_store, report) = open(dir.path(), None);
+    let reason = report.recovered.expect("recovered");
+    assert!(reason.contains("format version 9"), "{reason}");
+    drop(_store);
+
+    {
+        let db = sled::open(dir.path().join("db")).unwrap();
+        db.open_tree("meta").unwrap().remove("format").unwrap();
+        db.flush().unwrap();
+    }
+    let (_store, report) = open(dir.path(), None);
+    let reason = report.recovered.expect("recovered");
+    assert!(reason.contains("no format marker"), "{reason}");
+}
+
+#[test]
+fn bad_records_are_dropped_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (store, _) = open(dir.path(), None);
+        store.put_sync("good", &sync_record(1)).unwrap();
+        store.put_lease("good", &lease_record()).unwrap();
+        store.raw_insert(RecordKind::Sync, b"bad", b"\x01\xff");
+        store.raw_insert(RecordKind::Lease, b"old-schema", b"\x00");
+        store.raw_insert(
+            RecordKind::Sync,
+            b"\xff\xfe",
+            &crate::codec::encode(SYNC_SCHEMA, &sync_record(1)).unwrap(),
+        );
+    }
+    let (store, report) = open(dir.path(), None);
+    assert_eq!(report.recovered, None);
+    assert_eq!(report.records, 2);
+    assert_eq!(report.dropped, 3);
+    assert_eq!(store.len(RecordKind::Sync), 1);
+    assert_eq!(store.len(RecordKind::Lease), 1);
+}
+
+#[test]
+fn second_open_is_locked() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = open(dir.path(), None);
+    store.put_sync("uid", &sync_record(1)).unwrap();
+    let err = Store::open(dir.path(), opts(None)).unwrap_err();
+    assert!(matches!(err, StorageError::Locked { .. }), "{err:?}");
+    assert!(err.to_string().contains("locked"), "{err}");
+    // The refused open did not disturb the open store.
+    assert_eq!(store.get_sync("uid"), Lookup::Hit(sync_record(1)));
+    // A clone keeps it open; dropping the last handle releases it.
+    let clone = store.clone();
+    drop(store);
+    assert!(matches!(
+        Store::open(dir.path(), opts(None)),
+        Err(StorageError::Locked { .. })
+    ));
+    drop(clone);
+    let (store, report) = open(dir.path(), None);
+    assert_eq!(report.recovered, None);
+    assert_eq!(store.get_sync("uid"), Lookup::Hit(sync_record(1)));
+}
+
+#[test]
+fn a_foreign_engine_lock_is_reported_as_locked_not_corrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(open(dir.path(), None));
+    // Something holding the database itself without our lock file.
+    let foreign = sled::open(dir.path().join("db")).unwrap();
+    let err = Store::open(dir.path(), opts(None)).unwrap_err();
+    assert!(matches!(err, StorageError::Locked { .. }), "{err:?}");
+    drop(foreign);
+    let (_store, report) = open(dir.path(), None);
+    assert_eq!(report.recovered, None, "nothing was moved aside");
+}
+
+#[test]
+fn tokens_are_encrypted_at_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let key_file = dir.path().join("key");
+    std::fs::write(&key_file, [7u8; 32]).unwrap();
+    let cache = dir.path().join("cache");
+    let hasher;
+    {
+        let options = Options {
+            encryption_key: Some(EncryptionKey::from_file(&key_file).unwrap()),
+            ..Options::default()
+        };
+        let (store, _) = Store::open(&cache, options).unwrap();
+        assert!(store.put_token(IDENTITY, &token_record()).unwrap());
+        assert_eq!(store.get_token(IDENTITY), Lookup::Hit(token_record()));
+        hasher = store.data_hasher();
+        let data = BTreeMap::from([("password".to_string(), SECRET_VALUE.as_bytes().to_vec())]);
+        let mut record = sync_record(1);
+        record
+            .target_hashes
+            .insert("Secret/ns/app".into(), hasher.hash_map(&data));
+        store.put_sync("uid-1", &record).unwrap();
+        store.put_lease("uid-1", &lease_record()).unwrap();
+        store.flush().unwrap();
+        // The sealed token did reach the files, and the scan can find it ...
+        let sealed = store
+            .inner_token_raw(&store.token_db_key(IDENTITY).unwrap())
+            .unwrap();
+        assert!(files_contain(&cache, &sealed));
+        // ... while the token itself is nowhere, open or closed.
+        assert!(!files_contain(&cache, TOKEN.as_bytes()));
+    }
+    // The scan sees what is on disk: a plain field is found ...
+    assert!(files_contain(&cache, lease_record().lease_id.as_bytes()));
+    // ... but neither the token, nor a part of it, nor the identity, nor the
+    // secret value, nor the encryption key.
+    assert!(!files_contain(&cache, TOKEN.as_bytes()));
+    assert!(!files_contain(&cache, b"token-plaintext"));
+    assert!(!files_contain(&cache, IDENTITY.as_bytes()));
+    assert!(!files_contain(&cache, SECRET_VALUE.as_bytes()));
+    assert!(!files_contain(&cache, &[7u8; 32]));
+
+    let (store, report) = Store::open(
+        &cache,
+        Options {
+            encryption_key: Some(EncryptionKey::from_file(&key_file).unwrap()),
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    assert!(!report.key_changed);
+    assert_eq!(store.get_token(IDENTITY), Lookup::Hit(token_record()));
+}
+
+#[test]
+fn a_token_sealed_under_another_key_is_an_error() {
+    let one = tempfile::tempdir().unwrap();
+    let (store_a, _) = open(one.path(), Some(1));
+    store_a.put_token(IDENTITY, &token_record()).unwrap();
+    let sealed = store_a
+        .inner_token_raw(&store_a.token_db_key(IDENTITY).unwrap())
+        .unwrap();
+
+    let two = tempfile::tempdir().unwrap();
+    let (store_b, _) = open(two.path(), Some(2));
+    let slot = store_b.token_db_key(IDENTITY).unwrap();
+    store_b.raw_insert(RecordKind::Token, &slot, &sealed);
+    let lookup = store_b.get_token(IDENTITY);
+    let Lookup::Error(reason) = &lookup else {
+        panic!("expected an error, got {lookup:?}");
+    };
+    assert!(reason.contains("could not be decrypted"), "{reason}");
+    assert!(!reason.contains(IDENTITY), "{reason}");
+    assert_eq!(store_b.get_token(IDENTITY), Lookup::Miss);
+}
+
+#[test]
+fn changing_the_key_drops_tokens_and_hashes() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = BTreeMap::from([("k", "v")]);
+    let hash1 = {
+        let (store, _) = open(dir.path(), Some(1));
+        store.put_token(IDENTITY, &token_record()).unwrap();
+        store.put_sync("uid", &sync_record(1)).unwrap();
+        store.put_lease("uid", &lease_record()).unwrap();
+        store.data_hasher().hash_map(&data)
+    };
+    // Wrong key: tokens and sync records are gone, leases stay.
+    let hash2 = {
+        let (store, report) = open(dir.path(), Some(2));
+        assert!(report.key_changed);
+        assert_eq!(report.dropped, 2);
+        assert_eq!(report.records, 1);
+        assert_eq!(report.recovered, None);
+        assert_eq!(store.get_token(IDENTITY), Lookup::Miss);
+        assert_eq!(store.get_sync("uid"), Lookup::Miss);
+        assert_eq!(store.get_lease("uid"), Lookup::Hit(lease_record()));
+        store.put_token(IDENTITY, &token_record()).unwrap();
+        store.data_hasher().hash_map(&data)
+    };
+    assert_ne!(hash1, hash2);
+    // Key removed: tokens are deleted, nothing is stored any more.
+    let (store, report) = open(dir.path(), None);
+    assert!(report.key_changed);
+    assert_eq!(store.len(RecordKind::Token), 0);
+    assert!(!store.put_token(IDENTITY, &token_record()).unwrap());
+    assert_eq!(store.len(RecordKind::Token), 0);
+    assert_eq!(store.get_token(IDENTITY), Lookup::Miss);
+    store.remove_token(IDENTITY).unwrap();
+    drop(store);
+    let (_, report) = open(dir.path(), None);
+    assert!(!report.key_changed);
+}
+
+#[test]
+fn without_a_key_no_token_is_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (store, _) = open(dir.path(), None);
+        assert!(!store.encrypts_tokens());
+        assert!(!store.put_token(IDENTITY, &token_record()).unwrap());
+        assert_eq!(store.get_token(IDENTITY), Lookup::Miss);
+        assert_eq!(store.len(RecordKind::Token), 0);
+        store.put_lease("uid", &lease_record()).unwrap();
+    }
+    assert!(files_contain(dir.path(), b"lease-marker"));
+    assert!(!files_contain(dir.path(), TOKEN.as_bytes()));
+}
+
+#[test]
+fn keyed_hash_per_store() {
+    let one = tempfile::tempdir().unwrap();
+    let two = tempfile::tempdir().unwrap();
+    let data = BTreeMap::from([
+        ("a".to_string(), b"1".to_vec()),
+        ("b".to_string(), b"2".to_vec()),
+    ]);
+    let (store1, _) = open(one.path(), None);
+    let (store2, _) = open(two.path(), None);
+    let h1 = store1.data_hasher().hash_map(&data);
+    assert_eq!(h1, store1.data_hasher().hash_map(&data));
+    assert_ne!(h1, store2.data_hasher().hash_map(&data));
+    let mut changed = data.clone();
+    changed.insert("b".into(), b"3".to_vec());
+    assert_ne!(h1, store1.data_hasher().hash_map(&changed));
+    // Length prefixes: moving a byte between key and value changes the hash.
+    let hasher = store1.data_hasher();
+    assert_ne!(
+        hasher.hash_map(&BTreeMap::from([("a", "bc")])),
+        hasher.hash_map(&BTreeMap::from([("ab", "c")]))
+    );
+    drop(store1);
+    let (store1, _) = open(one.path(), None);
+    assert_eq!(h1, store1.data_hasher().hash_map(&data));
+    assert_eq!(format!("{hasher:?}"), "DataHasher([redacted])");
+}
+
+#[test]
+fn retain_prunes_gone_objects() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = open(dir.path(), Some(1));
+    for i in 0..10 {
+        store
+            .put_sync(&format!("uid-{i}"), &sync_record(i))
+            .unwrap();
+    }
+    for i in 0..4 {
+        store
+            .put_lease(&format!("uid-{i}"), &lease_record())
+            .unwrap();
+    }
+    store.put_token(IDENTITY, &token_record()).unwrap();
+    let mut seen = Vec::new();
+    let removed = store
+        .retain(|kind, uid| {
+            seen.push(kind);
+            let n: i64 = uid.trim_start_matches("uid-").parse().unwrap();
+            match kind {
+                RecordKind::Sync => n % 2 == 0,
+                RecordKind::Lease => n == 0,
+                RecordKind::Token => unreachable!("tokens are not visited"),
+            }
+        })
+        .unwrap();
+    assert_eq!(removed, 5 + 3);
+    assert_eq!(seen.len(), 14);
+    assert_eq!(store.len(RecordKind::Sync), 5);
+    assert_eq!(store.get_sync("uid-1"), Lookup::Miss);
+    assert_eq!(store.get_sync("uid-2"), Lookup::Hit(sync_record(2)));
+    assert_eq!(store.get_lease("uid-0"), Lookup::Hit(lease_record()));
+    assert_eq!(store.get_lease("uid-1"), Lookup::Miss);
+    assert_eq!(store.len(RecordKind::Token), 1);
+    assert_eq!(store.retain(|_, _| true).unwrap(), 0);
+}
+
+#[test]
+fn prune_tokens_by_identity_and_expiry() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = open(dir.path(), Some(1));
+    let expiring = |at: i64| TokenRecord {
+        expires_at_unix_ms: at,
+        ..token_record()
+    };
+    store.put_token("live", &expiring(2_000)).unwrap();
+    store.put_token("expired", &expiring(1_000)).unwrap();
+    store.put_token("gone", &expiring(2_000)).unwrap();
+    store.raw_insert(
+        RecordKind::Token,
+        &store.token_db_key("broken").unwrap(),
+        b"\x01junk",
+    );
+    let removed = store
+        .prune_tokens(["live", "expired", "broken"], 1_000)
+        .unwrap();
+    assert_eq!(removed, 3);
+    assert_eq!(store.len(RecordKind::Token), 1);
+    assert!(store.get_token("live").is_hit());
+}
+
+#[test]
+fn size_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = open(dir.path(), None);
+    store.flush().unwrap();
+    let empty = store.size_on_disk();
+    assert!(empty > 0);
+    for i in 0..2000 {
+        store
+            .put_sync(&format!("uid-{i:05}"), &sync_record(i))
+            .unwrap();
+    }
+    store.flush().unwrap();
+    assert!(
+        store.size_on_disk() > empty,
+        "{} <= {empty}",
+        store.size_on_disk()
+    );
+    assert_eq!(store.len(RecordKind::Sync), 2000);
+    let on_disk: u64 = db_files(dir.path())
+        .iter()
+        .map(|f| std::fs::metadata(f).unwrap().len())
+        .sum();
+    assert_eq!(store.size_on_disk(), on_disk);
+}
+
+#[test]
+fn max_bytes_refuses_new_records_only() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (store, _) = open(dir.path(), Some(1));
+        store.put_sync("existing", &sync_record(1)).unwrap();
+        store.put_lease("existing", &lease_record()).unwrap();
+        store.put_token(IDENTITY, &token_record()).unwrap();
+    }
+    let options = Options {
+        max_bytes: Some(1),
+        ..opts(Some(1))
+    };
+    let (store, _) = Store::open(dir.path(), options).unwrap();
+    let err = store.put_sync("new", &sync_record(1)).unwrap_err();
+    let StorageError::Full { size, limit } = err else {
+        panic!("expected Full, got {err:?}");
+    };
+    assert_eq!(limit, 1);
+    assert!(size >= 1);
+    assert!(store.put_lease("new", &lease_record()).is_err());
+    assert!(store.put_token("new identity", &token_record()).is_err());
+    assert!(store.update_sync("new", |_| Some(sync_record(1))).is_err());
+    assert_eq!(store.get_sync("new"), Lookup::Miss);
+    // Replacing and removing still work.
+    store.put_sync("existing", &sync_record(2)).unwrap();
+    assert_eq!(store.get_sync("existing"), Lookup::Hit(sync_record(2)));
+    store.put_lease("existing", &lease_record()).unwrap();
+    store.put_token(IDENTITY, &token_record()).unwrap();
+    store
+        .update_sync("existing", |r| {
+            r.map(|r| SyncRecord {
+                generation: 3,
+                ..r.clone()
+            })
+        })
+        .unwrap();
+    assert_eq!(store.get_sync("existing").hit().unwrap().generation, 3);
+    store.remove_sync("existing").unwrap();
+    // With no bound the same write passes.
+    drop(store);
+    let (store, _) = Store::open(
+        dir.path(),
+        Options {
+            max_bytes: None,
+            ..opts(Some(1))
+        },
+    )
+    .unwrap();
+    store.put_sync("new", &sync_record(1)).unwrap();
+    // A generous bound passes too.
+    drop(store);
+    let (store, _) = open(dir.path(), Some(1));
+    store.put_sync("new-2", &sync_record(1)).unwrap();
+}
+
+#[test]
+fn update_is_atomic_under_contention() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = open(dir.path(), None);
+    let threads = 4;
+    let per_thread = 100;
+    let store = Arc::new(store);
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let store = Arc::clone(&store);
+            std::thread::spawn(move || {
+                for _ in 0..per_thread {
+                    store
+                        .update_sync("counter", |current| {
+                            let mut next = current.cloned().unwrap_or_default();
+                            next.generation += 1;
+                            Some(next)
+                        })
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for handle in handles {
+        handle.join().unwrap();
+    }
+    assert_eq!(
+        store.get_sync("counter").hit().unwrap().generation,
+        threads * per_thread
+    );
+    // Returning None deletes; an unreadable record counts as absent.
+    assert_eq!(store.update_sync("counter", |_| None).unwrap(), None);
+    assert_eq!(store.get_sync("counter"), Lookup::Miss);
+    store.raw_insert(RecordKind::Sync, b"junk", b"\x09");
+    let seen = std::cell::Cell::new(false);
+    store
+        .update_sync("junk", |current| {
+            seen.set(current.is_some());
+            Some(sync_record(4))
+        })
+        .unwrap();
+    assert!(!seen.get());
+    assert_eq!(store.get_sync("junk"), Lookup::Hit(sync_record(4)));
+    store.update_lease("uid", |_| Some(lease_record())).unwrap();
+    assert_eq!(store.get_lease("uid"), Lookup::Hit(lease_record()));
+}
+
+#[test]
+fn errors_and_debug_name_no_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = open(dir.path(), Some(1));
+    let debug = format!("{store:?} {:?} {:?}", opts(Some(1)), token_record());
+    assert!(!debug.contains(TOKEN), "{debug}");
+    assert!(!debug.contains("1, 1, 1"), "{debug}");
+    let err = StorageError::Full { size: 2, limit: 1 };
+    assert!(err.to_string().contains("limit 1"));
+}
