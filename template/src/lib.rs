@@ -1,1 +1,57 @@
-//! The template engine of kms-operator. Lands with the templating issue.
+//! The template engine of kms-operator.
+//!
+//! Users shape the data of managed Secrets and ConfigMaps with templates
+//! (`template.data` of a target): each entry is a small [minijinja] template
+//! rendered on its own against the fetched secrets. This crate is pure logic:
+//! no I/O, no clock, no randomness, so the same inputs always render the same
+//! bytes and a resync never changes a Secret for nothing.
+//!
+//! ```
+//! use kms_template::{Engine, Limits, SecretData, SecretEntry};
+//!
+//! let engine = Engine::new(Limits::default());
+//! let mut data = SecretData::new();
+//! data.insert("DB_PASSWORD".into(), SecretEntry::new("s3cret", "/app"));
+//! let out = engine
+//!     .render("template.data.DSN", "postgres://app:{{ DB_PASSWORD.Value }}@db/app", &data)
+//!     .unwrap();
+//! assert_eq!(out, "postgres://app:s3cret@db/app");
+//! ```
+//!
+//! Modules:
+//!
+//! - `engine`: the [`Engine`] (environment, limits, rendering, error mapping);
+//! - `data`: the data model handed to templates ([`SecretData`]);
+//! - `error`: [`TemplateError`] and its [`ErrorKind`];
+//! - `args`: argument handling shared by every helper (function and filter
+//!   forms, undefined values, helper errors that never echo their input);
+//! - `strings`, `collections`, `encoding`: the Sprig-style helpers;
+//! - `pemutil`, `keys`, `pkcs12`, `jwk`: the certificate and key helpers.
+//!
+//! The template language, every helper and the limits are described for
+//! users in `docs/templating.md`.
+
+mod args;
+mod collections;
+mod data;
+mod encoding;
+mod engine;
+mod error;
+mod jwk;
+mod keys;
+mod pemutil;
+mod pkcs12;
+mod strings;
+
+pub use data::{SecretData, SecretEntry};
+pub use engine::{Engine, Limits};
+pub use error::{ErrorKind, TemplateError};
+
+/// Names of every helper function the engine registers (each also exists as a
+/// filter where the piped value becomes the last argument), sorted.
+pub fn helper_names() -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = engine::HELPERS.iter().map(|(n, _)| *n).collect();
+    names.push("dict");
+    names.sort_unstable();
+    names
+}

@@ -1,0 +1,690 @@
+//! The engine: one minijinja environment, configured once, shared by every
+//! render.
+//!
+//! - Strict undefined values, no loader (no file access), no auto-escaping.
+//! - Every helper of [`HELPERS`] as a function and as a filter.
+//! - Limits: template size (checked before parsing), fuel (instructions and
+//!   data, so time and memory), recursion depth, output size (checked while
+//!   writing).
+//! - Output: booleans print as `true`/`false` (as in Go), `none` prints
+//!   nothing. Binary values (bytes that are not UTF-8, e.g. from
+//!   `decodeBase64ToBytes`) are kept byte for byte by
+//!   [`Engine::render_bytes`]; [`Engine::render`] refuses them.
+//! - Errors: mapped to [`TemplateError`] with the field and line; the
+//!   message is scrubbed of secret values.
+
+use std::io;
+
+use minijinja::value::ValueKind;
+use minijinja::{AutoEscape, Environment, Output, State, UndefinedBehavior, Value};
+
+use crate::args::{Helper, HelperFailure, register};
+use crate::data::{self, SecretData};
+use crate::error::{ErrorKind, TemplateError};
+use crate::{collections, encoding, jwk, pemutil, pkcs12, strings};
+
+/// Every helper registered as both a function and a filter (except `dict`,
+/// a function only, which takes keyword arguments too).
+pub(crate) const HELPERS: &[(&str, Helper)] = &[
+    // Reference custom functions.
+    ("decodeBase64ToBytes", encoding::decode_base64_to_bytes),
+    ("encodeBase64", encoding::encode_base64_fn),
+    ("pkcs12key", pkcs12::pkcs12key),
+    ("pkcs12keyPass", pkcs12::pkcs12key_pass),
+    ("pkcs12cert", pkcs12::pkcs12cert),
+    ("pkcs12certPass", pkcs12::pkcs12cert_pass),
+    ("pemToPkcs12", pkcs12::pem_to_pkcs12),
+    ("pemToPkcs12Pass", pkcs12::pem_to_pkcs12_pass),
+    ("fullPemToPkcs12", pkcs12::full_pem_to_pkcs12),
+    ("fullPemToPkcs12Pass", pkcs12::full_pem_to_pkcs12_pass),
+    ("filterPEM", pemutil::filter_pem),
+    ("filterCertChain", pemutil::filter_cert_chain),
+    ("jwkPublicKeyPem", jwk::jwk_public_key_pem),
+    ("jwkPrivateKeyPem", jwk::jwk_private_key_pem),
+    ("toYaml", encoding::to_yaml),
+    ("fromYaml", encoding::from_yaml),
+    // Sprig-style helpers.
+    ("b64enc", encoding::b64enc),
+    ("b64dec", encoding::b64dec),
+    ("upper", strings::upper),
+    ("lower", strings::lower),
+    ("trim", strings::trim),
+    ("trimPrefix", strings::trim_prefix),
+    ("trimSuffix", strings::trim_suffix),
+    ("replace", strings::replace),
+    ("quote", strings::quote),
+    ("squote", strings::squote),
+    ("indent", strings::indent),
+    ("nindent", strings::nindent),
+    ("default", collections::default),
+    ("toJson", encoding::to_json),
+    ("toRawJson", encoding::to_raw_json),
+    ("fromJson", encoding::from_json),
+    ("toPrettyJson", encoding::to_pretty_json),
+    ("sha256sum", encoding::sha256sum),
+    ("sha1sum", encoding::sha1sum),
+    ("contains", strings::contains),
+    ("hasPrefix", strings::has_prefix),
+    ("hasSuffix", strings::has_suffix),
+    ("split", strings::split),
+    ("splitList", strings::split),
+    ("join", collections::join),
+    ("get", collections::get),
+    ("hasKey", collections::has_key),
+    ("keys", collections::keys),
+];
+
+/// Where the translation table for Go templates lives.
+const TRANSLATION_HINT: &str = "see \"Translating Go templates\" in docs/templating.md";
+
+/// Stack of a render. minijinja drops nested values recursively, and fuel
+/// allows a template to nest a list tens of thousands of levels deep
+/// (`{% set ns.v = [ns.v] %}` in a loop); the default stack of a worker
+/// thread would overflow. The segment is allocated per render and only the
+/// pages actually used are committed.
+const RENDER_STACK_BYTES: usize = 256 * 1024 * 1024;
+
+/// Marks where a binary value sits in the output: U+10FFFE, the index, U+10FFFF.
+const BINARY_START: char = '\u{10FFFE}';
+const BINARY_END: char = '\u{10FFFF}';
+
+/// The resource limits of one render.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest template source, in bytes (checked before parsing).
+    pub template_bytes: usize,
+    /// Largest rendered output, in bytes.
+    pub output_bytes: usize,
+    /// Fuel of one render: about one unit per instruction and per 64 bytes
+    /// of data created, so it bounds both time and memory.
+    pub fuel: u64,
+    /// Deepest nesting of blocks, loops and macro calls.
+    pub recursion: usize,
+}
+
+impl Default for Limits {
+    /// 64 KiB templates, 1 MiB output (the most a Secret holds), 250,000
+    /// fuel (about 16 MiB of data; a certificate template uses a few
+    /// hundred), recursion 64.
+    fn default() -> Self {
+        Limits {
+            template_bytes: 64 * 1024,
+            output_bytes: 1024 * 1024,
+            fuel: 250_000,
+            recursion: 64,
+        }
+    }
+}
+
+/// The template engine. Build it once and share it: it is `Send + Sync`
+/// and rendering does no I/O.
+pub struct Engine {
+    env: Environment<'static>,
+    limits: Limits,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("limits", &self.limits)
+            .finish()
+    }
+}
+
+impl Default for Engine {
+    fn default() -> Self {
+        Engine::new(Limits::default())
+    }
+}
+
+/// Binary values written during a render (a state extension).
+#[derive(Default)]
+struct BinaryParts(Vec<Vec<u8>>);
+
+/// Writes rendered output, failing past the output limit.
+struct LimitedWriter {
+    buf: Vec<u8>,
+    limit: usize,
+    exceeded: bool,
+}
+
+impl io::Write for LimitedWriter {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        if self.buf.len() + data.len() > self.limit {
+            self.exceeded = true;
+            return Err(io::Error::other("output limit"));
+        }
+        self.buf.extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+fn format_value(
+    out: &mut Output,
+    state: &mut State,
+    value: &Value,
+) -> Result<(), minijinja::Error> {
+    match value.kind() {
+        ValueKind::Bool => out.write_str(if value.is_true() { "true" } else { "false" })?,
+        ValueKind::None | ValueKind::Undefined => {}
+        ValueKind::Bytes => {
+            let bytes = value.as_bytes().unwrap_or_default();
+            match std::str::from_utf8(bytes) {
+                Ok(text) => out.write_str(text)?,
+                Err(_) => {
+                    let parts = state.get_or_insert_extension_with(BinaryParts::default);
+                    parts.0.push(bytes.to_vec());
+                    let index = parts.0.len() - 1;
+                    write!(out, "{BINARY_START}{index}{BINARY_END}")?;
+                }
+            }
+        }
+        _ => minijinja::escape_formatter(out, state, value)?,
+    }
+    Ok(())
+}
+
+impl Engine {
+    /// Builds the engine with these limits.
+    pub fn new(limits: Limits) -> Self {
+        let mut env = Environment::new();
+        env.set_undefined_behavior(UndefinedBehavior::Strict);
+        env.set_auto_escape_callback(|_| AutoEscape::None);
+        env.set_fuel(Some(limits.fuel));
+        env.set_recursion_limit(limits.recursion);
+        // Debug mode makes undefined errors name the expression
+        // (`FOO.Value` is undefined). Its snapshots of variables are never
+        // printed: errors are mapped from their kind and detail only.
+        env.set_debug(true);
+        env.set_formatter(format_value);
+        // `debug()` would print every secret.
+        env.remove_global("debug");
+        // minijinja's `d` is its `default`; make it ours.
+        env.remove_filter("d");
+        for (name, helper) in HELPERS {
+            register(&mut env, name, *helper);
+        }
+        env.add_filter(
+            "d",
+            |state: &State, piped: Value, args: minijinja::value::Rest<Value>| {
+                let mut all = args.0;
+                all.push(piped);
+                collections::default(state, &all)
+            },
+        );
+        env.add_function("dict", collections::dict);
+        Engine { env, limits }
+    }
+
+    /// The limits this engine enforces.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Parses a template without rendering it (for admission-time checks).
+    pub fn check(&self, field: &str, source: &str) -> Result<(), TemplateError> {
+        self.precheck(field, source)?;
+        self.env
+            .template_from_named_str(field, source)
+            .map(|_| ())
+            .map_err(|err| translate(field, &err, &SecretData::new(), false))
+    }
+
+    /// Renders a template to text. Binary output (bytes that are not UTF-8)
+    /// is an error here; use [`render_bytes`](Self::render_bytes) for
+    /// targets that can hold binary data (Secret data).
+    pub fn render(
+        &self,
+        field: &str,
+        source: &str,
+        data: &SecretData,
+    ) -> Result<String, TemplateError> {
+        let (text, parts) = self.render_raw(field, source, data)?;
+        if !parts.is_empty() {
+            return Err(TemplateError::new(
+                field,
+                None,
+                ErrorKind::BinaryOutput,
+                "the output holds binary data (not UTF-8 text), which this target cannot store",
+            ));
+        }
+        Ok(text)
+    }
+
+    /// Renders a template to bytes. A binary value in the output (e.g.
+    /// `{{ P12.Value | decodeBase64ToBytes }}`) is written byte for byte.
+    pub fn render_bytes(
+        &self,
+        field: &str,
+        source: &str,
+        data: &SecretData,
+    ) -> Result<Vec<u8>, TemplateError> {
+        let (text, parts) = self.render_raw(field, source, data)?;
+        if parts.is_empty() {
+            return Ok(text.into_bytes());
+        }
+        let mut out = Vec::with_capacity(text.len());
+        let mut rest = text.as_str();
+        while let Some(start) = rest.find(BINARY_START) {
+            out.extend_from_slice(&rest.as_bytes()[..start]);
+            let after = &rest[start + BINARY_START.len_utf8()..];
+            let spliced = after.find(BINARY_END).and_then(|end| {
+                let index: usize = after[..end].parse().ok()?;
+                Some((parts.get(index)?, end))
+            });
+            match spliced {
+                Some((part, end)) => {
+                    out.extend_from_slice(part);
+                    rest = &after[end + BINARY_END.len_utf8()..];
+                }
+                None => {
+                    out.extend_from_slice(BINARY_START.to_string().as_bytes());
+                    rest = after;
+                }
+            }
+        }
+        out.extend_from_slice(rest.as_bytes());
+        if out.len() > self.limits.output_bytes {
+            return Err(output_too_large(field, self.limits.output_bytes));
+        }
+        Ok(out)
+    }
+
+    fn precheck(&self, field: &str, source: &str) -> Result<(), TemplateError> {
+        if source.len() > self.limits.template_bytes {
+            return Err(TemplateError::new(
+                field,
+                None,
+                ErrorKind::TemplateTooLarge,
+                format!(
+                    "the template is {} bytes, more than the limit of {} bytes",
+                    source.len(),
+                    self.limits.template_bytes
+                ),
+            ));
+        }
+        if let Some(pos) = source.find([BINARY_START, BINARY_END]) {
+            return Err(TemplateError::new(
+                field,
+                Some(line_of(source, pos)),
+                ErrorKind::Syntax,
+                "the template contains the reserved characters U+10FFFE/U+10FFFF",
+            ));
+        }
+        // Go-template syntax often parses as (odd) Jinja: `{{ fn .A }}` is
+        // `fn.A`; look for it before parsing.
+        if let Some(pos) = find_go_syntax(source) {
+            return Err(TemplateError::new(
+                field,
+                Some(line_of(source, pos)),
+                ErrorKind::GoSyntax,
+                format!(
+                    "this looks like Go-template syntax (`{{{{ .KEY }}}}`, `index .`, `$var`); \
+                     templates use Jinja syntax: `{{{{ KEY.Value }}}}`, `secrets[\"key\"]`, \
+                     `fn(a, b)`; {TRANSLATION_HINT}"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn render_raw(
+        &self,
+        field: &str,
+        source: &str,
+        data: &SecretData,
+    ) -> Result<(String, Vec<Vec<u8>>), TemplateError> {
+        self.precheck(field, source)?;
+        let template = self
+            .env
+            .template_from_named_str(field, source)
+            .map_err(|err| translate(field, &err, data, false))?;
+        let limit = self.limits.output_bytes;
+        let (result, writer) = stacker::grow(RENDER_STACK_BYTES, || {
+            let mut writer = LimitedWriter {
+                buf: Vec::new(),
+                limit,
+                exceeded: false,
+            };
+            // Everything that may hold template values (the state, an
+            // error's debug snapshot) is dropped on the large stack.
+            let result = template
+                .render_captured_to(data::context(data), &mut writer)
+                .map(|captured| {
+                    captured
+                        .state()
+                        .get_extension::<BinaryParts>()
+                        .map(|p| p.0.clone())
+                        .unwrap_or_default()
+                })
+                .map_err(|err| translate(field, &err, data, true));
+            (result, writer)
+        });
+        if writer.exceeded {
+            return Err(output_too_large(field, limit));
+        }
+        let parts = result?;
+        let text = String::from_utf8(writer.buf).map_err(|_| {
+            TemplateError::new(
+                field,
+                None,
+                ErrorKind::Render,
+                "the output is not valid UTF-8",
+            )
+        })?;
+        Ok((text, parts))
+    }
+}
+
+fn output_too_large(field: &str, limit: usize) -> TemplateError {
+    TemplateError::new(
+        field,
+        None,
+        ErrorKind::OutputTooLarge,
+        format!("the output is larger than the limit of {limit} bytes"),
+    )
+}
+
+/// The 1-based line of a byte offset.
+fn line_of(source: &str, pos: usize) -> usize {
+    source[..pos.min(source.len())].matches('\n').count() + 1
+}
+
+/// Position just after a `{% NAME` tag opening (`{%-` and blanks allowed)
+/// at `at`, when the tag is `name`.
+fn tag_named(bytes: &[u8], at: usize, name: &[u8]) -> Option<usize> {
+    let mut i = at + 2;
+    if bytes.get(i) == Some(&b'-') {
+        i += 1;
+    }
+    while bytes.get(i).is_some_and(|b| b.is_ascii_whitespace()) {
+        i += 1;
+    }
+    let end = i + name.len();
+    (bytes.get(i..end) == Some(name)
+        && bytes
+            .get(end)
+            .is_some_and(|b| b.is_ascii_whitespace() || matches!(b, b'-' | b'%')))
+    .then_some(end)
+}
+
+/// The source with comments (`{# … #}`) and raw blocks
+/// (`{% raw %}…{% endraw %}`) blanked out, byte offsets kept.
+fn mask_comments_and_raw(source: &str) -> Vec<u8> {
+    let mut bytes = source.as_bytes().to_vec();
+    let mut i = 0;
+    while i + 1 < bytes.len() {
+        let end = if bytes[i] == b'{' && bytes[i + 1] == b'#' {
+            source[i..].find("#}").map(|e| i + e + 2)
+        } else if bytes[i] == b'{' && bytes[i + 1] == b'%' && tag_named(&bytes, i, b"raw").is_some()
+        {
+            let mut j = i + 2;
+            let mut found = None;
+            while let Some(open) = source[j..].find("{%") {
+                let at = j + open;
+                if tag_named(&bytes, at, b"endraw").is_some() {
+                    found = source[at..].find("%}").map(|e| at + e + 2);
+                    break;
+                }
+                j = at + 2;
+            }
+            found
+        } else {
+            None
+        };
+        match end {
+            Some(end) => {
+                for b in &mut bytes[i..end] {
+                    if *b != b'\n' {
+                        *b = b' ';
+                    }
+                }
+                i = end;
+            }
+            None if bytes[i] == b'{' && bytes[i + 1] == b'#' => {
+                // An unclosed comment runs to the end.
+                for b in &mut bytes[i..] {
+                    if *b != b'\n' {
+                        *b = b' ';
+                    }
+                }
+                break;
+            }
+            None => i += 1,
+        }
+    }
+    bytes
+}
+
+/// Finds Go-template syntax: inside `{{ … }}` (string literals skipped), a
+/// `.` that starts a term (`.KEY`, `.`, `index . "k"`) or a `$` variable.
+/// Returns the byte offset of the tag.
+pub(crate) fn find_go_syntax(source: &str) -> Option<usize> {
+    // Masking replaces whole ASCII-delimited ranges by blanks, so the text
+    // stays UTF-8 and offsets stay the same.
+    let masked = String::from_utf8(mask_comments_and_raw(source)).unwrap_or_default();
+    let source = masked.as_str();
+    let bytes = source.as_bytes();
+    let mut i = 0;
+    while let Some(open) = source[i..].find("{{") {
+        let tag = i + open;
+        let mut j = tag + 2;
+        if bytes.get(j) == Some(&b'-') {
+            j += 1;
+        }
+        let mut prev = b' ';
+        while j < bytes.len() {
+            let c = bytes[j];
+            if c == b'}' && bytes.get(j + 1) == Some(&b'}') {
+                break;
+            }
+            match c {
+                b'"' | b'\'' | b'`' => {
+                    // Skip a string literal.
+                    let quote = c;
+                    j += 1;
+                    while j < bytes.len() && bytes[j] != quote {
+                        if bytes[j] == b'\\' && quote != b'`' {
+                            j += 1;
+                        }
+                        j += 1;
+                    }
+                    prev = quote;
+                }
+                b'$' => return Some(tag),
+                b'.' if matches!(
+                    prev,
+                    b' ' | b'\t' | b'\n' | b'\r' | b'(' | b'|' | b',' | b'{'
+                ) =>
+                {
+                    let next = bytes.get(j + 1).copied().unwrap_or(b' ');
+                    if next.is_ascii_alphabetic()
+                        || next == b'_'
+                        || matches!(next, b' ' | b'\t' | b'\n' | b')' | b'}' | b'|')
+                    {
+                        return Some(tag);
+                    }
+                }
+                _ => {}
+            }
+            if !matches!(c, b'"' | b'\'' | b'`') {
+                prev = c;
+            }
+            j += 1;
+        }
+        i = j.min(bytes.len());
+        if i >= bytes.len() {
+            break;
+        }
+    }
+    None
+}
+
+/// Replaces every secret value (and its lines) in an engine message.
+fn scrub(message: &str, data: &SecretData) -> String {
+    let mut out = message.to_owned();
+    for entry in data.values() {
+        let Ok(value) = std::str::from_utf8(&entry.value) else {
+            continue;
+        };
+        let mut needles: Vec<&str> = vec![value.trim()];
+        needles.extend(value.lines().map(str::trim));
+        for needle in needles {
+            if needle.chars().count() >= 4 && out.contains(needle) {
+                out = out.replace(needle, "<redacted>");
+            }
+        }
+    }
+    out
+}
+
+/// "undefined value `FOO.Value`", with a hint for the usual mistakes.
+fn undefined_message(detail: &str, rendering: bool) -> String {
+    // minijinja's detail reads "`EXPR` is undefined" (maybe followed by
+    // where the value came from).
+    let parsed = detail
+        .strip_prefix('`')
+        .and_then(|rest| rest.split_once("` is undefined"));
+    let (expr, mut message) = match parsed {
+        Some((expr, rest)) => (expr, format!("undefined value `{expr}`{rest}")),
+        None if detail.is_empty() => ("", "undefined value".to_owned()),
+        None => ("", format!("undefined value: {detail}")),
+    };
+    let last = expr.rsplit('.').next().unwrap_or("");
+    if matches!(
+        last,
+        "value" | "secretPath" | "secret_path" | "VALUE" | "Secretpath"
+    ) {
+        message.push_str("; the fields of a secret are `Value` and `SecretPath`");
+    } else if rendering
+        && !expr.is_empty()
+        && (!expr.contains(['.', '[']) || expr.starts_with("secrets"))
+    {
+        message.push_str(
+            "; no such secret (use `secrets[\"KEY\"]` for keys that are not identifiers, \
+             `is defined` for optional ones)",
+        );
+    }
+    message
+}
+
+/// Maps a minijinja error to a [`TemplateError`].
+fn translate(
+    field: &str,
+    err: &minijinja::Error,
+    data: &SecretData,
+    rendering: bool,
+) -> TemplateError {
+    use minijinja::ErrorKind as K;
+    let line = err.line();
+    let detail = err.detail().unwrap_or("");
+    let from_helper = std::error::Error::source(err).is_some_and(|s| s.is::<HelperFailure>());
+    if from_helper {
+        return TemplateError::new(field, line, ErrorKind::Function, detail);
+    }
+    let with_detail = |what: &str| {
+        if detail.is_empty() {
+            what.to_owned()
+        } else {
+            format!("{what}: {detail}")
+        }
+    };
+    let (kind, message) = match err.kind() {
+        K::SyntaxError | K::BadEscape | K::InvalidDelimiter => {
+            (ErrorKind::Syntax, with_detail("syntax error"))
+        }
+        K::UndefinedError => (ErrorKind::Undefined, undefined_message(detail, rendering)),
+        K::UnknownFilter | K::UnknownFunction | K::UnknownTest | K::UnknownMethod => {
+            let what = match err.kind() {
+                K::UnknownFilter => "unknown filter",
+                K::UnknownTest => "unknown test",
+                K::UnknownMethod => "unknown method",
+                _ => "unknown function",
+            };
+            (
+                ErrorKind::UnknownFunction,
+                format!(
+                    "{}; the helpers are listed in docs/templating.md",
+                    with_detail(what)
+                ),
+            )
+        }
+        K::OutOfFuel => (
+            ErrorKind::OutOfFuel,
+            "the template does too much work or builds too much data (out of fuel)".to_owned(),
+        ),
+        K::TemplateNotFound | K::BadInclude => (
+            ErrorKind::Render,
+            "templates cannot include, import or extend other templates".to_owned(),
+        ),
+        K::InvalidOperation if detail.starts_with("unable to calculate") => (
+            ErrorKind::Render,
+            "invalid operation: arithmetic overflow or invalid operands".to_owned(),
+        ),
+        K::InvalidOperation if detail.starts_with("failed to sort") => (
+            ErrorKind::Render,
+            "invalid operation: failed to sort".to_owned(),
+        ),
+        K::InvalidOperation if detail.contains("recursion") => {
+            (ErrorKind::Render, with_detail("invalid operation"))
+        }
+        kind => (ErrorKind::Render, with_detail(&kind.to_string())),
+    };
+    TemplateError::new(field, line, kind, scrub(&message, data))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{find_go_syntax, line_of, undefined_message};
+
+    #[test]
+    fn go_syntax_detection() {
+        for go in [
+            "{{ .A }}",
+            "{{- .A -}}",
+            "x {{ index . \"k\" }}",
+            "{{ fn .A .B }}",
+            "{{ (index . \"k\").Value }}",
+            "{{ .A | b64enc }}",
+            "{{ $x := 1 }}",
+            "{{ . }}",
+            "{% raw %}x{% endraw %}{{ .A }}",
+            "{# c #}{{ .A }}",
+        ] {
+            assert!(find_go_syntax(go).is_some(), "{go}");
+        }
+        for jinja in [
+            "{{ A.Value }}",
+            "{{ secrets[\"a.b\"].Value }}",
+            "{{ \" .x $y \" }}",
+            "{{ '{{ .A }}' }}",
+            "{# {{ .A }} #}",
+            "{% raw %}{{ .A }}{% endraw %}",
+            "{%- raw -%}\n{{ .A }}\n{%- endraw %}",
+            "plain . text $ here",
+            "{{ A.Value | replace('.', '$') }}",
+            "{{ 1.5 }}",
+        ] {
+            assert!(find_go_syntax(jinja).is_none(), "{jinja}");
+        }
+        let src = "a\nb\n{{ .X }}";
+        assert_eq!(find_go_syntax(src).map(|p| line_of(src, p)), Some(3));
+    }
+
+    #[test]
+    fn undefined_messages() {
+        assert_eq!(
+            undefined_message("`FOO.Value` is undefined", false),
+            "undefined value `FOO.Value`"
+        );
+        assert!(
+            undefined_message("`A.value` is undefined", true).contains("`Value` and `SecretPath`")
+        );
+        assert!(undefined_message("`FOO` is undefined", true).contains("no such secret"));
+        assert_eq!(undefined_message("", true), "undefined value");
+    }
+}

@@ -1,0 +1,104 @@
+//! The error a render or a check returns: the CR field, the line, the cause,
+//! and never a secret value.
+
+use std::fmt;
+
+/// What went wrong, for callers that branch on it (conditions, metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The template source is larger than [`Limits::template_bytes`](crate::Limits).
+    TemplateTooLarge,
+    /// The template uses Go-template syntax (`{{ .KEY }}`); see the
+    /// translation table in `docs/templating.md`.
+    GoSyntax,
+    /// The template does not parse.
+    Syntax,
+    /// The template reads a value that does not exist (an unknown secret key,
+    /// a misspelt field such as `.value`).
+    Undefined,
+    /// The template calls a function, filter or test that does not exist.
+    UnknownFunction,
+    /// A helper function refused its input (bad base64, a PEM block that does
+    /// not parse, a wrong PKCS#12 password, …).
+    Function,
+    /// The render used up its fuel: too much work or too much data.
+    OutOfFuel,
+    /// The rendered output is larger than [`Limits::output_bytes`](crate::Limits).
+    OutputTooLarge,
+    /// The output is binary (not UTF-8) where text was asked for.
+    BinaryOutput,
+    /// Any other evaluation error (wrong types, nesting too deep, …).
+    Render,
+}
+
+impl ErrorKind {
+    /// A stable short name, for logs and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::TemplateTooLarge => "template_too_large",
+            ErrorKind::GoSyntax => "go_syntax",
+            ErrorKind::Syntax => "syntax",
+            ErrorKind::Undefined => "undefined",
+            ErrorKind::UnknownFunction => "unknown_function",
+            ErrorKind::Function => "function",
+            ErrorKind::OutOfFuel => "out_of_fuel",
+            ErrorKind::OutputTooLarge => "output_too_large",
+            ErrorKind::BinaryOutput => "binary_output",
+            ErrorKind::Render => "render",
+        }
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A template that could not be checked or rendered.
+///
+/// `Display` gives `FIELD line N: CAUSE` (or `FIELD: CAUSE` when no line is
+/// known), e.g.
+/// `managedKubeSecretReferences[0].template.data.tls.crt line 3: undefined value: `FOO.Value` is undefined`.
+/// The message never contains a secret value: helper errors describe their
+/// input without echoing it, and engine messages are scrubbed of secret
+/// values before they get here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TemplateError {
+    /// The CR field of the template, as the caller named it.
+    pub field: String,
+    /// The 1-based line in the template, when known.
+    pub line: Option<usize>,
+    /// What went wrong.
+    pub kind: ErrorKind,
+    /// The cause, without the field and line.
+    pub message: String,
+}
+
+impl TemplateError {
+    pub(crate) fn new(
+        field: &str,
+        line: Option<usize>,
+        kind: ErrorKind,
+        message: impl Into<String>,
+    ) -> Self {
+        TemplateError {
+            field: field.to_owned(),
+            line,
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for TemplateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(line) => write!(f, "{} line {}: {}", self.field, line, self.message),
+            None => write!(f, "{}: {}", self.field, self.message),
+        }
+    }
+}
+
+impl std::error::Error for TemplateError {}
