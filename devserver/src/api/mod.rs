@@ -1,0 +1,179 @@
+//! The API routes, under `/api`, with the layers of `middleware` around
+//! them, and what the handlers share: path parameters, the caller's
+//! project, and the 404 of unknown routes.
+
+pub(crate) mod auth;
+pub(crate) mod dynamic;
+pub(crate) mod projects;
+pub(crate) mod secrets;
+
+use axum::Router;
+use axum::extract::{FromRequestParts, Path, Request};
+use axum::http::request::Parts;
+use axum::middleware::{from_fn, from_fn_with_state};
+use axum::response::Response;
+use axum::routing::{get, post};
+use serde::Serialize;
+
+use crate::app::App;
+use crate::clock::{iso, now_ms};
+use crate::errors::{ApiError, ok};
+use crate::middleware;
+use crate::model::Project;
+use crate::store::State;
+
+pub(crate) use auth::Caller;
+
+/// What a handler returns.
+pub(crate) type ApiResult = Result<Response, ApiError>;
+
+/// Every route, as `METHOD /template` (the keys of the request counters and
+/// of route-scoped faults).
+pub(crate) const ROUTES: &[&str] = &[
+    "GET /api/status",
+    "POST /api/v1/auth/universal-auth/login",
+    "POST /api/v1/auth/kubernetes-auth/login",
+    "POST /api/v1/auth/token/renew",
+    "POST /api/v1/auth/token/revoke",
+    "GET /api/v2/workspace/:slug",
+    "GET /api/v1/workspace/:workspaceId",
+    "GET /api/v3/secrets/raw",
+    "GET /api/v3/secrets/raw/:secretName",
+    "POST /api/v3/secrets/raw/:secretName",
+    "PATCH /api/v3/secrets/raw/:secretName",
+    "DELETE /api/v3/secrets/raw/:secretName",
+    "POST /api/v3/secrets/batch/raw",
+    "PATCH /api/v3/secrets/batch/raw",
+    "DELETE /api/v3/secrets/batch/raw",
+    "GET /api/v1/dynamic-secrets",
+    "GET /api/v1/dynamic-secrets/:name",
+    "GET /api/v1/dynamic-secrets/:name/leases",
+    "POST /api/v1/dynamic-secrets/leases",
+    "GET /api/v1/dynamic-secrets/leases/:leaseId",
+    "DELETE /api/v1/dynamic-secrets/leases/:leaseId",
+    "POST /api/v1/dynamic-secrets/leases/:leaseId/renew",
+];
+
+/// The whole router: the API with its layers, and the admin API.
+pub(crate) fn router(app: App) -> Router {
+    let api = Router::new()
+        .route("/api/status", get(status))
+        .route(
+            "/api/v1/auth/universal-auth/login",
+            post(auth::universal_login),
+        )
+        .route(
+            "/api/v1/auth/kubernetes-auth/login",
+            post(auth::kubernetes_login),
+        )
+        .route("/api/v1/auth/token/renew", post(auth::renew))
+        .route("/api/v1/auth/token/revoke", post(auth::revoke))
+        .route("/api/v2/workspace/{slug}", get(projects::by_slug))
+        .route("/api/v1/workspace/{workspaceId}", get(projects::by_id))
+        .route("/api/v3/secrets/raw", get(secrets::list))
+        .route(
+            "/api/v3/secrets/raw/{secretName}",
+            get(secrets::get_one)
+                .post(secrets::create)
+                .patch(secrets::update)
+                .delete(secrets::delete),
+        )
+        .route(
+            "/api/v3/secrets/batch/raw",
+            post(secrets::batch_create)
+                .patch(secrets::batch_update)
+                .delete(secrets::batch_delete),
+        )
+        .route("/api/v1/dynamic-secrets", get(dynamic::list))
+        .route("/api/v1/dynamic-secrets/{name}", get(dynamic::get_one))
+        .route(
+            "/api/v1/dynamic-secrets/{name}/leases",
+            get(dynamic::leases_of),
+        )
+        .route(
+            "/api/v1/dynamic-secrets/leases",
+            post(dynamic::create_lease),
+        )
+        .route(
+            "/api/v1/dynamic-secrets/leases/{leaseId}",
+            get(dynamic::get_lease).delete(dynamic::revoke_lease),
+        )
+        .route(
+            "/api/v1/dynamic-secrets/leases/{leaseId}/renew",
+            post(dynamic::renew_lease),
+        )
+        .fallback(route_not_found)
+        .method_not_allowed_fallback(route_not_found)
+        .layer(from_fn(middleware::not_modified))
+        .layer(from_fn_with_state(app.clone(), middleware::inject))
+        .layer(from_fn_with_state(app.clone(), middleware::count))
+        .with_state(app.clone());
+    api.nest("/admin", crate::admin::router(app))
+}
+
+#[derive(Serialize)]
+struct StatusOut {
+    date: String,
+    message: &'static str,
+}
+
+/// `GET /api/status`: the server is up.
+async fn status() -> Response {
+    ok(&StatusOut {
+        date: iso(now_ms()),
+        message: "Ok",
+    })
+}
+
+/// The real server's 404 for a route it does not have.
+async fn route_not_found(req: Request) -> ApiError {
+    let target = req
+        .uri()
+        .path_and_query()
+        .map_or_else(|| req.uri().path().to_owned(), |pq| pq.as_str().to_owned());
+    ApiError::route_not_found(req.method().as_str(), &target)
+}
+
+/// The single path parameter of a route, percent-decoded.
+pub(crate) struct Param(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for Param {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match Path::<String>::from_request_parts(parts, state).await {
+            Ok(Path(value)) => Ok(Param(value)),
+            Err(_) => Err(ApiError::bad_request("Invalid path parameter")),
+        }
+    }
+}
+
+/// The project named by id or slug, if the caller is a member. An unknown
+/// id is refused like a project the caller is not a member of (as on the
+/// real server, which checks membership by id first).
+pub(crate) fn project_for<'s>(
+    st: &'s State,
+    caller: &Caller,
+    id: Option<&str>,
+    slug: Option<&str>,
+    missing: &str,
+) -> Result<&'s Project, ApiError> {
+    let project = match (id, slug) {
+        (Some(id), _) => st.project(id).ok_or_else(|| ApiError::not_member(id))?,
+        (None, Some(slug)) => st
+            .project_by_slug(slug)
+            .ok_or_else(|| ApiError::not_found(format!("Project with slug '{slug}' not found")))?,
+        (None, None) => return Err(ApiError::bad_request(missing)),
+    };
+    if !caller.member_of(&project.id) {
+        return Err(ApiError::not_member(&project.id));
+    }
+    Ok(project)
+}
+
+/// The 404 of a folder that does not exist.
+pub(crate) fn folder_not_found(path: &str, environment: &str) -> ApiError {
+    ApiError::not_found(format!(
+        "Folder with path '{path}' in environment with slug '{environment}' not found"
+    ))
+}

@@ -1,0 +1,638 @@
+//! The seed file: projects with environments, secrets, imports and dynamic
+//! secrets, and machine identities, created at start. Parsing and checks
+//! live here; applying the seed to the database is in `store`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::{Error, durations};
+
+/// Access-token TTL and max TTL used when the seed gives none (30 days, the
+/// real server's default for a new auth method).
+pub(crate) const DEFAULT_TOKEN_TTL: u64 = 2_592_000;
+
+/// A seed file.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Seed {
+    /// Projects to create.
+    #[serde(default)]
+    pub projects: Vec<SeedProject>,
+    /// Machine identities to create.
+    #[serde(default)]
+    pub identities: Vec<SeedIdentity>,
+}
+
+/// A project of the seed.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SeedProject {
+    /// Project id; derived from the slug when absent.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// Project slug (lower-case letters, digits, `-` and `_`).
+    pub slug: String,
+    /// Display name; the slug when absent.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Environments; `dev`, `staging` and `prod` when absent.
+    #[serde(default)]
+    pub environments: Vec<SeedEnvironment>,
+    /// Secrets: environment → folder path → key → value.
+    #[serde(default)]
+    pub secrets: BTreeMap<String, BTreeMap<String, BTreeMap<String, SeedSecretValue>>>,
+    /// Secret imports: environment → folder path → folders it imports, in
+    /// order.
+    #[serde(default)]
+    pub imports: BTreeMap<String, BTreeMap<String, Vec<SeedImport>>>,
+    /// Dynamic secrets served by the built-in provider.
+    #[serde(default)]
+    pub dynamic_secrets: Vec<SeedDynamicSecret>,
+    /// The project's `autoCapitalization` flag (reported only).
+    #[serde(default)]
+    pub auto_capitalization: bool,
+}
+
+/// An environment: a bare slug (`dev`) or `{slug, name, id}`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(from = "RawEnvironment")]
+pub struct SeedEnvironment {
+    /// Environment slug.
+    pub slug: String,
+    /// Display name; `Development`, `Staging`, `Production` for `dev`,
+    /// `staging`, `prod`, else the slug.
+    pub name: Option<String>,
+    /// Environment id; derived when absent.
+    pub id: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawEnvironment {
+    Slug(String),
+    Full {
+        slug: String,
+        #[serde(default)]
+        name: Option<String>,
+        #[serde(default)]
+        id: Option<String>,
+    },
+}
+
+impl From<RawEnvironment> for SeedEnvironment {
+    fn from(raw: RawEnvironment) -> Self {
+        match raw {
+            RawEnvironment::Slug(slug) => SeedEnvironment {
+                slug,
+                name: None,
+                id: None,
+            },
+            RawEnvironment::Full { slug, name, id } => SeedEnvironment { slug, name, id },
+        }
+    }
+}
+
+/// A secret value: a scalar (`s3cret`, `8080`) or `{value, comment}`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(from = "RawSecretValue")]
+pub struct SeedSecretValue {
+    /// The value (numbers and booleans as written by YAML's parser).
+    pub value: String,
+    /// The secret's comment.
+    pub comment: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawScalar {
+    Text(String),
+    Int(i64),
+    UInt(u64),
+    Float(f64),
+    Bool(bool),
+}
+
+impl RawScalar {
+    fn into_string(self) -> String {
+        match self {
+            RawScalar::Text(s) => s,
+            RawScalar::Int(i) => i.to_string(),
+            RawScalar::UInt(u) => u.to_string(),
+            RawScalar::Float(f) => f.to_string(),
+            RawScalar::Bool(b) => b.to_string(),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawSecretValue {
+    Scalar(RawScalar),
+    Full {
+        value: RawScalar,
+        #[serde(default)]
+        comment: Option<String>,
+    },
+}
+
+impl From<RawSecretValue> for SeedSecretValue {
+    fn from(raw: RawSecretValue) -> Self {
+        match raw {
+            RawSecretValue::Scalar(v) => SeedSecretValue {
+                value: v.into_string(),
+                comment: None,
+            },
+            RawSecretValue::Full { value, comment } => SeedSecretValue {
+                value: value.into_string(),
+                comment,
+            },
+        }
+    }
+}
+
+/// An imported folder.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct SeedImport {
+    /// Environment slug of the imported folder.
+    pub environment: String,
+    /// Path of the imported folder.
+    pub path: String,
+}
+
+/// A duration: `30s`, `5m`, `1h`, `1d`, or a number of seconds.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(try_from = "RawDuration")]
+pub struct SeedDuration {
+    /// As written (numbers become `<n>s`).
+    pub text: String,
+    /// Its length.
+    pub duration: Duration,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawDuration {
+    Secs(u64),
+    Text(String),
+}
+
+impl TryFrom<RawDuration> for SeedDuration {
+    type Error = String;
+
+    fn try_from(raw: RawDuration) -> Result<Self, String> {
+        match raw {
+            RawDuration::Secs(s) => Ok(SeedDuration {
+                text: format!("{s}s"),
+                duration: Duration::from_secs(s),
+            }),
+            RawDuration::Text(text) => match durations::parse_seed(&text) {
+                Some(duration) => Ok(SeedDuration { text, duration }),
+                None => Err(format!(
+                    "invalid duration {text:?} (use e.g. 30s, 5m, 1h, 1d)"
+                )),
+            },
+        }
+    }
+}
+
+impl SeedDuration {
+    /// A duration from text such as `1h`.
+    pub fn parse(text: &str) -> Option<SeedDuration> {
+        SeedDuration::try_from(RawDuration::Text(text.to_owned())).ok()
+    }
+}
+
+/// A dynamic secret served by the built-in provider, which mints a random
+/// `DB_USERNAME` and `DB_PASSWORD` per lease.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct SeedDynamicSecret {
+    /// Dynamic secret id; derived when absent.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// Name, unique in its folder.
+    pub name: String,
+    /// Environment slug.
+    pub environment: String,
+    /// Folder path (default `/`).
+    #[serde(default = "root")]
+    pub path: String,
+    /// TTL of a lease created without one (default `1h`).
+    #[serde(rename = "defaultTTL", default)]
+    pub default_ttl: Option<SeedDuration>,
+    /// Longest lifetime of a lease, renewals included; no cap when absent.
+    #[serde(rename = "maxTTL", default)]
+    pub max_ttl: Option<SeedDuration>,
+}
+
+fn root() -> String {
+    "/".to_owned()
+}
+
+/// A machine identity.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SeedIdentity {
+    /// Identity id; derived from the name when absent.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// Name, unique.
+    pub name: String,
+    /// Universal-auth credentials.
+    #[serde(default)]
+    pub universal_auth: Option<SeedUniversalAuth>,
+    /// Projects (slugs or ids) the identity is a member of.
+    #[serde(default)]
+    pub projects: Vec<String>,
+}
+
+/// Universal-auth credentials of an identity.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct SeedUniversalAuth {
+    /// Client id; derived from the identity's name when absent.
+    #[serde(rename = "clientId", default)]
+    pub client_id: Option<String>,
+    /// Client secret.
+    #[serde(rename = "clientSecret")]
+    pub client_secret: String,
+    /// Access-token TTL in seconds (0 = none; default 30 days).
+    #[serde(rename = "accessTokenTTL", default = "default_token_ttl")]
+    pub access_token_ttl: u64,
+    /// Access-token lifetime cap in seconds (0 = none; default 30 days).
+    #[serde(rename = "accessTokenMaxTTL", default = "default_token_ttl")]
+    pub access_token_max_ttl: u64,
+}
+
+fn default_token_ttl() -> u64 {
+    DEFAULT_TOKEN_TTL
+}
+
+/// The display name of an environment without one.
+pub(crate) fn environment_name(slug: &str) -> String {
+    match slug {
+        "dev" => "Development".to_owned(),
+        "staging" => "Staging".to_owned(),
+        "prod" => "Production".to_owned(),
+        other => other.to_owned(),
+    }
+}
+
+/// A folder path in canonical form: leading `/`, no trailing or doubled
+/// `/`, surrounding whitespace trimmed.
+pub(crate) fn normalize_path(raw: &str) -> String {
+    let segments: Vec<&str> = raw.trim().split('/').filter(|s| !s.is_empty()).collect();
+    format!("/{}", segments.join("/"))
+}
+
+impl SeedProject {
+    /// The environments, with the defaults when none are listed.
+    pub fn environment_list(&self) -> Vec<SeedEnvironment> {
+        if self.environments.is_empty() {
+            ["dev", "staging", "prod"]
+                .iter()
+                .map(|s| SeedEnvironment {
+                    slug: (*s).to_owned(),
+                    name: None,
+                    id: None,
+                })
+                .collect()
+        } else {
+            self.environments.clone()
+        }
+    }
+}
+
+impl Seed {
+    /// Read and check a seed file.
+    pub fn from_file(path: &Path) -> Result<Seed, Error> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::Seed(format!("cannot read {}: {e}", path.display())))?;
+        Seed::from_yaml(&text).map_err(|e| match e {
+            Error::Seed(msg) => Error::Seed(format!("{}: {msg}", path.display())),
+            other => other,
+        })
+    }
+
+    /// Parse and check seed YAML.
+    pub fn from_yaml(text: &str) -> Result<Seed, Error> {
+        let blank = text
+            .lines()
+            .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'));
+        let seed: Seed = if blank {
+            Seed::default()
+        } else {
+            serde_saphyr::from_str(text).map_err(|e| Error::Seed(e.to_string()))?
+        };
+        seed.validate()?;
+        Ok(seed)
+    }
+
+    /// Check references and names; every problem found is reported.
+    pub fn validate(&self) -> Result<(), Error> {
+        let mut problems = Vec::new();
+        let mut slugs = BTreeSet::new();
+        let mut ids = BTreeSet::new();
+        for p in &self.projects {
+            let at = format!("project {:?}", p.slug);
+            if !valid_slug(&p.slug) {
+                problems.push(format!(
+                    "{at}: a slug is 1-64 lower-case letters, digits, '-' or '_'"
+                ));
+            }
+            if !slugs.insert(p.slug.clone()) {
+                problems.push(format!("{at}: duplicate slug"));
+            }
+            if let Some(id) = &p.id
+                && (!valid_id(id) || !ids.insert(id.clone()))
+            {
+                problems.push(format!("{at}: invalid or duplicate id {id:?}"));
+            }
+            let envs = p.environment_list();
+            let mut env_slugs = BTreeSet::new();
+            for e in &envs {
+                if !valid_slug(&e.slug) || !env_slugs.insert(e.slug.clone()) {
+                    problems.push(format!(
+                        "{at}: invalid or duplicate environment {:?}",
+                        e.slug
+                    ));
+                }
+                if let Some(id) = &e.id
+                    && !valid_id(id)
+                {
+                    problems.push(format!("{at}: invalid environment id {id:?}"));
+                }
+            }
+            for (env, folders) in &p.secrets {
+                if !env_slugs.contains(env) {
+                    problems.push(format!("{at}: secrets name unknown environment {env:?}"));
+                }
+                for keys in folders.values() {
+                    for key in keys.keys() {
+                        if key.trim().is_empty() || key.trim() != key || key.contains('/') {
+                            problems.push(format!(
+                                "{at}: invalid secret key {key:?} (empty, padded or with '/')"
+                            ));
+                        }
+                    }
+                }
+            }
+            for (env, folders) in &p.imports {
+                if !env_slugs.contains(env) {
+                    problems.push(format!("{at}: imports name unknown environment {env:?}"));
+                }
+                for list in folders.values() {
+                    for i in list {
+                        if !env_slugs.contains(&i.environment) {
+                            problems.push(format!(
+                                "{at}: an import names unknown environment {:?}",
+                                i.environment
+                            ));
+                        }
+                    }
+                }
+            }
+            let mut dyn_names = BTreeSet::new();
+            for d in &p.dynamic_secrets {
+                let dat = format!("{at}: dynamic secret {:?}", d.name);
+                if d.name.trim().is_empty() {
+                    problems.push(format!("{dat}: empty name"));
+                }
+                if !env_slugs.contains(&d.environment) {
+                    problems.push(format!("{dat}: unknown environment {:?}", d.environment));
+                }
+                let folder = (
+                    d.environment.clone(),
+                    normalize_path(&d.path),
+                    d.name.to_lowercase(),
+                );
+                if !dyn_names.insert(folder) {
+                    problems.push(format!("{dat}: duplicate in its folder"));
+                }
+                if let Some(id) = &d.id
+                    && !valid_id(id)
+                {
+                    problems.push(format!("{dat}: invalid id {id:?}"));
+                }
+                if let (Some(def), Some(max)) = (&d.default_ttl, &d.max_ttl)
+                    && def.duration > max.duration
+                {
+                    problems.push(format!("{dat}: defaultTTL is longer than maxTTL"));
+                }
+                if d.default_ttl.as_ref().is_some_and(|t| t.duration.is_zero()) {
+                    problems.push(format!("{dat}: defaultTTL must be positive"));
+                }
+            }
+        }
+        let mut names = BTreeSet::new();
+        let mut client_ids = BTreeSet::new();
+        for i in &self.identities {
+            let at = format!("identity {:?}", i.name);
+            if i.name.trim().is_empty() || !names.insert(i.name.clone()) {
+                problems.push(format!("{at}: empty or duplicate name"));
+            }
+            if let Some(id) = &i.id
+                && !valid_id(id)
+            {
+                problems.push(format!("{at}: invalid id {id:?}"));
+            }
+            for p in &i.projects {
+                let known = self
+                    .projects
+                    .iter()
+                    .any(|sp| &sp.slug == p || sp.id.as_ref() == Some(p));
+                if !known {
+                    problems.push(format!("{at}: unknown project {p:?}"));
+                }
+            }
+            if let Some(ua) = &i.universal_auth {
+                if ua.client_secret.is_empty() {
+                    problems.push(format!("{at}: empty clientSecret"));
+                }
+                let client_id = ua.client_id.clone().unwrap_or_default();
+                if ua.client_id.is_some() && (client_id.is_empty() || !client_ids.insert(client_id))
+                {
+                    problems.push(format!("{at}: empty or duplicate clientId"));
+                }
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::Seed(problems.join("; ")))
+        }
+    }
+}
+
+fn valid_slug(s: &str) -> bool {
+    (1..=64).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}
+
+fn valid_id(s: &str) -> bool {
+    (1..=128).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ISSUE_EXAMPLE: &str = r#"
+projects:
+  - slug: demo                 # id optional
+    name: Demo
+    environments: [dev, prod]
+    secrets:                   # environment -> folder path -> key -> value
+      dev:
+        /:
+          DB_PASSWORD: s3cret
+        /backend:
+          API_KEY: abc
+    imports:                   # optional: environment -> folder -> list of {environment, path}
+      dev:
+        /: [{environment: dev, path: /backend}]
+    dynamicSecrets:
+      - name: db-creds
+        environment: dev
+        path: /
+        defaultTTL: 1h
+        maxTTL: 24h
+identities:
+  - name: operator             # id optional
+    universalAuth: {clientId: op-client, clientSecret: op-secret, accessTokenTTL: 3600, accessTokenMaxTTL: 86400}
+    projects: [demo]
+"#;
+
+    #[test]
+    fn the_issue_example_parses() {
+        let seed = Seed::from_yaml(ISSUE_EXAMPLE).expect("seed");
+        let p = &seed.projects[0];
+        assert_eq!(p.slug, "demo");
+        assert_eq!(p.name.as_deref(), Some("Demo"));
+        assert_eq!(
+            p.environments
+                .iter()
+                .map(|e| e.slug.as_str())
+                .collect::<Vec<_>>(),
+            ["dev", "prod"]
+        );
+        assert_eq!(p.secrets["dev"]["/"]["DB_PASSWORD"].value, "s3cret");
+        assert_eq!(p.secrets["dev"]["/backend"]["API_KEY"].value, "abc");
+        assert_eq!(p.imports["dev"]["/"][0].path, "/backend");
+        let d = &p.dynamic_secrets[0];
+        assert_eq!(
+            d.default_ttl.as_ref().map(|t| t.duration),
+            Some(Duration::from_secs(3600))
+        );
+        assert_eq!(d.max_ttl.as_ref().map(|t| t.text.as_str()), Some("24h"));
+        let ua = seed.identities[0].universal_auth.as_ref().expect("ua");
+        assert_eq!(ua.client_id.as_deref(), Some("op-client"));
+        assert_eq!(ua.access_token_ttl, 3600);
+        assert_eq!(ua.access_token_max_ttl, 86400);
+        assert_eq!(seed.identities[0].projects, ["demo"]);
+    }
+
+    #[test]
+    fn the_example_seed_of_the_docs_loads() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/examples/dev-seed.yaml");
+        let seed = Seed::from_file(&path).expect("docs/examples/dev-seed.yaml");
+        assert_eq!(seed.projects[0].slug, "demo");
+        assert_eq!(
+            seed.projects[0].secrets["dev"]["/"]["LOG_LEVEL"].value,
+            "debug"
+        );
+    }
+
+    #[test]
+    fn scalars_objects_and_defaults() {
+        let seed = Seed::from_yaml(
+            r#"
+projects:
+  - slug: p
+    secrets:
+      staging:
+        /a/b/:
+          PORT: 8080
+          RATIO: 1.5
+          ON: true
+          NOTE: {value: hello, comment: a comment}
+    dynamicSecrets: [{name: x, environment: prod, defaultTTL: 90}]
+identities:
+  - name: i
+    universalAuth: {clientSecret: s}
+    projects: [p]
+"#,
+        )
+        .expect("seed");
+        let p = &seed.projects[0];
+        assert_eq!(p.environment_list().len(), 3);
+        let f = &p.secrets["staging"]["/a/b/"];
+        assert_eq!(f["PORT"].value, "8080");
+        assert_eq!(f["RATIO"].value, "1.5");
+        assert_eq!(f["ON"].value, "true");
+        assert_eq!(f["NOTE"].comment.as_deref(), Some("a comment"));
+        assert_eq!(
+            p.dynamic_secrets[0]
+                .default_ttl
+                .as_ref()
+                .map(|t| t.duration),
+            Some(Duration::from_secs(90))
+        );
+        assert_eq!(p.dynamic_secrets[0].path, "/");
+        let ua = seed.identities[0].universal_auth.as_ref().expect("ua");
+        assert_eq!(ua.access_token_ttl, DEFAULT_TOKEN_TTL);
+        assert_eq!(ua.client_id, None);
+    }
+
+    #[test]
+    fn empty_seed_is_fine() {
+        assert_eq!(
+            Seed::from_yaml("# nothing\n").expect("seed"),
+            Seed::default()
+        );
+        assert_eq!(
+            Seed::from_yaml("projects: []").expect("seed"),
+            Seed::default()
+        );
+    }
+
+    #[test]
+    fn bad_seeds_are_reported() {
+        for (yaml, want) in [
+            ("projects: [{slug: Demo}]", "lower-case"),
+            ("projects: [{slug: a}, {slug: a}]", "duplicate slug"),
+            (
+                "projects: [{slug: a, environments: [dev], secrets: {prod: {/: {K: v}}}}]",
+                "unknown environment",
+            ),
+            (
+                "projects: [{slug: a, dynamicSecrets: [{name: d, environment: dev, defaultTTL: 2h, maxTTL: 1h}]}]",
+                "longer than maxTTL",
+            ),
+            (
+                "projects: [{slug: a, dynamicSecrets: [{name: d, environment: dev, defaultTTL: soon}]}]",
+                "invalid duration",
+            ),
+            (
+                "identities: [{name: i, projects: [nope]}]",
+                "unknown project",
+            ),
+            ("projects: {slug: a}", ""),
+        ] {
+            let err = Seed::from_yaml(yaml).expect_err(yaml).to_string();
+            assert!(err.contains(want), "{yaml}: {err}");
+        }
+    }
+
+    #[test]
+    fn paths_are_normalized() {
+        assert_eq!(normalize_path("/"), "/");
+        assert_eq!(normalize_path(""), "/");
+        assert_eq!(normalize_path(" /a//b/ "), "/a/b");
+        assert_eq!(normalize_path("backend"), "/backend");
+    }
+}
