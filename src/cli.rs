@@ -122,6 +122,18 @@ pub struct RunArgs {
     /// replicas (burst twice that).
     #[arg(long, default_value_t = 20.0, env = "KMS_OPERATOR_KMS_RATE_LIMIT")]
     pub kms_rate_limit: f64,
+    /// Workload rollouts started per second by auto-reload, for the whole
+    /// operator (shared by live replicas).
+    #[arg(
+        long,
+        default_value_t = 2.0,
+        env = "KMS_OPERATOR_MAX_RELOADS_PER_SECOND"
+    )]
+    pub max_reloads_per_second: f64,
+    /// How long auto-reload waits after a change before rolling a workload, so
+    /// that objects changing together cause one rollout.
+    #[arg(long, default_value = "2", value_parser = parse_duration_arg, env = "KMS_OPERATOR_RELOAD_DEBOUNCE")]
+    pub reload_debounce: Duration,
     /// How long cleanup on deletion is retried before the operator gives up.
     #[arg(long, default_value = "1h", value_parser = parse_duration_arg, env = "KMS_OPERATOR_CLEANUP_TIMEOUT")]
     pub cleanup_timeout: Duration,

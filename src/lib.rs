@@ -21,4 +21,12 @@
 
 pub mod api;
 pub mod cli;
+pub mod controllers;
+pub mod kms;
+pub mod metrics;
+pub mod operator;
+pub mod reload;
+pub mod server;
+pub mod sharding;
+pub mod status;
 pub mod telemetry;

@@ -30,14 +30,28 @@ fn main() -> anyhow::Result<()> {
                 Ok(())
             }
         },
-        Command::Run(_) => anyhow::bail!(
-            "`run` is not built yet: the KmsSecret controller lands with its own issue"
-        ),
-        Command::DevServer(_) => {
-            anyhow::bail!("`dev-server` is not built yet: it lands with its own issue")
+        Command::Run(args) => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?
+            .block_on(kms_operator::operator::run(*args)),
+        Command::DevServer(args) => {
+            let config = kms_devserver::Config {
+                addr: args.addr,
+                data_dir: args.data_dir,
+                seed: args.seed.map(kms_devserver::SeedSource::File),
+                admin_token: args.admin_token.filter(|t| !t.is_empty()),
+                min_lease_ttl: args.min_lease_ttl,
+                kubeconfig: args.kubeconfig,
+            };
+            tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?
+                .block_on(kms_devserver::run(config))
+                .context("dev-server")
         }
-        Command::Status(_) => {
-            anyhow::bail!("`status` is not built yet: it lands with the observability issue")
-        }
+        Command::Status(args) => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(kms_operator::status::run(args)),
     }
 }

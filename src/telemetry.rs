@@ -23,7 +23,11 @@ pub fn init(format: LogFormat, level: &str) {
             .with(fmt::layer().json().with_writer(std::io::stderr))
             .try_init(),
         LogFormat::Text => registry
-            .with(fmt::layer().with_writer(std::io::stderr))
+            .with(
+                fmt::layer()
+                    .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+                    .with_writer(std::io::stderr),
+            )
             .try_init(),
     };
     // A second init (tests) keeps the first subscriber.

@@ -9,4 +9,8 @@
 
 mod harness;
 
+mod cache;
 mod crds;
+mod kms_secret;
+mod reload;
+mod support;

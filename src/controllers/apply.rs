@@ -1,0 +1,217 @@
+//! Writing managed objects. Every write is made from the resourceVersion it
+//! was planned from, so a replica that lost its shard cannot overwrite a newer
+//! owner's write:
+//!
+//! 1. entries the apply cannot remove (data keys and previously copied
+//!    labels/annotations that another field manager may own) are removed by
+//!    a merge patch carrying the resourceVersion;
+//! 2. the desired object is server-side applied (field manager
+//!    `kms-operator`, forced), with the resourceVersion when it exists.
+//!
+//! Ownership of the shard is checked right before each write.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::core::ObjectMeta;
+use serde_json::{Map, Value, json};
+
+use super::Context;
+use super::error::SyncError;
+use super::target::{Desired, MANAGED_LABEL, OWNER_ANNOTATION, Observed, Removals, TargetKind};
+
+/// The field manager of every write.
+pub const FIELD_MANAGER: &str = "kms-operator";
+
+/// Fails with [`SyncError::NotOwner`] unless this replica still owns `shard`
+/// and the work was not cancelled.
+pub fn ensure_owner(
+    ctx: &Context,
+    shard: u32,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> Result<(), SyncError> {
+    if cancel.is_cancelled() || !ctx.gate.owns(shard) {
+        return Err(SyncError::NotOwner);
+    }
+    Ok(())
+}
+
+fn describe(kind: TargetKind, ns: &str, name: &str) -> String {
+    format!("{} {ns}/{name}", kind.as_str())
+}
+
+/// Remove `removals` from an object with a merge patch preconditioned on
+/// `resource_version`; returns the new resourceVersion.
+async fn remove_entries(
+    ctx: &Context,
+    kind: TargetKind,
+    ns: &str,
+    name: &str,
+    resource_version: &str,
+    removals: &Removals,
+) -> Result<String, SyncError> {
+    let nulls = |keys: &[String]| -> Value {
+        Value::Object(
+            keys.iter()
+                .map(|k| (k.clone(), Value::Null))
+                .collect::<Map<_, _>>(),
+        )
+    };
+    let mut patch = json!({"metadata": {"resourceVersion": resource_version}});
+    if !removals.labels.is_empty() {
+        patch["metadata"]["labels"] = nulls(&removals.labels);
+    }
+    if !removals.annotations.is_empty() {
+        patch["metadata"]["annotations"] = nulls(&removals.annotations);
+    }
+    if !removals.data.is_empty() {
+        patch["data"] = nulls(&removals.data);
+    }
+    let pp = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PatchParams::default()
+    };
+    let context = format!("cleaning up {}", describe(kind, ns, name));
+    let meta = match kind {
+        TargetKind::Secret => Api::<Secret>::namespaced(ctx.client.clone(), ns)
+            .patch(name, &pp, &Patch::Merge(&patch))
+            .await
+            .map(|o| o.metadata),
+        TargetKind::ConfigMap => Api::<ConfigMap>::namespaced(ctx.client.clone(), ns)
+            .patch(name, &pp, &Patch::Merge(&patch))
+            .await
+            .map(|o| o.metadata),
+    }
+    .map_err(|e| SyncError::kube(context, e))?;
+    Ok(meta.resource_version.unwrap_or_default())
+}
+
+/// Bring one object to its desired state (create, or update from the
+/// resourceVersion it was observed at). Returns the resulting object.
+pub async fn write(
+    ctx: &Context,
+    desired: &Desired,
+    observed: Option<&Observed>,
+    removals: &Removals,
+    shard: u32,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> Result<Observed, SyncError> {
+    let (ns, name) = (desired.namespace.as_str(), desired.name.as_str());
+    let mut resource_version = observed.map(|o| o.resource_version.clone());
+    if let (Some(rv), false) = (resource_version.as_deref(), removals.is_empty()) {
+        ensure_owner(ctx, shard, cancel)?;
+        resource_version = Some(remove_entries(ctx, desired.kind, ns, name, rv, removals).await?);
+    }
+    let metadata = ObjectMeta {
+        name: Some(name.to_owned()),
+        namespace: Some(ns.to_owned()),
+        labels: Some(desired.meta.labels.clone()),
+        annotations: Some(desired.meta.annotations.clone()),
+        owner_references: desired.owner_reference.clone().map(|r| vec![r]),
+        resource_version,
+        ..ObjectMeta::default()
+    };
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    let context = format!("writing {}", describe(desired.kind, ns, name));
+    ensure_owner(ctx, shard, cancel)?;
+    match desired.kind {
+        TargetKind::Secret => {
+            let secret = Secret {
+                metadata,
+                data: Some(
+                    desired
+                        .data
+                        .iter()
+                        .map(|(k, v)| (k.clone(), ByteString(v.clone())))
+                        .collect(),
+                ),
+                // The type is immutable: keep the existing one.
+                type_: observed
+                    .and_then(|o| o.secret_type.clone())
+                    .or_else(|| desired.secret_type.clone()),
+                ..Secret::default()
+            };
+            let written = Api::<Secret>::namespaced(ctx.client.clone(), ns)
+                .patch(name, &pp, &Patch::Apply(&secret))
+                .await
+                .map_err(|e| SyncError::kube(context, e))?;
+            Ok(Observed::from_secret(&written))
+        }
+        TargetKind::ConfigMap => {
+            let data: BTreeMap<String, String> = desired
+                .data
+                .iter()
+                .map(|(k, v)| (k.clone(), String::from_utf8_lossy(v).into_owned()))
+                .collect();
+            let cm = ConfigMap {
+                metadata,
+                data: Some(data),
+                ..ConfigMap::default()
+            };
+            let written = Api::<ConfigMap>::namespaced(ctx.client.clone(), ns)
+                .patch(name, &pp, &Patch::Apply(&cm))
+                .await
+                .map_err(|e| SyncError::kube(context, e))?;
+            Ok(Observed::from_config_map(&written))
+        }
+    }
+}
+
+/// Delete an object the resource owns and no longer lists (precondition:
+/// the resourceVersion it was seen at).
+pub async fn delete(
+    ctx: &Context,
+    kind: TargetKind,
+    ns: &str,
+    name: &str,
+    resource_version: &str,
+) -> Result<(), SyncError> {
+    let dp = DeleteParams {
+        preconditions: Some(Preconditions {
+            resource_version: Some(resource_version.to_owned()),
+            uid: None,
+        }),
+        ..DeleteParams::default()
+    };
+    let context = format!("deleting {}", describe(kind, ns, name));
+    let result = match kind {
+        TargetKind::Secret => Api::<Secret>::namespaced(ctx.client.clone(), ns)
+            .delete(name, &dp)
+            .await
+            .map(|_| ()),
+        TargetKind::ConfigMap => Api::<ConfigMap>::namespaced(ctx.client.clone(), ns)
+            .delete(name, &dp)
+            .await
+            .map(|_| ()),
+    };
+    match result {
+        Ok(()) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(SyncError::kube(context, e)),
+    }
+}
+
+/// Let go of an object the resource no longer lists but does not own:
+/// remove the owner annotation and the managed label so that it is no longer
+/// watched or claimed (its data stays).
+pub async fn release(
+    ctx: &Context,
+    kind: TargetKind,
+    ns: &str,
+    name: &str,
+    resource_version: &str,
+) -> Result<(), SyncError> {
+    let removals = Removals {
+        data: Vec::new(),
+        labels: vec![MANAGED_LABEL.to_owned()],
+        annotations: vec![OWNER_ANNOTATION.to_owned()],
+    };
+    match remove_entries(ctx, kind, ns, name, resource_version, &removals).await {
+        Err(SyncError::Kube {
+            code: Some(404), ..
+        }) => Ok(()),
+        other => other.map(|_| ()),
+    }
+}

@@ -1,0 +1,169 @@
+//! Setting status conditions: `lastTransitionTime` moves only when the
+//! status flips, every condition carries `observedGeneration`, and comparing
+//! two condition lists ignores timestamps.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+/// `True`, `False` or `Unknown`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// Good.
+    True,
+    /// Bad.
+    False,
+    /// Not known.
+    Unknown,
+}
+
+impl Status {
+    fn as_str(self) -> &'static str {
+        match self {
+            Status::True => "True",
+            Status::False => "False",
+            Status::Unknown => "Unknown",
+        }
+    }
+}
+
+/// Set (or add) the condition `type_` in `conditions`.
+pub fn set(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    status: Status,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+    now: &Time,
+) {
+    let status = status.as_str();
+    if let Some(c) = conditions.iter_mut().find(|c| c.type_ == type_) {
+        if c.status != status {
+            c.last_transition_time = now.clone();
+        }
+        c.status = status.to_owned();
+        c.reason = reason.to_owned();
+        c.message = message.to_owned();
+        c.observed_generation = generation;
+    } else {
+        conditions.push(Condition {
+            type_: type_.to_owned(),
+            status: status.to_owned(),
+            reason: reason.to_owned(),
+            message: message.to_owned(),
+            observed_generation: generation,
+            last_transition_time: now.clone(),
+        });
+    }
+}
+
+/// The condition `type_`, if present.
+pub fn get<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// Whether two condition lists say the same, ignoring transition times and
+/// order.
+pub fn same(a: &[Condition], b: &[Condition]) -> bool {
+    a.len() == b.len()
+        && a.iter().all(|x| {
+            b.iter().any(|y| {
+                x.type_ == y.type_
+                    && x.status == y.status
+                    && x.reason == y.reason
+                    && x.message == y.message
+                    && x.observed_generation == y.observed_generation
+            })
+        })
+}
+
+/// A condition message kept within the API's 32 KiB limit (and readable).
+pub fn bounded(message: &str) -> String {
+    const MAX: usize = 1024;
+    if message.len() <= MAX {
+        return message.to_owned();
+    }
+    let mut end = MAX;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &message[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(secs: i64) -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap())
+    }
+
+    #[test]
+    fn transition_time_moves_only_on_flips() {
+        let mut c = Vec::new();
+        set(
+            &mut c,
+            "Ready",
+            Status::True,
+            "Synced",
+            "ok",
+            Some(1),
+            &t(10),
+        );
+        set(
+            &mut c,
+            "Ready",
+            Status::True,
+            "Synced",
+            "still ok",
+            Some(2),
+            &t(20),
+        );
+        assert_eq!(c[0].last_transition_time, t(10));
+        assert_eq!(c[0].observed_generation, Some(2));
+        set(
+            &mut c,
+            "Ready",
+            Status::False,
+            "KMSUnavailable",
+            "down",
+            Some(2),
+            &t(30),
+        );
+        assert_eq!(c[0].last_transition_time, t(30));
+        assert_eq!(c.len(), 1);
+    }
+
+    #[test]
+    fn comparison_ignores_times() {
+        let mut a = Vec::new();
+        let mut b = Vec::new();
+        set(
+            &mut a,
+            "Ready",
+            Status::True,
+            "Synced",
+            "ok",
+            Some(1),
+            &t(10),
+        );
+        set(
+            &mut b,
+            "Ready",
+            Status::True,
+            "Synced",
+            "ok",
+            Some(1),
+            &t(99),
+        );
+        assert!(same(&a, &b));
+        set(&mut b, "X", Status::True, "r", "m", Some(1), &t(99));
+        assert!(!same(&a, &b));
+    }
+
+    #[test]
+    fn long_messages_are_cut() {
+        let m = "é".repeat(2000);
+        let b = bounded(&m);
+        assert!(b.len() <= 1024 + 3);
+    }
+}

@@ -1,0 +1,744 @@
+//! The KmsSecret controller: keep Secrets and ConfigMaps in step with a KMS
+//! scope.
+//!
+//! One reconcile, in order:
+//! 1. **observe** the resource and its targets (from the watched caches; a
+//!    target that is not cached is read from the API);
+//! 2. **decide** what is needed: nothing (not due, targets intact), metadata
+//!    only (labels or annotations changed; the targets' own data is reused),
+//!    a conditional fetch (due, targets intact: `If-None-Match`), or an
+//!    unconditional fetch (a target is missing or drifted, the spec changed,
+//!    or nothing is known about the last sync — a `304` cannot rebuild data we
+//!    do not keep);
+//! 3. **plan** the data and metadata of every target (pure, [`plan`]);
+//! 4. **apply** what differs ([`crate::controllers::apply`]), then prune
+//!    owned targets no longer listed;
+//! 5. **status**: conditions, `observedGeneration`, `lastSyncTime`,
+//!    `syncedKeys`, `shard` in one patch, and an Event when `Ready` changes.
+//!
+//! A failure never empties or deletes a target: the data stays as it was, the
+//! conditions say what failed, and the work queue retries with backoff.
+
+pub mod plan;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use self::plan::{AuthChoice, Target};
+use super::apply::{self, FIELD_MANAGER, ensure_owner};
+use super::conditions::{self, Status};
+use super::error::SyncError;
+use super::refs::{get_secret, resolve_endpoint, secret_string};
+use super::target::{
+    ADOPT_EXISTING_ANNOTATION, Claim, Desired, OWNER_ANNOTATION, Observed, TargetKind, claim,
+    desired_meta, diff, version_of,
+};
+use super::{Action, Context, ObjectKey, SyncRecord};
+use crate::api::common::CreationPolicy;
+use crate::api::conditions as ct;
+use crate::api::kms_secret::{KmsSecret, KmsSecretStatus};
+use crate::kms::{Credentials, Fetch, Identity, SecretMap};
+
+/// The controller's metric label.
+pub const CONTROLLER: &str = "kmssecret";
+
+/// How old an answer for the same scope may be and still serve another
+/// resource that is due at the same time.
+const SHARE_WINDOW: Duration = Duration::from_secs(2);
+
+/// Finalizers of earlier operator versions, removed when a KmsSecret is
+/// deleted (KmsSecret itself needs none).
+const LEGACY_FINALIZERS: [&str; 3] = [
+    "secrets.finalizers.hanzo.ai",
+    "secrets.finalizers.infisical.com",
+    "secrets.finalizers.lux.network",
+];
+
+/// What a successful sync did.
+struct Synced {
+    /// When the KMS was last checked successfully, if known.
+    last_sync: Option<SystemTime>,
+    next_due: SystemTime,
+    synced_keys: Option<i64>,
+    targets: usize,
+    /// The login method used, when this sync needed a token.
+    strategy: Option<&'static str>,
+}
+
+/// `KmsSecret/<ns>/<name>`.
+pub fn owner_id(ns: &str, name: &str) -> String {
+    format!("KmsSecret/{ns}/{name}")
+}
+
+/// Reconcile one KmsSecret.
+pub async fn reconcile(
+    ctx: &Context,
+    key: &ObjectKey,
+    shard: u32,
+    cancel: &CancellationToken,
+) -> Result<Action, SyncError> {
+    let Some(cr) = ctx.kms_secrets.get(Some(&key.namespace), &key.name) else {
+        ctx.forget(key);
+        return Ok(Action::Done);
+    };
+    if cr.metadata.deletion_timestamp.is_some() {
+        strip_legacy_finalizers(ctx, &cr).await?;
+        ctx.forget(key);
+        return Ok(Action::Done);
+    }
+    let outcome = sync(ctx, &cr, shard, cancel).await;
+    if matches!(outcome, Err(SyncError::NotOwner)) {
+        return Err(SyncError::NotOwner);
+    }
+    ensure_owner(ctx, shard, cancel)?;
+    write_status(ctx, &cr, shard, &outcome).await?;
+    match outcome {
+        Ok(s) => Ok(Action::RequeueAt(s.next_due)),
+        Err(e) => Err(e),
+    }
+}
+
+async fn strip_legacy_finalizers(ctx: &Context, cr: &KmsSecret) -> Result<(), SyncError> {
+    let finalizers = cr.finalizers();
+    if !finalizers
+        .iter()
+        .any(|f| LEGACY_FINALIZERS.contains(&f.as_str()))
+    {
+        return Ok(());
+    }
+    let keep: Vec<&String> = finalizers
+        .iter()
+        .filter(|f| !LEGACY_FINALIZERS.contains(&f.as_str()))
+        .collect();
+    let ns = cr.namespace().unwrap_or_default();
+    Api::<KmsSecret>::namespaced(ctx.client.clone(), &ns)
+        .patch(
+            &cr.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"finalizers": keep, "resourceVersion": cr.resource_version()}}),
+            ),
+        )
+        .await
+        .map_err(|e| SyncError::kube("removing legacy finalizers", e))?;
+    Ok(())
+}
+
+/// Read a target from the cache, or from the API when it is not cached (a
+/// foreign object carries no managed label).
+async fn observe(ctx: &Context, t: &Target) -> Result<Option<Observed>, SyncError> {
+    let context = || format!("reading {} {}/{}", t.kind.as_str(), t.namespace, t.name);
+    match t.kind {
+        TargetKind::Secret => {
+            if let Some(s) = ctx.secrets.get(Some(&t.namespace), &t.name) {
+                return Ok(Some(Observed::from_secret(&s)));
+            }
+            Api::<Secret>::namespaced(ctx.client.clone(), &t.namespace)
+                .get_opt(&t.name)
+                .await
+                .map(|o| o.as_ref().map(Observed::from_secret))
+                .map_err(|e| SyncError::kube(context(), e))
+        }
+        TargetKind::ConfigMap => {
+            if let Some(c) = ctx.config_maps.get(Some(&t.namespace), &t.name) {
+                return Ok(Some(Observed::from_config_map(&c)));
+            }
+            Api::<ConfigMap>::namespaced(ctx.client.clone(), &t.namespace)
+                .get_opt(&t.name)
+                .await
+                .map(|o| o.as_ref().map(Observed::from_config_map))
+                .map_err(|e| SyncError::kube(context(), e))
+        }
+    }
+}
+
+/// Whether `owner` (an owner id) is a live KmsSecret that still lists the
+/// target.
+fn owner_lists(ctx: &Context, owner: &str, t: &Target) -> bool {
+    let mut parts = owner.splitn(3, '/');
+    let (Some("KmsSecret"), Some(ns), Some(name)) = (parts.next(), parts.next(), parts.next())
+    else {
+        // Another kind (a dynamic secret) or a foreign marker: treat as live.
+        return true;
+    };
+    let Some(other) = ctx.kms_secrets.get(Some(ns), name) else {
+        return false;
+    };
+    if other.metadata.deletion_timestamp.is_some() {
+        return false;
+    }
+    plan::targets(&other, ctx.settings.allow_cross_namespace_refs)
+        .map(|ts| {
+            ts.iter()
+                .any(|o| o.kind == t.kind && o.namespace == t.namespace && o.name == t.name)
+        })
+        .unwrap_or(false)
+}
+
+fn owner_reference(cr: &KmsSecret) -> Option<OwnerReference> {
+    let mut r = cr.controller_owner_ref(&())?;
+    r.block_owner_deletion = Some(true);
+    Some(r)
+}
+
+/// The record of the last sync: from memory; else from the persistent
+/// cache, if it matches the targets as they are now (same generation, same
+/// data by keyed hash); else derived from the status (the targets' version
+/// annotations prove their data, the status says when the KMS was last
+/// checked).
+fn last_record(
+    ctx: &Context,
+    cr: &KmsSecret,
+    interval: Duration,
+    shard: u32,
+    targets: &[Target],
+    observed: &[(Option<Observed>, Claim)],
+) -> Option<SyncRecord> {
+    let uid = cr.uid()?;
+    if let Some(r) = ctx.record(&uid) {
+        return Some(r);
+    }
+    let generation = cr.metadata.generation.unwrap_or(0);
+    if let Some(r) = ctx.cached_record(&uid, shard) {
+        let matches = r.generation == generation
+            && r.target_hashes.len() == targets.len()
+            && targets.iter().zip(observed).all(|(t, (o, _))| {
+                o.as_ref()
+                    .and_then(|o| ctx.data_hash(&o.data))
+                    .is_some_and(|h| r.target_hashes.get(&t.id()) == Some(&h))
+            });
+        if matches {
+            return Some(r);
+        }
+    }
+    let status = cr.status.as_ref()?;
+    if status.observed_generation != cr.metadata.generation {
+        return None;
+    }
+    let ready = conditions::get(&status.conditions, ct::READY)?;
+    if ready.status != "True" {
+        return None;
+    }
+    let last = SystemTime::from(status.last_sync_time.as_ref()?.0);
+    Some(SyncRecord {
+        generation,
+        etag: None,
+        last_sync: last,
+        next_due: last + plan::jittered(interval, fastrand::f64()),
+        synced_keys: status.synced_keys.unwrap_or(0),
+        target_hashes: Default::default(),
+    })
+}
+
+async fn sync(
+    ctx: &Context,
+    cr: &KmsSecret,
+    shard: u32,
+    cancel: &CancellationToken,
+) -> Result<Synced, SyncError> {
+    let ns = cr.namespace().unwrap_or_default();
+    let name = cr.name_any();
+    let uid = cr.uid().unwrap_or_default();
+    let generation = cr.metadata.generation.unwrap_or(0);
+    let me = owner_id(&ns, &name);
+    let allow_cross = ctx.settings.allow_cross_namespace_refs;
+    let interval = plan::resync_interval(&cr.spec)?;
+    let targets = plan::targets(cr, allow_cross)?;
+
+    // Observe the targets and check who may write them.
+    let adopt_existing = cr
+        .annotations()
+        .get(ADOPT_EXISTING_ANNOTATION)
+        .map(String::as_str)
+        == Some("true");
+    let mut observed = Vec::with_capacity(targets.len());
+    for t in &targets {
+        let o = observe(ctx, t).await?;
+        let c = claim(o.as_ref(), &me, adopt_existing, |owner| {
+            owner_lists(ctx, owner, t)
+        });
+        match &c {
+            Claim::Foreign => {
+                return Err(SyncError::Target {
+                    reason: "TargetNotManaged",
+                    message: format!(
+                        "{} {}/{} exists and was not created by kms-operator; nothing was written. Annotate it with \
+                         secrets.hanzo.ai/adopt=true, or annotate this KmsSecret with secrets.hanzo.ai/adopt-existing=true, \
+                         to let the operator take it over",
+                        t.kind.as_str(),
+                        t.namespace,
+                        t.name
+                    ),
+                });
+            }
+            Claim::Conflict(other) => {
+                return Err(SyncError::Target {
+                    reason: "TargetConflict",
+                    message: format!(
+                        "{} {}/{} is already managed by {other}; nothing was written",
+                        t.kind.as_str(),
+                        t.namespace,
+                        t.name
+                    ),
+                });
+            }
+            _ => {}
+        }
+        observed.push((o, c));
+    }
+
+    let now = SystemTime::now();
+    let record = last_record(ctx, cr, interval, shard, &targets, &observed);
+    let all_intact = observed
+        .iter()
+        .all(|(o, c)| *c == Claim::Ours && o.as_ref().is_some_and(Observed::data_intact));
+    let need_values = !all_intact || record.as_ref().is_none_or(|r| r.generation != generation);
+    let due = need_values || record.as_ref().is_none_or(|r| now >= r.next_due);
+
+    let mut strategy = None;
+    let mut etag_out = record.as_ref().and_then(|r| r.etag.clone());
+    // Data per target: fetched and planned, or (not due / 304) the target's
+    // own current data.
+    let fetched: Option<SecretMap> = if due {
+        let AuthChoice::Universal { credentials, scope } =
+            plan::auth_choice(&cr.spec, &ns, allow_cross)?
+        else {
+            let AuthChoice::Unsupported(method) = plan::auth_choice(&cr.spec, &ns, allow_cross)?
+            else {
+                unreachable!("checked above")
+            };
+            return Err(SyncError::Spec(format!(
+                "authentication.{method} is not supported by this version of kms-operator yet; use universalAuth"
+            )));
+        };
+        let global = ctx.global_config();
+        let endpoint = resolve_endpoint(
+            &ctx.client,
+            &ns,
+            cr.spec.host_api.as_deref(),
+            cr.spec.tls.as_ref(),
+            &global,
+            allow_cross,
+        )
+        .await?;
+        ctx.kms.check_endpoint(&endpoint).map_err(SyncError::Kms)?;
+        let creds = get_secret(&ctx.client, &credentials.0, &credentials.1)
+            .await?
+            .ok_or_else(|| SyncError::Reference {
+                reason: "CredentialsNotFound",
+                message: format!(
+                    "credentials Secret {}/{} not found",
+                    credentials.0, credentials.1
+                ),
+            })?;
+        let key = |k: &str| {
+            secret_string(&creds, k)
+                .filter(|v| !v.trim().is_empty())
+                .ok_or_else(|| SyncError::Reference {
+                    reason: "CredentialsInvalid",
+                    message: format!(
+                        "credentials Secret {}/{} has no {k} key",
+                        credentials.0, credentials.1
+                    ),
+                })
+        };
+        let identity = Identity {
+            endpoint,
+            credentials: Credentials::UniversalAuth {
+                client_id: key("clientId")?.trim().to_owned(),
+                client_secret: key("clientSecret")?.trim().to_owned().into(),
+            },
+        };
+        strategy = Some(identity.credentials.strategy_name());
+        tokio::select! {
+            r = ctx.kms.token(&identity) => { r.map_err(SyncError::Auth)?; }
+            () = cancel.cancelled() => return Err(SyncError::NotOwner),
+        }
+        let etag = if need_values {
+            None
+        } else {
+            record.as_ref().and_then(|r| r.etag.clone())
+        };
+        let result = tokio::select! {
+            r = ctx.kms.fetch(&identity, &scope, etag.as_deref(), SHARE_WINDOW) => r.map_err(SyncError::Kms)?,
+            () = cancel.cancelled() => return Err(SyncError::NotOwner),
+        };
+        match &*result {
+            Fetch::NotModified => None,
+            Fetch::Secrets { secrets, etag } => {
+                etag_out.clone_from(etag);
+                Some(secrets.clone())
+            }
+        }
+    } else {
+        None
+    };
+    if need_values && fetched.is_none() {
+        // A 304 to an unconditional request cannot happen; be safe anyway.
+        return Err(SyncError::Kms(crate::kms::KmsError::Decode {
+            endpoint: "GET /api/v3/secrets/raw",
+            reason: "304 Not Modified to an unconditional request".to_owned(),
+        }));
+    }
+
+    // Plan every target.
+    let mut desired_all = Vec::with_capacity(targets.len());
+    for (t, (o, c)) in targets.iter().zip(&observed) {
+        let data: BTreeMap<String, Vec<u8>> = match &fetched {
+            Some(secrets) => plan::build_data(t, secrets, ctx.renderer.as_ref())?,
+            None => o.as_ref().map(|o| o.data.clone()).unwrap_or_default(),
+        };
+        let version = version_of(&data);
+        let created_by_us = *c == Claim::Missing
+            || o.as_ref().is_some_and(|o| {
+                o.labels
+                    .get(super::target::MANAGED_BY_LABEL)
+                    .map(String::as_str)
+                    == Some(super::target::MANAGED_BY_VALUE)
+                    && o.annotations.get(OWNER_ANNOTATION) == Some(&me)
+            });
+        let template_meta = t.template.as_ref().and_then(|tpl| tpl.metadata.as_ref());
+        let meta = desired_meta(
+            cr.labels(),
+            cr.annotations(),
+            template_meta,
+            &me,
+            &version,
+            created_by_us,
+        );
+        desired_all.push(Desired {
+            kind: t.kind,
+            namespace: t.namespace.clone(),
+            name: t.name.clone(),
+            data,
+            meta,
+            owner_reference: (t.creation_policy == CreationPolicy::Owner)
+                .then(|| owner_reference(cr))
+                .flatten(),
+            secret_type: t.secret_type.clone(),
+        });
+    }
+
+    // Apply what differs.
+    for ((t, (o, _)), d) in targets.iter().zip(&observed).zip(&desired_all) {
+        let (removals, changed) = match o {
+            None => (Default::default(), true),
+            Some(o) => diff(o, d, t.creation_policy),
+        };
+        if changed {
+            apply::write(ctx, d, o.as_ref(), &removals, shard, cancel).await?;
+            tracing::info!(resource = %me, target = %t.id(), "target written");
+        }
+    }
+    prune(ctx, cr, &me, &targets, shard, cancel).await?;
+
+    // Remember what was synced.
+    let synced_keys = fetched
+        .as_ref()
+        .map(|s| s.len() as i64)
+        .or_else(|| record.as_ref().map(|r| r.synced_keys));
+    let last_sync = if due {
+        Some(now)
+    } else {
+        record.as_ref().map(|r| r.last_sync)
+    };
+    let next_due = if due {
+        now + plan::jittered(interval, fastrand::f64())
+    } else {
+        record.as_ref().map_or(now + interval, |r| r.next_due)
+    };
+    let target_hashes = targets
+        .iter()
+        .zip(&desired_all)
+        .filter_map(|(t, d)| ctx.data_hash(&d.data).map(|h| (t.id(), h)))
+        .collect();
+    ctx.set_record(
+        &uid,
+        shard,
+        SyncRecord {
+            generation,
+            etag: etag_out,
+            last_sync: last_sync.unwrap_or(now),
+            next_due,
+            synced_keys: synced_keys.unwrap_or(0),
+            target_hashes,
+        },
+    );
+    Ok(Synced {
+        last_sync,
+        next_due,
+        synced_keys,
+        targets: targets.len(),
+        strategy,
+    })
+}
+
+/// Delete owned targets that are no longer listed; release orphan ones.
+async fn prune(
+    ctx: &Context,
+    cr: &KmsSecret,
+    me: &str,
+    targets: &[Target],
+    shard: u32,
+    cancel: &CancellationToken,
+) -> Result<(), SyncError> {
+    let uid = cr.uid().unwrap_or_default();
+    let listed = |kind: TargetKind, ns: &str, name: &str| {
+        targets
+            .iter()
+            .any(|t| t.kind == kind && t.namespace == ns && t.name == name)
+    };
+    let mut stale: Vec<(TargetKind, String, String, String, bool)> = Vec::new();
+    for s in ctx.secrets.all() {
+        let (ns, name) = (s.namespace().unwrap_or_default(), s.name_any());
+        if s.annotations().get(OWNER_ANNOTATION).map(String::as_str) == Some(me)
+            && !listed(TargetKind::Secret, &ns, &name)
+        {
+            let owned = s.owner_references().iter().any(|r| r.uid == uid);
+            stale.push((
+                TargetKind::Secret,
+                ns,
+                name,
+                s.resource_version().unwrap_or_default(),
+                owned,
+            ));
+        }
+    }
+    for c in ctx.config_maps.all() {
+        let (ns, name) = (c.namespace().unwrap_or_default(), c.name_any());
+        if c.annotations().get(OWNER_ANNOTATION).map(String::as_str) == Some(me)
+            && !listed(TargetKind::ConfigMap, &ns, &name)
+        {
+            let owned = c.owner_references().iter().any(|r| r.uid == uid);
+            stale.push((
+                TargetKind::ConfigMap,
+                ns,
+                name,
+                c.resource_version().unwrap_or_default(),
+                owned,
+            ));
+        }
+    }
+    for (kind, ns, name, rv, owned) in stale {
+        ensure_owner(ctx, shard, cancel)?;
+        if owned {
+            apply::delete(ctx, kind, &ns, &name, &rv).await?;
+            tracing::info!(resource = %me, target = %format!("{}/{ns}/{name}", kind.as_str()), "owned target no longer listed: deleted");
+        } else {
+            apply::release(ctx, kind, &ns, &name, &rv).await?;
+            tracing::info!(resource = %me, target = %format!("{}/{ns}/{name}", kind.as_str()), "target no longer listed: released");
+        }
+    }
+    Ok(())
+}
+
+fn now_time() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+/// Write the status for the outcome of a sync (one patch, only when it
+/// changes), and an Event when `Ready` changes.
+async fn write_status(
+    ctx: &Context,
+    cr: &KmsSecret,
+    shard: u32,
+    outcome: &Result<Synced, SyncError>,
+) -> Result<(), SyncError> {
+    let old = cr.status.clone().unwrap_or_default();
+    let mut status = old.clone();
+    let generation = cr.metadata.generation;
+    let now = now_time();
+    let c = &mut status.conditions;
+    match outcome {
+        Ok(s) => {
+            if let Some(strategy) = s.strategy {
+                conditions::set(
+                    c,
+                    ct::LOADED_KMS_TOKEN,
+                    Status::True,
+                    "OK",
+                    &format!("Logged in to the KMS using the {strategy} authentication strategy"),
+                    generation,
+                    &now,
+                );
+            }
+            let keys = s.synced_keys.unwrap_or(0);
+            conditions::set(
+                c,
+                ct::READY_TO_SYNC_SECRETS,
+                Status::True,
+                "OK",
+                &format!("Synced {keys} secrets into {} target(s)", s.targets),
+                generation,
+                &now,
+            );
+            conditions::set(
+                c,
+                ct::READY,
+                Status::True,
+                "Synced",
+                &format!("Synced {keys} secrets"),
+                generation,
+                &now,
+            );
+            if let Some(t) = s.last_sync {
+                status.last_sync_time = Some(Time(
+                    k8s_openapi::jiff::Timestamp::try_from(t).unwrap_or(now.0),
+                ));
+            }
+            status.synced_keys = s.synced_keys.or(status.synced_keys);
+        }
+        Err(e) => {
+            let message = conditions::bounded(&e.to_string());
+            let auth_failure = matches!(e, SyncError::Auth(_))
+                || matches!(e, SyncError::Reference { reason, .. } if reason.starts_with("Credentials"));
+            if auth_failure {
+                conditions::set(
+                    c,
+                    ct::LOADED_KMS_TOKEN,
+                    Status::False,
+                    e.reason(),
+                    &format!("Failed to log in to the KMS: {message}"),
+                    generation,
+                    &now,
+                );
+            }
+            conditions::set(
+                c,
+                ct::READY_TO_SYNC_SECRETS,
+                Status::False,
+                e.reason(),
+                &format!("Failed to sync secrets; the targets keep their data: {message}"),
+                generation,
+                &now,
+            );
+            conditions::set(
+                c,
+                ct::READY,
+                Status::False,
+                e.reason(),
+                &message,
+                generation,
+                &now,
+            );
+        }
+    }
+    match outcome {
+        Ok(_) => {
+            let workloads = consumers_of(ctx, cr);
+            conditions::set(
+                c,
+                ct::AUTO_REDEPLOY_READY,
+                Status::True,
+                "OK",
+                &format!("{workloads} workload(s) that opted in to auto-reload use the targets"),
+                generation,
+                &now,
+            );
+        }
+        Err(e) => conditions::set(
+            c,
+            ct::AUTO_REDEPLOY_READY,
+            Status::False,
+            "Stopped",
+            &format!("Auto-reload waits for a successful sync: {}", e.reason()),
+            generation,
+            &now,
+        ),
+    }
+    status.observed_generation = generation;
+    status.shard = Some(i32::try_from(shard).unwrap_or(i32::MAX));
+
+    if status_unchanged(&old, &status) {
+        return Ok(());
+    }
+    let ns = cr.namespace().unwrap_or_default();
+    Api::<KmsSecret>::namespaced(ctx.client.clone(), &ns)
+        .patch_status(
+            &cr.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(json!({
+                "apiVersion": "secrets.hanzo.ai/v1alpha1",
+                "kind": "KmsSecret",
+                "status": status,
+            })),
+        )
+        .await
+        .map_err(|e| SyncError::kube("writing the status", e))?;
+
+    // One Event per change of Ready (status or reason), not per resync.
+    let before =
+        conditions::get(&old.conditions, ct::READY).map(|x| (x.status.clone(), x.reason.clone()));
+    let after = conditions::get(&status.conditions, ct::READY)
+        .map(|x| (x.status.clone(), x.reason.clone()));
+    if before != after {
+        let (type_, reason, note) = match outcome {
+            Ok(s) => (
+                EventType::Normal,
+                "Synced".to_owned(),
+                format!("Synced {} secrets", s.synced_keys.unwrap_or(0)),
+            ),
+            Err(e) => (
+                EventType::Warning,
+                e.reason().to_owned(),
+                conditions::bounded(&e.to_string()),
+            ),
+        };
+        let event = Event {
+            type_,
+            reason,
+            note: Some(note),
+            action: "Sync".to_owned(),
+            secondary: None,
+        };
+        if let Err(e) = ctx.recorder.publish(&event, &cr.object_ref(&())).await {
+            tracing::warn!(error = %e, "could not publish an Event");
+        }
+    }
+    Ok(())
+}
+
+/// Opted-in workloads that use any target of the resource.
+fn consumers_of(ctx: &Context, cr: &KmsSecret) -> usize {
+    let targets = plan::targets(cr, ctx.settings.allow_cross_namespace_refs).unwrap_or_default();
+    let mut workloads = std::collections::BTreeSet::new();
+    for t in &targets {
+        let source = match t.kind {
+            TargetKind::Secret => crate::reload::Source::Secret,
+            TargetKind::ConfigMap => crate::reload::Source::ConfigMap,
+        };
+        workloads.extend(ctx.consumers.consumers(&t.namespace, source, &t.name));
+    }
+    workloads.len()
+}
+
+fn status_unchanged(a: &KmsSecretStatus, b: &KmsSecretStatus) -> bool {
+    conditions::same(&a.conditions, &b.conditions)
+        && a.observed_generation == b.observed_generation
+        && a.last_sync_time == b.last_sync_time
+        && a.synced_keys == b.synced_keys
+        && a.shard == b.shard
+}
+
+/// The KmsSecret controller for the worker pool.
+pub struct Controller;
+
+impl super::Reconciler<ObjectKey> for Controller {
+    fn reconcile<'a>(
+        &'a self,
+        ctx: &'a Context,
+        key: &'a ObjectKey,
+        shard: u32,
+        cancel: &'a CancellationToken,
+    ) -> futures::future::BoxFuture<'a, Result<Action, SyncError>> {
+        Box::pin(reconcile(ctx, key, shard, cancel))
+    }
+}

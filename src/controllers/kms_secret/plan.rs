@@ -1,0 +1,602 @@
+//! The pure part of the KmsSecret reconcile: the targets a spec names, the
+//! scope it reads, its resync interval, whether it is due, and the data each
+//! target must hold. No I/O; everything here is unit-tested.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::api::common::{CreationPolicy, ManagedKubeSecretConfig, SecretTemplate};
+use crate::api::duration::parse_optional_duration;
+use crate::api::kms_secret::{KmsSecret, KmsSecretSpec};
+use crate::controllers::error::SyncError;
+use crate::controllers::refs::namespace_of;
+use crate::controllers::target::{TargetKind, valid_data_key};
+use crate::kms::{ProjectRef, Scope, SecretMap};
+
+/// Default time between syncs.
+pub const DEFAULT_RESYNC: Duration = Duration::from_secs(60);
+/// Default time between syncs with instant updates.
+pub const DEFAULT_RESYNC_INSTANT: Duration = Duration::from_secs(3600);
+/// Shortest accepted interval.
+pub const MIN_RESYNC: Duration = Duration::from_secs(5);
+
+/// One object a KmsSecret writes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Target {
+    /// Secret or ConfigMap.
+    pub kind: TargetKind,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Secret type on create.
+    pub secret_type: Option<String>,
+    /// Owner or Orphan.
+    pub creation_policy: CreationPolicy,
+    /// How the data is built.
+    pub template: Option<SecretTemplate>,
+    /// The spec field that names it, for messages.
+    pub field: String,
+}
+
+impl Target {
+    /// `Kind/namespace/name`.
+    pub fn id(&self) -> String {
+        format!("{}/{}/{}", self.kind.as_str(), self.namespace, self.name)
+    }
+}
+
+/// The targets of a KmsSecret (the deprecated `managedSecretReference` folded
+/// in), with namespaces resolved under the cross-namespace rule.
+pub fn targets(cr: &KmsSecret, allow_cross: bool) -> Result<Vec<Target>, SyncError> {
+    let ns = cr.metadata.namespace.as_deref().unwrap_or_default();
+    let spec = &cr.spec;
+    let mut out = Vec::new();
+    let secret_target = |field: String, r: &ManagedKubeSecretConfig| -> Result<Target, SyncError> {
+        let namespace = namespace_of(
+            ns,
+            r.secret_namespace.as_deref(),
+            &format!("{field}.secretNamespace"),
+            allow_cross,
+        )?;
+        Ok(Target {
+            kind: TargetKind::Secret,
+            namespace,
+            name: r.secret_name.clone(),
+            secret_type: Some(r.secret_type.clone()).filter(|t| !t.is_empty()),
+            creation_policy: r.creation_policy,
+            template: r.template.clone(),
+            field,
+        })
+    };
+    if let Some(r) = &spec.managed_secret_reference {
+        out.push(secret_target("managedSecretReference".to_owned(), r)?);
+    }
+    for (i, r) in spec
+        .managed_kube_secret_references
+        .iter()
+        .flatten()
+        .enumerate()
+    {
+        out.push(secret_target(
+            format!("managedKubeSecretReferences[{i}]"),
+            r,
+        )?);
+    }
+    for (i, r) in spec
+        .managed_kube_config_map_references
+        .iter()
+        .flatten()
+        .enumerate()
+    {
+        let field = format!("managedKubeConfigMapReferences[{i}]");
+        let namespace = namespace_of(
+            ns,
+            r.config_map_namespace.as_deref(),
+            &format!("{field}.configMapNamespace"),
+            allow_cross,
+        )?;
+        out.push(Target {
+            kind: TargetKind::ConfigMap,
+            namespace,
+            name: r.config_map_name.clone(),
+            secret_type: None,
+            creation_policy: r.creation_policy,
+            template: r.template.clone(),
+            field,
+        });
+    }
+    if out.is_empty() {
+        return Err(SyncError::Spec(
+            "no target: set managedKubeSecretReferences or managedKubeConfigMapReferences"
+                .to_owned(),
+        ));
+    }
+    for t in &out {
+        if t.creation_policy == CreationPolicy::Owner && t.namespace != ns {
+            return Err(SyncError::Spec(format!(
+                "{}.creationPolicy: Owner needs the target in the resource's namespace {ns} (it is in {})",
+                t.field, t.namespace
+            )));
+        }
+    }
+    let mut ids: Vec<String> = out.iter().map(Target::id).collect();
+    ids.sort();
+    if let Some(dup) = ids.windows(2).find(|w| w[0] == w[1]) {
+        return Err(SyncError::Spec(format!("{} is listed twice", dup[0])));
+    }
+    Ok(out)
+}
+
+/// The authentication a spec selects, with the scope it reads.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AuthChoice {
+    /// Universal auth: credentials Secret (namespace, name) and scope.
+    Universal {
+        /// Namespace and name of the credentials Secret.
+        credentials: (String, String),
+        /// What to read.
+        scope: Scope,
+    },
+    /// A method this build does not support yet.
+    Unsupported(&'static str),
+}
+
+/// Pick the single authentication method of a spec (the schema guarantees
+/// there is exactly one).
+pub fn auth_choice(
+    spec: &KmsSecretSpec,
+    ns: &str,
+    allow_cross: bool,
+) -> Result<AuthChoice, SyncError> {
+    let Some(auth) = &spec.authentication else {
+        return Ok(if spec.token_secret_reference.is_some() {
+            AuthChoice::Unsupported("tokenSecretReference (service token)")
+        } else {
+            return Err(SyncError::Spec(
+                "no authentication method is set".to_owned(),
+            ));
+        });
+    };
+    if let Some(ua) = &auth.universal_auth {
+        let cns = namespace_of(
+            ns,
+            ua.credentials_ref.secret_namespace.as_deref(),
+            "authentication.universalAuth.credentialsRef",
+            allow_cross,
+        )?;
+        let s = &ua.secrets_scope;
+        let project = match (
+            s.project_slug.as_deref().filter(|v| !v.is_empty()),
+            s.project_id.as_deref().filter(|v| !v.is_empty()),
+        ) {
+            (Some(slug), None) => ProjectRef::Slug(slug.to_owned()),
+            (None, Some(id)) => ProjectRef::Id(id.to_owned()),
+            _ => {
+                return Err(SyncError::Spec(
+                    "secretsScope: exactly one of projectSlug and projectId must be set".to_owned(),
+                ));
+            }
+        };
+        let secret_name = s.secret_name.clone().filter(|n| !n.is_empty());
+        let recursive = s.recursive.unwrap_or(false);
+        if secret_name.is_some() && recursive {
+            return Err(SyncError::Spec(
+                "secretsScope: secretName cannot be combined with recursive: true".to_owned(),
+            ));
+        }
+        return Ok(AuthChoice::Universal {
+            credentials: (cns, ua.credentials_ref.secret_name.clone()),
+            scope: Scope {
+                project,
+                environment: s.env_slug.clone(),
+                path: normalize_path(&s.secrets_path),
+                recursive,
+                secret_name,
+            },
+        });
+    }
+    let name = if auth.kubernetes_auth.is_some() {
+        "kubernetesAuth"
+    } else if auth.aws_iam_auth.is_some() {
+        "awsIamAuth"
+    } else if auth.azure_auth.is_some() {
+        "azureAuth"
+    } else if auth.gcp_id_token_auth.is_some() {
+        "gcpIdTokenAuth"
+    } else if auth.gcp_iam_auth.is_some() {
+        "gcpIamAuth"
+    } else if auth.ldap_auth.is_some() {
+        "ldapAuth"
+    } else if auth.service_token.is_some() {
+        "serviceToken"
+    } else if auth.service_account.is_some() {
+        "serviceAccount"
+    } else {
+        return Err(SyncError::Spec(
+            "no authentication method is set".to_owned(),
+        ));
+    };
+    Ok(AuthChoice::Unsupported(name))
+}
+
+/// A KMS folder path: leading `/`, no trailing `/` (except the root).
+pub fn normalize_path(p: &str) -> String {
+    let trimmed = p.trim().trim_end_matches('/');
+    if trimmed.is_empty() {
+        "/".to_owned()
+    } else if trimmed.starts_with('/') {
+        trimmed.to_owned()
+    } else {
+        format!("/{trimmed}")
+    }
+}
+
+/// The resync interval of a spec: `syncConfig` if present, else the
+/// deprecated top-level fields; defaults of 1 minute (1 hour with instant
+/// updates); at least 5 seconds.
+pub fn resync_interval(spec: &KmsSecretSpec) -> Result<Duration, SyncError> {
+    let (interval, instant) = match &spec.sync_config {
+        Some(sc) => (
+            parse_optional_duration(sc.resync_interval.as_deref())
+                .map_err(|e| SyncError::Spec(format!("syncConfig.resyncInterval: {e}")))?,
+            sc.instant_updates.unwrap_or(false),
+        ),
+        None => (
+            spec.resync_interval
+                .filter(|s| *s > 0)
+                .map(|s| Duration::from_secs(s.unsigned_abs())),
+            spec.instant_updates.unwrap_or(false),
+        ),
+    };
+    let default = if instant {
+        DEFAULT_RESYNC_INSTANT
+    } else {
+        DEFAULT_RESYNC
+    };
+    match interval {
+        None => Ok(default),
+        Some(d) if d < MIN_RESYNC => Err(SyncError::Spec(format!(
+            "resyncInterval must be at least {}s",
+            MIN_RESYNC.as_secs()
+        ))),
+        Some(d) => Ok(d),
+    }
+}
+
+/// The interval with ±10 % jitter; `r` is a uniform number in `[0, 1)`.
+pub fn jittered(interval: Duration, r: f64) -> Duration {
+    interval.mul_f64(0.9 + 0.2 * r)
+}
+
+/// Renders `source` over `secrets` for the field `field`.
+pub trait Renderer: Send + Sync {
+    /// The rendered bytes (text, unless `binary` allows any bytes), or a
+    /// message that names the field and never a value.
+    fn render(
+        &self,
+        field: &str,
+        source: &str,
+        secrets: &SecretMap,
+        binary: bool,
+    ) -> Result<Vec<u8>, String>;
+}
+
+impl Renderer for kms_template::Engine {
+    fn render(
+        &self,
+        field: &str,
+        source: &str,
+        secrets: &SecretMap,
+        binary: bool,
+    ) -> Result<Vec<u8>, String> {
+        use secrecy::ExposeSecret;
+        let data: kms_template::SecretData = secrets
+            .iter()
+            .map(|(k, item)| {
+                (
+                    k.clone(),
+                    kms_template::SecretEntry::new(
+                        item.value.expose_secret().as_bytes().to_vec(),
+                        item.secret_path.clone(),
+                    ),
+                )
+            })
+            .collect();
+        let result = if binary {
+            self.render_bytes(field, source, &data)
+        } else {
+            kms_template::Engine::render(self, field, source, &data).map(String::into_bytes)
+        };
+        result.map_err(|e| e.to_string())
+    }
+}
+
+/// The data of one target: every fetched secret (no template, or
+/// `includeAllSecrets`), overridden by the rendered `template.data` entries.
+pub fn build_data(
+    target: &Target,
+    secrets: &SecretMap,
+    renderer: &dyn Renderer,
+) -> Result<BTreeMap<String, Vec<u8>>, SyncError> {
+    use secrecy::ExposeSecret;
+    let mut out = BTreeMap::new();
+    let include_all = target
+        .template
+        .as_ref()
+        .is_none_or(|t| t.include_all_secrets);
+    if include_all {
+        for (k, item) in secrets {
+            out.insert(k.clone(), item.value.expose_secret().as_bytes().to_vec());
+        }
+    }
+    if let Some(data) = target.template.as_ref().and_then(|t| t.data.as_ref()) {
+        // Secrets hold bytes; ConfigMap data must be text.
+        let binary = target.kind == TargetKind::Secret;
+        for (key, source) in data {
+            let field = format!("{}.template.data.{key}", target.field);
+            let rendered = renderer
+                .render(&field, source, secrets, binary)
+                .map_err(SyncError::Template)?;
+            out.insert(key.clone(), rendered);
+        }
+    }
+    for key in out.keys() {
+        if !valid_data_key(key) {
+            return Err(SyncError::Spec(format!(
+                "{}: the key {key:?} is not a valid {} data key (letters, digits, '-', '_' and '.' only)",
+                target.id(),
+                target.kind.as_str()
+            )));
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kms::SecretItem;
+    use secrecy::SecretString;
+
+    struct Upper;
+    impl Renderer for Upper {
+        fn render(
+            &self,
+            _field: &str,
+            source: &str,
+            secrets: &SecretMap,
+            _binary: bool,
+        ) -> Result<Vec<u8>, String> {
+            use secrecy::ExposeSecret;
+            secrets
+                .get(source)
+                .map(|s| s.value.expose_secret().to_uppercase().into_bytes())
+                .ok_or_else(|| format!("undefined {source}"))
+        }
+    }
+
+    fn text(m: BTreeMap<String, Vec<u8>>) -> BTreeMap<String, String> {
+        m.into_iter()
+            .map(|(k, v)| (k, String::from_utf8(v).unwrap()))
+            .collect()
+    }
+
+    fn cr(spec: serde_json::Value) -> KmsSecret {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "secrets.hanzo.ai/v1alpha1", "kind": "KmsSecret",
+            "metadata": {"name": "x", "namespace": "ns", "uid": "u1"},
+            "spec": spec
+        }))
+        .unwrap()
+    }
+
+    fn secrets() -> SecretMap {
+        [("A", "a1"), ("B", "b1")]
+            .into_iter()
+            .map(|(k, v)| {
+                (
+                    k.to_owned(),
+                    SecretItem {
+                        key: k.to_owned(),
+                        value: SecretString::from(v.to_owned()),
+                        secret_path: "/".into(),
+                    },
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn targets_fold_the_legacy_reference_and_check_namespaces() {
+        let c = cr(serde_json::json!({
+            "managedSecretReference": {"secretName": "legacy"},
+            "managedKubeConfigMapReferences": [{"configMapName": "cm", "creationPolicy": "Owner"}]
+        }));
+        let t = targets(&c, false).unwrap();
+        assert_eq!(
+            t.iter().map(Target::id).collect::<Vec<_>>(),
+            vec!["Secret/ns/legacy", "ConfigMap/ns/cm"]
+        );
+        assert_eq!(t[0].secret_type.as_deref(), Some("Opaque"));
+
+        let cross = cr(
+            serde_json::json!({"managedKubeSecretReferences": [{"secretName": "s", "secretNamespace": "other"}]}),
+        );
+        let err = targets(&cross, false).unwrap_err().to_string();
+        assert!(
+            err.contains(
+                "managedKubeSecretReferences[0].secretNamespace points to namespace other"
+            ),
+            "{err}"
+        );
+        assert_eq!(targets(&cross, true).unwrap()[0].namespace, "other");
+
+        let owner_cross = cr(
+            serde_json::json!({"managedKubeSecretReferences": [{"secretName": "s", "secretNamespace": "other", "creationPolicy": "Owner"}]}),
+        );
+        assert!(
+            targets(&owner_cross, true)
+                .unwrap_err()
+                .to_string()
+                .contains("creationPolicy: Owner")
+        );
+
+        let dup = cr(
+            serde_json::json!({"managedKubeSecretReferences": [{"secretName": "s"}, {"secretName": "s", "secretNamespace": "ns"}]}),
+        );
+        assert!(
+            targets(&dup, false)
+                .unwrap_err()
+                .to_string()
+                .contains("listed twice")
+        );
+    }
+
+    #[test]
+    fn intervals() {
+        let s = |v: serde_json::Value| cr(v).spec;
+        assert_eq!(
+            resync_interval(&s(serde_json::json!({}))).unwrap(),
+            DEFAULT_RESYNC
+        );
+        assert_eq!(
+            resync_interval(&s(
+                serde_json::json!({"syncConfig": {"resyncInterval": "1h30m"}})
+            ))
+            .unwrap(),
+            Duration::from_secs(5400)
+        );
+        assert_eq!(
+            resync_interval(&s(
+                serde_json::json!({"syncConfig": {"instantUpdates": true}})
+            ))
+            .unwrap(),
+            DEFAULT_RESYNC_INSTANT
+        );
+        // Deprecated top-level fields apply only without syncConfig.
+        assert_eq!(
+            resync_interval(&s(serde_json::json!({"resyncInterval": 10}))).unwrap(),
+            Duration::from_secs(10)
+        );
+        assert_eq!(
+            resync_interval(&s(
+                serde_json::json!({"resyncInterval": 10, "syncConfig": {}})
+            ))
+            .unwrap(),
+            DEFAULT_RESYNC
+        );
+        assert!(
+            resync_interval(&s(
+                serde_json::json!({"syncConfig": {"resyncInterval": "3s"}})
+            ))
+            .is_err()
+        );
+        for _ in 0..100 {
+            let j = jittered(Duration::from_secs(100), fastrand::f64());
+            assert!(j >= Duration::from_secs(90) && j <= Duration::from_secs(110));
+        }
+    }
+
+    #[test]
+    fn auth_and_scope() {
+        let c = cr(serde_json::json!({"authentication": {"universalAuth": {
+            "credentialsRef": {"secretName": "creds"},
+            "secretsScope": {"projectSlug": "demo", "envSlug": "dev", "secretsPath": "backend/", "recursive": true}
+        }}}));
+        match auth_choice(&c.spec, "ns", false).unwrap() {
+            AuthChoice::Universal { credentials, scope } => {
+                assert_eq!(credentials, ("ns".to_owned(), "creds".to_owned()));
+                assert_eq!(scope.path, "/backend");
+                assert!(scope.recursive);
+                assert_eq!(scope.project, ProjectRef::Slug("demo".into()));
+            }
+            other => panic!("{other:?}"),
+        }
+        let k = cr(serde_json::json!({"authentication": {"ldapAuth": {
+            "identityId": "i", "credentialsRef": {"secretName": "c"},
+            "secretsScope": {"projectId": "p", "envSlug": "dev", "secretsPath": "/"}
+        }}}));
+        assert_eq!(
+            auth_choice(&k.spec, "ns", false).unwrap(),
+            AuthChoice::Unsupported("ldapAuth")
+        );
+    }
+
+    #[test]
+    fn data_without_template_is_everything() {
+        let c = cr(serde_json::json!({"managedKubeSecretReferences": [{"secretName": "s"}]}));
+        let t = &targets(&c, false).unwrap()[0];
+        let d = text(build_data(t, &secrets(), &Upper).unwrap());
+        assert_eq!(
+            d,
+            [
+                ("A".to_owned(), "a1".to_owned()),
+                ("B".to_owned(), "b1".to_owned())
+            ]
+            .into()
+        );
+    }
+
+    #[test]
+    fn template_entries_override_or_replace() {
+        let c = cr(serde_json::json!({"managedKubeSecretReferences": [
+            {"secretName": "only", "template": {"data": {"X": "A"}}},
+            {"secretName": "all", "template": {"includeAllSecrets": true, "data": {"A": "B"}}}
+        ]}));
+        let t = targets(&c, false).unwrap();
+        assert_eq!(
+            text(build_data(&t[0], &secrets(), &Upper).unwrap()),
+            [("X".to_owned(), "A1".to_owned())].into()
+        );
+        let all = text(build_data(&t[1], &secrets(), &Upper).unwrap());
+        assert_eq!(all["A"], "B1");
+        assert_eq!(all["B"], "b1");
+    }
+
+    #[test]
+    fn template_errors_name_the_field() {
+        let c = cr(
+            serde_json::json!({"managedKubeSecretReferences": [{"secretName": "s", "template": {"data": {"X": "MISSING"}}}]}),
+        );
+        let t = &targets(&c, false).unwrap()[0];
+        struct Named;
+        impl Renderer for Named {
+            fn render(
+                &self,
+                field: &str,
+                _: &str,
+                _: &SecretMap,
+                _: bool,
+            ) -> Result<Vec<u8>, String> {
+                Err(format!("{field}: undefined"))
+            }
+        }
+        let err = build_data(t, &secrets(), &Named).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "managedKubeSecretReferences[0].template.data.X: undefined"
+        );
+    }
+
+    #[test]
+    fn invalid_keys_are_reported_by_name() {
+        let c = cr(serde_json::json!({"managedKubeSecretReferences": [{"secretName": "s"}]}));
+        let t = &targets(&c, false).unwrap()[0];
+        let mut s = secrets();
+        s.insert(
+            "BAD KEY".into(),
+            SecretItem {
+                key: "BAD KEY".into(),
+                value: SecretString::from("v".to_owned()),
+                secret_path: "/".into(),
+            },
+        );
+        let err = build_data(t, &s, &Upper).unwrap_err().to_string();
+        assert!(
+            err.contains("\"BAD KEY\" is not a valid Secret data key"),
+            "{err}"
+        );
+        assert!(!err.contains("v\""));
+    }
+}

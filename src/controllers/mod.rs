@@ -1,0 +1,417 @@
+//! The controllers and what they share.
+//!
+//! Each controller is a per-shard [`queue::Queue`] of object keys fed by watch
+//! events, drained by a pool of workers. A worker takes a key only if this
+//! replica owns its shard ([`crate::sharding::Ownership`]), runs the
+//! controller's reconcile (fetch → plan → apply → status) under the shard's
+//! cancellation token, and requeues the key: at its due time on success, with
+//! capped exponential backoff and jitter on failure (forever).
+//!
+//! - [`kms_secret`]: the KmsSecret controller;
+//! - [`target`]: managed objects, ownership, adoption, versions (pure);
+//! - [`apply`]: writes with resourceVersion preconditions;
+//! - [`refs`]: references, the namespace rule, the global config;
+//! - [`conditions`], [`error`]: status conditions and reconcile errors;
+//! - [`queue`], [`stores`]: the work queues and the watched caches.
+
+pub mod apply;
+pub mod conditions;
+pub mod error;
+pub mod kms_secret;
+pub mod queue;
+pub mod refs;
+pub mod stores;
+pub mod target;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::Client;
+use kube::runtime::events::Recorder;
+use tokio_util::sync::CancellationToken;
+
+use self::error::SyncError;
+use self::kms_secret::plan::Renderer;
+use self::queue::Queue;
+use self::refs::GlobalConfig;
+use self::stores::Scoped;
+use crate::api::kms_secret::KmsSecret;
+use crate::kms::Kms;
+use crate::metrics::Metrics;
+use crate::sharding::Ownership;
+
+/// A namespaced object's key.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+impl ObjectKey {
+    /// A key.
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// What a reconcile asks for next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Reconcile again at this time.
+    RequeueAt(SystemTime),
+    /// Nothing more until something changes.
+    Done,
+}
+
+/// What the operator remembers of an object's last sync.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SyncRecord {
+    /// Spec generation synced.
+    pub generation: i64,
+    /// ETag of the last KMS answer.
+    pub etag: Option<String>,
+    /// When the KMS was last checked successfully.
+    pub last_sync: SystemTime,
+    /// When the next check is due.
+    pub next_due: SystemTime,
+    /// Secrets fetched at the last sync.
+    pub synced_keys: i64,
+    /// Keyed hash of each target's data (`Kind/ns/name`), when a persistent
+    /// cache is configured.
+    pub target_hashes: std::collections::BTreeMap<String, [u8; 32]>,
+}
+
+impl SyncRecord {
+    fn to_stored(&self) -> storage::SyncRecord {
+        let ms = crate::kms::client::unix_ms;
+        storage::SyncRecord {
+            generation: self.generation,
+            etag: self.etag.clone(),
+            target_hashes: self.target_hashes.clone(),
+            last_sync_unix_ms: ms(self.last_sync),
+            next_due_unix_ms: ms(self.next_due),
+            synced_keys: u32::try_from(self.synced_keys).unwrap_or(u32::MAX),
+        }
+    }
+
+    fn from_stored(r: storage::SyncRecord) -> Self {
+        let at = |ms: i64| {
+            SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+        };
+        Self {
+            generation: r.generation,
+            etag: r.etag,
+            last_sync: at(r.last_sync_unix_ms),
+            next_due: at(r.next_due_unix_ms),
+            synced_keys: i64::from(r.synced_keys),
+            target_hashes: r.target_hashes,
+        }
+    }
+}
+
+/// Settings of the controllers.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Allow references into other namespaces.
+    pub allow_cross_namespace_refs: bool,
+    /// Namespace of the operator (Leases, `kms-config`).
+    pub pod_namespace: String,
+    /// Watched namespaces; empty = the whole cluster.
+    pub namespaces: Vec<String>,
+    /// Concurrent reconciles per controller.
+    pub workers: usize,
+    /// Longest backoff after failures.
+    pub max_backoff: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            allow_cross_namespace_refs: false,
+            pod_namespace: "kms-operator-system".to_owned(),
+            namespaces: Vec::new(),
+            workers: 8,
+            max_backoff: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Everything a reconcile needs.
+pub struct Context {
+    /// Kubernetes client.
+    pub client: Client,
+    /// KMS client.
+    pub kms: Arc<Kms>,
+    /// Metrics.
+    pub metrics: Metrics,
+    /// The ownership gate.
+    pub gate: Arc<dyn Ownership>,
+    /// Settings.
+    pub settings: Settings,
+    /// Event recorder.
+    pub recorder: Recorder,
+    /// Template renderer.
+    pub renderer: Arc<dyn Renderer>,
+    /// Watched KmsSecrets.
+    pub kms_secrets: Scoped<KmsSecret>,
+    /// Watched managed Secrets (label `secrets.hanzo.ai/managed=true`).
+    pub secrets: Scoped<Secret>,
+    /// Watched managed ConfigMaps.
+    pub config_maps: Scoped<ConfigMap>,
+    /// The KmsSecret queue.
+    pub kms_secret_queue: Arc<Queue<ObjectKey>>,
+    /// Which workloads (that opted in to auto-reload) use which objects.
+    pub consumers: Arc<crate::reload::ConsumerIndex>,
+    /// The persistent cache, if configured.
+    pub cache: Option<storage::Store>,
+    global: Arc<RwLock<GlobalConfig>>,
+    records: Mutex<HashMap<String, SyncRecord>>,
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+/// The parts of a [`Context`] built before the watches start.
+pub struct ContextParts {
+    /// Kubernetes client.
+    pub client: Client,
+    /// KMS client.
+    pub kms: Arc<Kms>,
+    /// Metrics.
+    pub metrics: Metrics,
+    /// The ownership gate.
+    pub gate: Arc<dyn Ownership>,
+    /// Settings.
+    pub settings: Settings,
+    /// Event recorder.
+    pub recorder: Recorder,
+    /// Template renderer.
+    pub renderer: Arc<dyn Renderer>,
+    /// Global config, updated by its watch.
+    pub global: Arc<RwLock<GlobalConfig>>,
+    /// The KmsSecret queue.
+    pub kms_secret_queue: Arc<Queue<ObjectKey>>,
+    /// Which workloads use which objects.
+    pub consumers: Arc<crate::reload::ConsumerIndex>,
+    /// The persistent cache, if configured.
+    pub cache: Option<storage::Store>,
+}
+
+impl Context {
+    /// Assemble a context from its parts and the watched caches.
+    pub fn new(
+        parts: ContextParts,
+        kms_secrets: Scoped<KmsSecret>,
+        secrets: Scoped<Secret>,
+        config_maps: Scoped<ConfigMap>,
+    ) -> Self {
+        Self {
+            client: parts.client,
+            kms: parts.kms,
+            metrics: parts.metrics,
+            gate: parts.gate,
+            settings: parts.settings,
+            recorder: parts.recorder,
+            renderer: parts.renderer,
+            kms_secrets,
+            secrets,
+            config_maps,
+            kms_secret_queue: parts.kms_secret_queue,
+            consumers: parts.consumers,
+            cache: parts.cache,
+            global: parts.global,
+            records: Mutex::new(HashMap::new()),
+            failures: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The current global configuration.
+    pub fn global_config(&self) -> GlobalConfig {
+        self.global
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The sync record of an object UID.
+    pub fn record(&self, uid: &str) -> Option<SyncRecord> {
+        self.records
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(uid)
+            .cloned()
+    }
+
+    /// Store the sync record of an object UID (in memory, and in the
+    /// persistent cache when there is one).
+    pub fn set_record(&self, uid: &str, shard: u32, record: SyncRecord) {
+        if let Some(cache) = &self.cache
+            && let Err(e) = cache.put_sync(uid, &record.to_stored())
+        {
+            self.metrics
+                .cache_errors
+                .with_label_values(&[&shard.to_string()])
+                .inc();
+            tracing::warn!(error = %e, "could not write a cache record");
+        }
+        self.records
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(uid.to_owned(), record);
+    }
+
+    /// The persisted sync record of an object UID (counted as a cache hit,
+    /// miss or error).
+    pub fn cached_record(&self, uid: &str, shard: u32) -> Option<SyncRecord> {
+        let cache = self.cache.as_ref()?;
+        let s = shard.to_string();
+        match cache.get_sync(uid) {
+            storage::Lookup::Hit(r) => {
+                self.metrics.cache_hits.with_label_values(&[&s]).inc();
+                Some(SyncRecord::from_stored(r))
+            }
+            storage::Lookup::Miss => {
+                self.metrics.cache_misses.with_label_values(&[&s]).inc();
+                None
+            }
+            storage::Lookup::Error(reason) => {
+                self.metrics.cache_errors.with_label_values(&[&s]).inc();
+                tracing::warn!(%reason, "unreadable cache record dropped");
+                None
+            }
+        }
+    }
+
+    /// Keyed hash of a target's data for the cache (zeros without a cache).
+    pub fn data_hash(
+        &self,
+        data: &std::collections::BTreeMap<String, Vec<u8>>,
+    ) -> Option<[u8; 32]> {
+        self.cache.as_ref().map(|c| c.data_hasher().hash_map(data))
+    }
+
+    /// Forget what is known of a deleted object.
+    pub fn forget(&self, key: &ObjectKey) {
+        self.failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&format!("{}/{key}", kms_secret::CONTROLLER));
+        let live: HashSet<String> = self
+            .kms_secrets
+            .all()
+            .iter()
+            .filter_map(|o| o.metadata.uid.clone())
+            .collect();
+        self.records
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|uid, _| live.contains(uid));
+        if let Some(cache) = &self.cache
+            && let Err(e) =
+                cache.retain(|kind, uid| kind != storage::RecordKind::Sync || live.contains(uid))
+        {
+            tracing::warn!(error = %e, "could not prune the cache");
+        }
+    }
+
+    /// The backoff after one more failure of `key`: 1 s doubling to the
+    /// maximum, ±20 % jitter, at least what the KMS asked for.
+    fn backoff(&self, key: &str, error: &SyncError) -> Duration {
+        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        let n = failures.entry(key.to_owned()).or_insert(0);
+        *n = n.saturating_add(1);
+        let base = Duration::from_secs(1)
+            .saturating_mul(1u32 << (*n - 1).min(16))
+            .min(self.settings.max_backoff);
+        let jittered = base.mul_f64(0.8 + 0.4 * fastrand::f64());
+        match error.retry_after() {
+            Some(ra) => jittered.max(ra + Duration::from_millis(fastrand::u64(0..1500))),
+            None => jittered,
+        }
+    }
+
+    fn succeeded(&self, key: &str) {
+        self.failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+    }
+}
+
+/// One controller's reconcile, as the worker pool calls it.
+pub trait Reconciler<K>: Send + Sync + 'static {
+    /// Reconcile `key` of `shard`; stop early when `cancel` fires.
+    fn reconcile<'a>(
+        &'a self,
+        ctx: &'a Context,
+        key: &'a K,
+        shard: u32,
+        cancel: &'a CancellationToken,
+    ) -> futures::future::BoxFuture<'a, Result<Action, SyncError>>;
+}
+
+/// Drain `queue` with `ctx.settings.workers` workers until the queue closes.
+pub async fn run_workers<K, R>(
+    ctx: Arc<Context>,
+    queue: Arc<Queue<K>>,
+    controller: &'static str,
+    reconciler: Arc<R>,
+) where
+    K: Clone + Eq + std::hash::Hash + Ord + std::fmt::Display + Send + Sync + 'static,
+    R: Reconciler<K>,
+{
+    let mut tasks = Vec::new();
+    for _ in 0..ctx.settings.workers.max(1) {
+        let (ctx, queue, reconciler) = (ctx.clone(), queue.clone(), reconciler.clone());
+        tasks.push(tokio::spawn(async move {
+            while let Some((key, shard)) = queue.next(|s| ctx.gate.owns(s)).await {
+                let cancel = ctx.gate.cancellation(shard);
+                let started = tokio::time::Instant::now();
+                let result = tokio::select! {
+                    r = reconciler.reconcile(&ctx, &key, shard, &cancel) => r,
+                    () = cancel.cancelled() => Err(SyncError::NotOwner),
+                };
+                let elapsed = started.elapsed();
+                let id = format!("{controller}/{key}");
+                match result {
+                    Ok(Action::RequeueAt(at)) => {
+                        ctx.succeeded(&id);
+                        let delay = at.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO);
+                        queue.add_after(key.clone(), shard, delay);
+                        ctx.metrics.reconcile(controller, shard, "success", elapsed);
+                    }
+                    Ok(Action::Done) => {
+                        ctx.succeeded(&id);
+                        ctx.metrics.reconcile(controller, shard, "success", elapsed);
+                    }
+                    Err(SyncError::NotOwner) => {
+                        tracing::debug!(%key, shard, "shard lost during reconcile; dropped");
+                        ctx.metrics.reconcile(controller, shard, "requeue", elapsed);
+                    }
+                    Err(e) => {
+                        let delay = ctx.backoff(&id, &e);
+                        let result = if matches!(e, SyncError::Kube { code: Some(409), .. }) { "requeue" } else { "error" };
+                        tracing::warn!(controller, %key, reason = e.reason(), error = %e, retry_in = ?delay, "reconcile failed");
+                        queue.add_after(key.clone(), shard, delay);
+                        ctx.metrics.reconcile(controller, shard, result, elapsed);
+                    }
+                }
+                queue.done(&key);
+            }
+        }));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+}

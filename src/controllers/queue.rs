@@ -1,0 +1,325 @@
+//! The work queue of a controller, split by shard.
+//!
+//! Like client-go's workqueue: a key is queued at most once; a key being
+//! processed is never handed out twice, and a key added while it is processed
+//! is queued again when processing ends; delayed keys become ready at their
+//! due time (an earlier due time wins). Every entry carries its shard, so a
+//! shard that is lost can be dropped as a whole, and depth and age are
+//! reported per shard.
+
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::hash::Hash;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// A queued key's place.
+#[derive(Clone, Copy, Debug)]
+enum Place {
+    /// In the ready FIFO since the instant.
+    Ready(Instant),
+    /// Waiting until the instant (with a sequence number for ordering).
+    Delayed(Instant, u64),
+}
+
+struct Inner<K> {
+    ready: VecDeque<K>,
+    delayed: BTreeSet<(Instant, u64, K)>,
+    queued: HashMap<K, (u32, Place)>,
+    processing: HashSet<K>,
+    /// Keys added while processing: shard and when they become ready.
+    dirty: HashMap<K, (u32, Instant)>,
+    seq: u64,
+    closed: bool,
+}
+
+/// A deduplicating, delaying, per-shard work queue.
+pub struct Queue<K> {
+    inner: Mutex<Inner<K>>,
+    notify: Notify,
+}
+
+impl<K: Clone + Eq + Hash + Ord> Default for Queue<K> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<K: Clone + Eq + Hash + Ord> Queue<K> {
+    /// An empty queue.
+    pub fn new() -> Self {
+        Self {
+            inner: Mutex::new(Inner {
+                ready: VecDeque::new(),
+                delayed: BTreeSet::new(),
+                queued: HashMap::new(),
+                processing: HashSet::new(),
+                dirty: HashMap::new(),
+                seq: 0,
+                closed: false,
+            }),
+            notify: Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner<K>> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queue `key` now.
+    pub fn add(&self, key: K, shard: u32) {
+        self.add_at(key, shard, Instant::now());
+    }
+
+    /// Queue `key` after `delay`.
+    pub fn add_after(&self, key: K, shard: u32, delay: Duration) {
+        self.add_at(key, shard, Instant::now() + delay);
+    }
+
+    /// Queue `key` at `due` (now or later). An entry that is already due
+    /// earlier keeps its time.
+    pub fn add_at(&self, key: K, shard: u32, due: Instant) {
+        let now = Instant::now();
+        let mut q = self.lock();
+        if q.closed {
+            return;
+        }
+        if q.processing.contains(&key) {
+            let entry = q.dirty.entry(key).or_insert((shard, due));
+            entry.1 = entry.1.min(due);
+            return;
+        }
+        match q.queued.get(&key).copied() {
+            Some((_, Place::Ready(_))) => return,
+            Some((_, Place::Delayed(at, seq))) => {
+                if at <= due {
+                    return;
+                }
+                q.delayed.remove(&(at, seq, key.clone()));
+            }
+            None => {}
+        }
+        if due <= now {
+            q.ready.push_back(key.clone());
+            q.queued.insert(key, (shard, Place::Ready(now)));
+        } else {
+            q.seq += 1;
+            let seq = q.seq;
+            q.delayed.insert((due, seq, key.clone()));
+            q.queued.insert(key, (shard, Place::Delayed(due, seq)));
+        }
+        drop(q);
+        self.notify.notify_one();
+    }
+
+    /// Move due delayed entries to the ready FIFO; return the next due time.
+    fn promote(q: &mut Inner<K>, now: Instant) -> Option<Instant> {
+        while let Some((at, seq, key)) = q.delayed.first().cloned() {
+            if at > now {
+                return Some(at);
+            }
+            q.delayed.remove(&(at, seq, key.clone()));
+            if let Some(entry) = q.queued.get_mut(&key) {
+                entry.1 = Place::Ready(at);
+                q.ready.push_back(key);
+            }
+        }
+        None
+    }
+
+    /// Wait for the next ready key whose shard `accept` allows; entries of
+    /// other shards are dropped. `None` once the queue is closed.
+    pub async fn next(&self, accept: impl Fn(u32) -> bool) -> Option<(K, u32)> {
+        loop {
+            let notified = self.notify.notified();
+            let wait_until = {
+                let mut q = self.lock();
+                if q.closed {
+                    return None;
+                }
+                let next_due = Self::promote(&mut q, Instant::now());
+                let mut found = None;
+                while let Some(key) = q.ready.pop_front() {
+                    let Some((shard, _)) = q.queued.remove(&key) else {
+                        continue;
+                    };
+                    if accept(shard) {
+                        q.processing.insert(key.clone());
+                        found = Some((key, shard));
+                        break;
+                    }
+                }
+                if let Some(item) = found {
+                    // Others may be ready too.
+                    if !q.ready.is_empty() {
+                        self.notify.notify_one();
+                    }
+                    return Some(item);
+                }
+                next_due
+            };
+            match wait_until {
+                Some(at) => {
+                    tokio::select! {
+                        () = notified => {}
+                        () = tokio::time::sleep_until(at) => {}
+                    }
+                }
+                None => notified.await,
+            }
+        }
+    }
+
+    /// Processing of `key` ended; queue it again if it was added meanwhile.
+    pub fn done(&self, key: &K) {
+        let mut q = self.lock();
+        q.processing.remove(key);
+        if let Some((shard, due)) = q.dirty.remove(key) {
+            drop(q);
+            self.add_at(key.clone(), shard, due);
+        }
+    }
+
+    /// Drop every entry of `shard` (the shard was lost).
+    pub fn drop_shard(&self, shard: u32) -> usize {
+        let mut q = self.lock();
+        let keys: Vec<K> = q
+            .queued
+            .iter()
+            .filter(|(_, (s, _))| *s == shard)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in &keys {
+            if let Some((_, Place::Delayed(at, seq))) = q.queued.remove(key) {
+                q.delayed.remove(&(at, seq, key.clone()));
+            }
+        }
+        let Inner { ready, queued, .. } = &mut *q;
+        ready.retain(|k| queued.contains_key(k));
+        q.dirty.retain(|_, (s, _)| *s != shard);
+        keys.len()
+    }
+
+    /// Remove `key` wherever it waits.
+    pub fn forget(&self, key: &K) {
+        let mut q = self.lock();
+        if let Some((_, Place::Delayed(at, seq))) = q.queued.remove(key) {
+            q.delayed.remove(&(at, seq, key.clone()));
+        }
+        q.ready.retain(|k| k != key);
+        q.dirty.remove(key);
+    }
+
+    /// Depth per shard and age of the oldest ready entry per shard.
+    pub fn stats(&self) -> HashMap<u32, (usize, Duration)> {
+        let now = Instant::now();
+        let mut q = self.lock();
+        Self::promote(&mut q, now);
+        let mut out: HashMap<u32, (usize, Duration)> = HashMap::new();
+        for (shard, place) in q.queued.values() {
+            let e = out.entry(*shard).or_default();
+            e.0 += 1;
+            if let Place::Ready(since) = place {
+                e.1 = e.1.max(now.saturating_duration_since(*since));
+            }
+        }
+        out
+    }
+
+    /// Number of queued (ready or delayed) entries.
+    pub fn len(&self) -> usize {
+        self.lock().queued.len()
+    }
+
+    /// Whether nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Keys being processed right now.
+    pub fn in_progress(&self) -> usize {
+        self.lock().processing.len()
+    }
+
+    /// Stop handing out work; waiting `next` calls return `None`.
+    pub fn close(&self) {
+        self.lock().closed = true;
+        self.notify.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn deduplicates_and_orders() {
+        let q: Queue<&str> = Queue::new();
+        q.add("a", 0);
+        q.add("b", 0);
+        q.add("a", 0);
+        assert_eq!(q.len(), 2);
+        assert_eq!(q.next(|_| true).await, Some(("a", 0)));
+        assert_eq!(q.next(|_| true).await, Some(("b", 0)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn delayed_entries_wait_and_earlier_wins() {
+        let q: Queue<&str> = Queue::new();
+        q.add_after("a", 0, Duration::from_secs(10));
+        q.add_after("a", 0, Duration::from_secs(5));
+        q.add_after("a", 0, Duration::from_secs(20));
+        let start = Instant::now();
+        assert_eq!(q.next(|_| true).await, Some(("a", 0)));
+        assert_eq!(start.elapsed(), Duration::from_secs(5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_in_progress_is_requeued_after_done() {
+        let q: Queue<&str> = Queue::new();
+        q.add("a", 0);
+        let (k, _) = q.next(|_| true).await.unwrap();
+        q.add("a", 0);
+        assert_eq!(q.len(), 0, "not handed out twice while processing");
+        q.done(&k);
+        assert_eq!(q.len(), 1);
+        assert_eq!(q.next(|_| true).await, Some(("a", 0)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shards_are_dropped_and_filtered() {
+        let q: Queue<&str> = Queue::new();
+        q.add("a", 1);
+        q.add_after("b", 1, Duration::from_secs(3));
+        q.add("c", 2);
+        assert_eq!(q.stats()[&1].0, 2);
+        assert_eq!(q.drop_shard(1), 2);
+        assert_eq!(q.len(), 1);
+        q.add("d", 3);
+        // Shard 2 is not accepted: its entry is dropped, "d" is handed out.
+        assert_eq!(q.next(|s| s == 3).await, Some(("d", 3)));
+        assert!(q.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn close_wakes_waiters() {
+        let q = std::sync::Arc::new(Queue::<&str>::new());
+        let q2 = q.clone();
+        let waiter = tokio::spawn(async move { q2.next(|_| true).await });
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        q.close();
+        assert_eq!(waiter.await.unwrap(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ages_are_reported() {
+        let q: Queue<&str> = Queue::new();
+        q.add("a", 0);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let stats = q.stats();
+        assert_eq!(stats[&0].0, 1);
+        assert!(stats[&0].1 >= Duration::from_secs(3));
+    }
+}

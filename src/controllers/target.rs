@@ -1,0 +1,520 @@
+//! Managed objects (Secrets and ConfigMaps) as the planners see them: who
+//! may write one (ownership, adoption, conflicts), what its metadata must be,
+//! its version (a hash of its data), and the difference between what is and
+//! what should be. Pure: no I/O.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+use crate::api::common::CreationPolicy;
+
+/// Annotation: hash of the object's data.
+pub const VERSION_ANNOTATION: &str = "secrets.hanzo.ai/version";
+/// Annotation: `<kind>/<namespace>/<name>` of the resource that writes the object.
+pub const OWNER_ANNOTATION: &str = "secrets.hanzo.ai/owner";
+/// Label on every managed object (what the operator watches).
+pub const MANAGED_LABEL: &str = "secrets.hanzo.ai/managed";
+/// Annotation: keys of the labels copied from the resource.
+pub const MANAGED_LABELS_ANNOTATION: &str = "secrets.hanzo.ai/managed-labels";
+/// Annotation: keys of the annotations copied from the resource.
+pub const MANAGED_ANNOTATIONS_ANNOTATION: &str = "secrets.hanzo.ai/managed-annotations";
+/// Label on objects the operator created.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// Value of [`MANAGED_BY_LABEL`].
+pub const MANAGED_BY_VALUE: &str = "kms-operator";
+/// On an existing object: the operator may take it over.
+pub const ADOPT_ANNOTATION: &str = "secrets.hanzo.ai/adopt";
+/// On a resource: the operator may take over existing targets.
+pub const ADOPT_EXISTING_ANNOTATION: &str = "secrets.hanzo.ai/adopt-existing";
+/// Version annotations of the Go operators: their objects may be taken over.
+pub const LEGACY_VERSION_ANNOTATIONS: [&str; 3] = [
+    "secrets.infisical.com/version",
+    "secrets.hanzo.ai/version",
+    "kms.hanzo.ai/version",
+];
+/// Annotation prefixes never copied from a resource to its objects.
+pub const SYSTEM_ANNOTATION_PREFIXES: [&str; 6] = [
+    "kubectl.kubernetes.io/",
+    "kubernetes.io/",
+    "k8s.io/",
+    "helm.sh/",
+    "argocd.argoproj.io/",
+    "secrets.hanzo.ai/",
+];
+
+/// Secret or ConfigMap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TargetKind {
+    /// A Secret.
+    Secret,
+    /// A ConfigMap.
+    ConfigMap,
+}
+
+impl TargetKind {
+    /// The Kubernetes kind.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TargetKind::Secret => "Secret",
+            TargetKind::ConfigMap => "ConfigMap",
+        }
+    }
+}
+
+/// An object as it is in the cluster (data as bytes for both kinds).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Observed {
+    /// Resource version it was read at.
+    pub resource_version: String,
+    /// Data.
+    pub data: BTreeMap<String, Vec<u8>>,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Annotations.
+    pub annotations: BTreeMap<String, String>,
+    /// Owner references.
+    pub owner_references: Vec<OwnerReference>,
+    /// Secret type.
+    pub secret_type: Option<String>,
+}
+
+impl Observed {
+    /// From a Secret.
+    pub fn from_secret(s: &Secret) -> Self {
+        Self {
+            resource_version: s.metadata.resource_version.clone().unwrap_or_default(),
+            data: s
+                .data
+                .as_ref()
+                .map(|d| d.iter().map(|(k, v)| (k.clone(), v.0.clone())).collect())
+                .unwrap_or_default(),
+            labels: s.metadata.labels.clone().unwrap_or_default(),
+            annotations: s.metadata.annotations.clone().unwrap_or_default(),
+            owner_references: s.metadata.owner_references.clone().unwrap_or_default(),
+            secret_type: s.type_.clone(),
+        }
+    }
+
+    /// From a ConfigMap.
+    pub fn from_config_map(c: &ConfigMap) -> Self {
+        Self {
+            resource_version: c.metadata.resource_version.clone().unwrap_or_default(),
+            data: c
+                .data
+                .as_ref()
+                .map(|d| {
+                    d.iter()
+                        .map(|(k, v)| (k.clone(), v.as_bytes().to_vec()))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            labels: c.metadata.labels.clone().unwrap_or_default(),
+            annotations: c.metadata.annotations.clone().unwrap_or_default(),
+            owner_references: c.metadata.owner_references.clone().unwrap_or_default(),
+            secret_type: None,
+        }
+    }
+
+    /// Whether its data is what its version annotation says it is (nobody
+    /// edited the data since the operator wrote it).
+    pub fn data_intact(&self) -> bool {
+        self.annotations.get(VERSION_ANNOTATION) == Some(&version_of(&self.data))
+    }
+}
+
+/// The version of a target's data: SHA-256 over the sorted keys and values,
+/// each length-prefixed, as 32 hex digits.
+pub fn version_of(data: &BTreeMap<String, Vec<u8>>) -> String {
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    for (k, v) in data {
+        ctx.update(&(k.len() as u64).to_be_bytes());
+        ctx.update(k.as_bytes());
+        ctx.update(&(v.len() as u64).to_be_bytes());
+        ctx.update(v);
+    }
+    crate::kms::endpoint::hex(&ctx.finish().as_ref()[..16])
+}
+
+/// Who may write an existing object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Claim {
+    /// It does not exist: create it.
+    Missing,
+    /// It is ours.
+    Ours,
+    /// It is not ours yet but may be taken over.
+    Adoptable,
+    /// It belongs to nobody we know and carries no adoption marker.
+    Foreign,
+    /// Another resource writes it.
+    Conflict(String),
+}
+
+/// Decide who may write `observed`. `owner_id` is ours
+/// (`KmsSecret/ns/name`); `active_owner` says whether another owner id is a
+/// live resource that still lists this object.
+pub fn claim(
+    observed: Option<&Observed>,
+    owner_id: &str,
+    adopt_existing: bool,
+    active_owner: impl Fn(&str) -> bool,
+) -> Claim {
+    let Some(o) = observed else {
+        return Claim::Missing;
+    };
+    match o.annotations.get(OWNER_ANNOTATION) {
+        Some(owner) if owner == owner_id => return Claim::Ours,
+        Some(owner) if active_owner(owner) => return Claim::Conflict(owner.clone()),
+        // Its owner is gone or no longer lists it.
+        Some(_) => return Claim::Adoptable,
+        None => {}
+    }
+    if adopt_existing
+        || o.annotations.get(ADOPT_ANNOTATION).map(String::as_str) == Some("true")
+        || LEGACY_VERSION_ANNOTATIONS
+            .iter()
+            .any(|a| o.annotations.contains_key(*a))
+    {
+        Claim::Adoptable
+    } else {
+        Claim::Foreign
+    }
+}
+
+/// Labels and annotations a target must carry.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DesiredMeta {
+    /// Labels to set.
+    pub labels: BTreeMap<String, String>,
+    /// Annotations to set.
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// Whether an annotation key is never copied.
+pub fn is_system_annotation(key: &str) -> bool {
+    SYSTEM_ANNOTATION_PREFIXES
+        .iter()
+        .any(|p| key.starts_with(p))
+}
+
+/// The metadata of a target: the template's `metadata` if set, else the
+/// resource's labels and non-system annotations; plus the operator's own
+/// markers. `created_by_us` adds `app.kubernetes.io/managed-by`.
+pub fn desired_meta(
+    resource_labels: &BTreeMap<String, String>,
+    resource_annotations: &BTreeMap<String, String>,
+    template_meta: Option<&crate::api::common::TemplateMetadata>,
+    owner_id: &str,
+    version: &str,
+    created_by_us: bool,
+) -> DesiredMeta {
+    let (mut labels, mut annotations) = match template_meta {
+        Some(m) => (
+            m.labels.clone().unwrap_or_default(),
+            m.annotations.clone().unwrap_or_default(),
+        ),
+        None => (
+            resource_labels.clone(),
+            resource_annotations
+                .iter()
+                .filter(|(k, _)| !is_system_annotation(k))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        ),
+    };
+    // Our markers win over copied values of the same key.
+    labels.remove(MANAGED_LABEL);
+    labels.remove(MANAGED_BY_LABEL);
+    for k in [
+        VERSION_ANNOTATION,
+        OWNER_ANNOTATION,
+        MANAGED_LABELS_ANNOTATION,
+        MANAGED_ANNOTATIONS_ANNOTATION,
+    ] {
+        annotations.remove(k);
+    }
+    let label_keys: Vec<&str> = labels.keys().map(String::as_str).collect();
+    let annotation_keys: Vec<&str> = annotations.keys().map(String::as_str).collect();
+    let (label_csv, annotation_csv) = (label_keys.join(","), annotation_keys.join(","));
+    labels.insert(MANAGED_LABEL.to_owned(), "true".to_owned());
+    if created_by_us {
+        labels.insert(MANAGED_BY_LABEL.to_owned(), MANAGED_BY_VALUE.to_owned());
+    }
+    annotations.insert(MANAGED_LABELS_ANNOTATION.to_owned(), label_csv);
+    annotations.insert(MANAGED_ANNOTATIONS_ANNOTATION.to_owned(), annotation_csv);
+    annotations.insert(OWNER_ANNOTATION.to_owned(), owner_id.to_owned());
+    annotations.insert(VERSION_ANNOTATION.to_owned(), version.to_owned());
+    DesiredMeta {
+        labels,
+        annotations,
+    }
+}
+
+/// What a target should be.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Desired {
+    /// Kind.
+    pub kind: TargetKind,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Data.
+    pub data: BTreeMap<String, Vec<u8>>,
+    /// Metadata.
+    pub meta: DesiredMeta,
+    /// Controller owner reference (creation policy `Owner`).
+    pub owner_reference: Option<OwnerReference>,
+    /// Secret type (used on create; an existing type is kept).
+    pub secret_type: Option<String>,
+}
+
+/// Cleanup that must precede the apply: entries that the apply cannot
+/// remove because another field manager may own them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Removals {
+    /// Data keys present but not desired.
+    pub data: Vec<String>,
+    /// Labels the operator copied before but no longer wants.
+    pub labels: Vec<String>,
+    /// Annotations the operator copied before but no longer wants.
+    pub annotations: Vec<String>,
+}
+
+impl Removals {
+    /// Whether nothing needs removing.
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty() && self.labels.is_empty() && self.annotations.is_empty()
+    }
+}
+
+fn csv(s: Option<&String>) -> Vec<String> {
+    s.map(|s| {
+        s.split(',')
+            .filter(|k| !k.is_empty())
+            .map(str::to_owned)
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+/// The difference between an existing object and its desired state: what to
+/// remove first, and whether the apply changes anything.
+pub fn diff(observed: &Observed, desired: &Desired, policy: CreationPolicy) -> (Removals, bool) {
+    let removals = Removals {
+        data: observed
+            .data
+            .keys()
+            .filter(|k| !desired.data.contains_key(*k))
+            .cloned()
+            .collect(),
+        labels: csv(observed.annotations.get(MANAGED_LABELS_ANNOTATION))
+            .into_iter()
+            .filter(|k| !desired.meta.labels.contains_key(k) && observed.labels.contains_key(k))
+            .collect(),
+        annotations: csv(observed.annotations.get(MANAGED_ANNOTATIONS_ANNOTATION))
+            .into_iter()
+            .filter(|k| {
+                !desired.meta.annotations.contains_key(k) && observed.annotations.contains_key(k)
+            })
+            .collect(),
+    };
+    let data_differs = desired
+        .data
+        .iter()
+        .any(|(k, v)| observed.data.get(k) != Some(v));
+    let labels_differ = desired
+        .meta
+        .labels
+        .iter()
+        .any(|(k, v)| observed.labels.get(k) != Some(v));
+    let annotations_differ = desired
+        .meta
+        .annotations
+        .iter()
+        .any(|(k, v)| observed.annotations.get(k) != Some(v));
+    let owner_differs = match (&desired.owner_reference, policy) {
+        (Some(want), CreationPolicy::Owner) => {
+            !observed.owner_references.iter().any(|r| r.uid == want.uid)
+        }
+        _ => false,
+    };
+    let changed = data_differs
+        || labels_differ
+        || annotations_differ
+        || owner_differs
+        || !removals.is_empty();
+    (removals, changed)
+}
+
+/// Whether a data key is valid for a Secret or ConfigMap.
+pub fn valid_data_key(key: &str) -> bool {
+    !key.is_empty()
+        && key.len() <= 253
+        && key != "."
+        && key != ".."
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obs(data: &[(&str, &str)], annotations: &[(&str, &str)]) -> Observed {
+        Observed {
+            resource_version: "1".into(),
+            data: data
+                .iter()
+                .map(|(k, v)| ((*k).into(), v.as_bytes().to_vec()))
+                .collect(),
+            annotations: annotations
+                .iter()
+                .map(|(k, v)| ((*k).into(), (*v).into()))
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn version_is_order_free_and_unambiguous() {
+        let a: BTreeMap<String, Vec<u8>> = [("a".into(), b"bc".to_vec())].into();
+        let b: BTreeMap<String, Vec<u8>> = [("ab".into(), b"c".to_vec())].into();
+        assert_ne!(version_of(&a), version_of(&b));
+        assert_eq!(version_of(&a), version_of(&a.clone()));
+        assert_eq!(version_of(&a).len(), 32);
+    }
+
+    #[test]
+    fn claims() {
+        let me = "KmsSecret/ns/a";
+        assert_eq!(claim(None, me, false, |_| true), Claim::Missing);
+        let ours = obs(&[], &[(OWNER_ANNOTATION, me)]);
+        assert_eq!(claim(Some(&ours), me, false, |_| true), Claim::Ours);
+        let other = obs(&[], &[(OWNER_ANNOTATION, "KmsSecret/ns/b")]);
+        assert_eq!(
+            claim(Some(&other), me, false, |_| true),
+            Claim::Conflict("KmsSecret/ns/b".into())
+        );
+        assert_eq!(claim(Some(&other), me, false, |_| false), Claim::Adoptable);
+        let foreign = obs(&[("k", "v")], &[]);
+        assert_eq!(claim(Some(&foreign), me, false, |_| true), Claim::Foreign);
+        assert_eq!(claim(Some(&foreign), me, true, |_| true), Claim::Adoptable);
+        let marked = obs(&[], &[(ADOPT_ANNOTATION, "true")]);
+        assert_eq!(claim(Some(&marked), me, false, |_| true), Claim::Adoptable);
+        for legacy in LEGACY_VERSION_ANNOTATIONS {
+            let l = obs(&[], &[(legacy, "W/\"x\"")]);
+            assert_eq!(
+                claim(Some(&l), me, false, |_| true),
+                Claim::Adoptable,
+                "{legacy}"
+            );
+        }
+    }
+
+    #[test]
+    fn metadata_copies_labels_and_non_system_annotations() {
+        let labels: BTreeMap<String, String> = [
+            ("team".into(), "a".into()),
+            (MANAGED_LABEL.into(), "no".into()),
+        ]
+        .into();
+        let annotations: BTreeMap<String, String> = [
+            ("note".into(), "x".into()),
+            (
+                "kubectl.kubernetes.io/last-applied-configuration".into(),
+                "{}".into(),
+            ),
+            ("argocd.argoproj.io/tracking-id".into(), "t".into()),
+            ("secrets.hanzo.ai/adopt-existing".into(), "true".into()),
+        ]
+        .into();
+        let m = desired_meta(&labels, &annotations, None, "KmsSecret/ns/a", "v1", true);
+        assert_eq!(m.labels.get("team").map(String::as_str), Some("a"));
+        assert_eq!(
+            m.labels.get(MANAGED_LABEL).map(String::as_str),
+            Some("true")
+        );
+        assert_eq!(
+            m.labels.get(MANAGED_BY_LABEL).map(String::as_str),
+            Some(MANAGED_BY_VALUE)
+        );
+        assert_eq!(m.annotations.get("note").map(String::as_str), Some("x"));
+        assert!(
+            !m.annotations
+                .keys()
+                .any(|k| k.starts_with("kubectl.") || k.starts_with("argocd."))
+        );
+        assert_eq!(m.annotations[MANAGED_LABELS_ANNOTATION], "team");
+        assert_eq!(m.annotations[MANAGED_ANNOTATIONS_ANNOTATION], "note");
+        assert_eq!(m.annotations[VERSION_ANNOTATION], "v1");
+        let adopted = desired_meta(&labels, &annotations, None, "KmsSecret/ns/a", "v1", false);
+        assert!(!adopted.labels.contains_key(MANAGED_BY_LABEL));
+    }
+
+    #[test]
+    fn template_metadata_replaces_copied_metadata() {
+        let labels: BTreeMap<String, String> = [("team".into(), "a".into())].into();
+        let tm = crate::api::common::TemplateMetadata {
+            labels: Some([("app".into(), "web".into())].into()),
+            annotations: None,
+        };
+        let m = desired_meta(&labels, &BTreeMap::new(), Some(&tm), "o", "v", false);
+        assert!(!m.labels.contains_key("team"));
+        assert_eq!(m.labels["app"], "web");
+    }
+
+    #[test]
+    fn diff_finds_foreign_keys_and_dropped_labels() {
+        let mut o = obs(
+            &[("A", "1"), ("X", "foreign")],
+            &[(MANAGED_LABELS_ANNOTATION, "old,team")],
+        );
+        o.labels.insert("old".into(), "1".into());
+        o.labels.insert("team".into(), "a".into());
+        let d = Desired {
+            kind: TargetKind::Secret,
+            namespace: "ns".into(),
+            name: "n".into(),
+            data: [("A".into(), b"1".to_vec())].into(),
+            meta: DesiredMeta {
+                labels: [("team".into(), "a".into())].into(),
+                annotations: BTreeMap::new(),
+            },
+            owner_reference: None,
+            secret_type: None,
+        };
+        let (r, changed) = diff(&o, &d, CreationPolicy::Orphan);
+        assert_eq!(r.data, vec!["X".to_owned()]);
+        assert_eq!(r.labels, vec!["old".to_owned()]);
+        assert!(changed);
+        o.data.remove("X");
+        o.labels.remove("old");
+        let (r, changed) = diff(&o, &d, CreationPolicy::Orphan);
+        assert!(r.is_empty());
+        assert!(!changed);
+    }
+
+    #[test]
+    fn intact_means_the_annotation_matches_the_data() {
+        let data: BTreeMap<String, Vec<u8>> = [("A".into(), b"1".to_vec())].into();
+        let v = version_of(&data);
+        let o = obs(&[("A", "1")], &[(VERSION_ANNOTATION, &v)]);
+        assert!(o.data_intact());
+        let edited = obs(&[("A", "2")], &[(VERSION_ANNOTATION, &v)]);
+        assert!(!edited.data_intact());
+    }
+
+    #[test]
+    fn data_keys() {
+        for ok in ["A", "a.b", "tls.crt", "x-y_z", "..a"] {
+            assert!(valid_data_key(ok), "{ok}");
+        }
+        for bad in ["", ".", "..", "a b", "a/b", "ä"] {
+            assert!(!valid_data_key(bad), "{bad}");
+        }
+    }
+}

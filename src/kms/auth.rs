@@ -1,0 +1,283 @@
+//! Identities and their tokens.
+//!
+//! An identity is what one login is for: (KMS base URL, trust configuration,
+//! method, client or identity id, hash of the secret material). Every
+//! resource that uses the same identity shares one token: one login, renewed
+//! before it expires, replaced by a fresh login at its max TTL. Logins are
+//! lazy: nothing is asked of the KMS until a request needs a token.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use secrecy::{ExposeSecret, SecretString};
+use tokio::time::Instant;
+
+use super::endpoint::{Endpoint, hex};
+
+/// Credentials of one login method. Secret material is held redacted.
+#[derive(Clone)]
+pub enum Credentials {
+    /// Universal auth: client id and client secret.
+    UniversalAuth {
+        /// The client id.
+        client_id: String,
+        /// The client secret.
+        client_secret: SecretString,
+    },
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Credentials::UniversalAuth { client_id, .. } => f
+                .debug_struct("UniversalAuth")
+                .field("client_id", client_id)
+                .field("client_secret", &"[REDACTED]")
+                .finish(),
+        }
+    }
+}
+
+impl Credentials {
+    /// The method's metric label.
+    pub fn method(&self) -> &'static str {
+        match self {
+            Credentials::UniversalAuth { .. } => "universal",
+        }
+    }
+
+    /// Name of the method as shown in conditions.
+    pub fn strategy_name(&self) -> &'static str {
+        match self {
+            Credentials::UniversalAuth { .. } => "UNIVERSAL_MACHINE_IDENTITY",
+        }
+    }
+
+    fn principal(&self) -> &str {
+        match self {
+            Credentials::UniversalAuth { client_id, .. } => client_id,
+        }
+    }
+
+    fn material_digest(&self) -> String {
+        let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+        match self {
+            Credentials::UniversalAuth { client_secret, .. } => {
+                ctx.update(client_secret.expose_secret().as_bytes())
+            }
+        }
+        hex(ctx.finish().as_ref())
+    }
+}
+
+/// Who logs in where.
+#[derive(Clone, Debug)]
+pub struct Identity {
+    /// The KMS.
+    pub endpoint: Endpoint,
+    /// How to log in.
+    pub credentials: Credentials,
+}
+
+/// The key of an identity: a SHA-256 over every part that makes a login
+/// different. Never keyed by client id alone.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct IdentityKey(pub String);
+
+impl Identity {
+    /// The identity's key.
+    pub fn key(&self) -> IdentityKey {
+        let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+        for part in [
+            self.endpoint.base.as_str(),
+            &self.endpoint.trust_key(),
+            self.credentials.method(),
+            self.credentials.principal(),
+            &self.credentials.material_digest(),
+        ] {
+            ctx.update(&(part.len() as u64).to_be_bytes());
+            ctx.update(part.as_bytes());
+        }
+        IdentityKey(hex(ctx.finish().as_ref()))
+    }
+}
+
+/// A token and its lifetime, measured on the monotonic clock.
+#[derive(Clone)]
+pub struct Token {
+    /// The bearer token.
+    pub access_token: SecretString,
+    /// When it was obtained by login.
+    pub obtained: Instant,
+    /// When it was last obtained or renewed.
+    pub renewed: Instant,
+    /// TTL without renewal; zero = none.
+    pub ttl: Duration,
+    /// Lifetime cap from `obtained`; zero = none.
+    pub max_ttl: Duration,
+}
+
+/// What to do with a cached token now.
+#[derive(Debug, PartialEq, Eq)]
+pub enum TokenAction {
+    /// Use it.
+    Use,
+    /// Renew it first.
+    Renew,
+    /// Log in again.
+    Login,
+}
+
+impl Token {
+    /// Decide at `now`: use while within 80 % of its TTL (and at least 10 s
+    /// before the max TTL); renew when a renewal still fits under the max
+    /// TTL; otherwise log in again.
+    pub fn action(&self, now: Instant) -> TokenAction {
+        let margin = Duration::from_secs(10);
+        let max_deadline = (!self.max_ttl.is_zero()).then(|| self.obtained + self.max_ttl);
+        if let Some(deadline) = max_deadline
+            && now + margin >= deadline
+        {
+            return TokenAction::Login;
+        }
+        if self.ttl.is_zero() {
+            return TokenAction::Use;
+        }
+        let expiry = self.renewed + self.ttl;
+        if now < self.renewed + self.ttl.mul_f64(0.8) && now + margin.min(self.ttl / 2) < expiry {
+            return TokenAction::Use;
+        }
+        if now >= expiry {
+            return TokenAction::Login;
+        }
+        match max_deadline {
+            Some(deadline) if now + self.ttl > deadline => TokenAction::Login,
+            _ => TokenAction::Renew,
+        }
+    }
+}
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Token")
+            .field("access_token", &"[REDACTED]")
+            .field("ttl", &self.ttl)
+            .field("max_ttl", &self.max_ttl)
+            .finish()
+    }
+}
+
+/// Tokens by identity. Each identity has its own async lock, so concurrent
+/// requests for one identity wait for a single login.
+#[derive(Default)]
+pub struct TokenCache {
+    slots: Mutex<HashMap<IdentityKey, Arc<tokio::sync::Mutex<Option<Token>>>>>,
+}
+
+impl TokenCache {
+    /// The slot of an identity (created empty on first use).
+    pub fn slot(&self, key: &IdentityKey) -> Arc<tokio::sync::Mutex<Option<Token>>> {
+        let mut map = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        map.entry(key.clone()).or_default().clone()
+    }
+
+    /// Forget the token of an identity if it is still `stale` (so a token
+    /// error on an old token does not throw away a newer one).
+    pub async fn invalidate(&self, key: &IdentityKey, stale: &SecretString) {
+        let slot = self.slot(key);
+        let mut guard = slot.lock().await;
+        if guard
+            .as_ref()
+            .is_some_and(|t| t.access_token.expose_secret() == stale.expose_secret())
+        {
+            *guard = None;
+        }
+    }
+
+    /// Identities with a cached token.
+    pub fn len(&self) -> usize {
+        self.slots.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Whether no identity has a slot.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ident(secret: &str, host: &str) -> Identity {
+        Identity {
+            endpoint: Endpoint::new(host, None).unwrap(),
+            credentials: Credentials::UniversalAuth {
+                client_id: "id".into(),
+                client_secret: SecretString::from(secret.to_owned()),
+            },
+        }
+    }
+
+    #[test]
+    fn identity_key_covers_host_and_secret_material() {
+        let a = ident("s1", "https://a.io");
+        assert_eq!(a.key(), ident("s1", "https://a.io/api").key());
+        assert_ne!(a.key(), ident("s2", "https://a.io").key());
+        assert_ne!(a.key(), ident("s1", "https://b.io").key());
+        let debug = format!("{a:?}");
+        assert!(!debug.contains("s1\""), "{debug}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn token_lifecycle() {
+        let t0 = Instant::now();
+        let tok = Token {
+            access_token: SecretString::from("t".to_owned()),
+            obtained: t0,
+            renewed: t0,
+            ttl: Duration::from_secs(100),
+            max_ttl: Duration::from_secs(250),
+        };
+        assert_eq!(tok.action(t0), TokenAction::Use);
+        assert_eq!(tok.action(t0 + Duration::from_secs(79)), TokenAction::Use);
+        assert_eq!(tok.action(t0 + Duration::from_secs(85)), TokenAction::Renew);
+        assert_eq!(
+            tok.action(t0 + Duration::from_secs(100)),
+            TokenAction::Login
+        );
+        let renewed = Token {
+            renewed: t0 + Duration::from_secs(160),
+            ..tok.clone()
+        };
+        // Still valid for 20 s (the cap is at 250 s): use it.
+        assert_eq!(
+            renewed.action(t0 + Duration::from_secs(230)),
+            TokenAction::Use
+        );
+        // Within 10 s of the cap: log in again rather than renew past it.
+        assert_eq!(
+            renewed.action(t0 + Duration::from_secs(241)),
+            TokenAction::Login
+        );
+        // Past 80 % of the TTL, and a renewal would run past the cap.
+        let late = Token {
+            renewed: t0 + Duration::from_secs(120),
+            ..tok.clone()
+        };
+        assert_eq!(
+            late.action(t0 + Duration::from_secs(210)),
+            TokenAction::Login
+        );
+        let no_ttl = Token {
+            ttl: Duration::ZERO,
+            max_ttl: Duration::ZERO,
+            ..tok
+        };
+        assert_eq!(
+            no_ttl.action(t0 + Duration::from_secs(1_000_000)),
+            TokenAction::Use
+        );
+    }
+}

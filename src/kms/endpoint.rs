@@ -1,0 +1,212 @@
+//! Where the KMS is: base-URL normalisation (`/api` appended as the
+//! reference does), the `--allowed-kms-hosts` check, and one HTTP client per
+//! trust configuration (system roots, or system roots plus a private CA).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::KmsError;
+
+/// The default KMS when neither the resource nor `kms-config` names one.
+pub const DEFAULT_HOST_API: &str = "https://kms.hanzo.ai/api";
+
+/// A normalised KMS base URL (`scheme://host[:port][/prefix]/api`, no
+/// trailing slash) and an optional private CA bundle.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Endpoint {
+    /// Base URL ending in `/api`.
+    pub base: String,
+    /// Host name (for rate limiting, metrics and the allow list).
+    pub host: String,
+    /// PEM CA bundle trusted in addition to the system roots.
+    pub ca_pem: Option<Arc<Vec<u8>>>,
+}
+
+impl Endpoint {
+    /// Build an endpoint from a configured host URL.
+    pub fn new(host_api: &str, ca_pem: Option<Vec<u8>>) -> Result<Self, KmsError> {
+        let base = normalize_base(host_api)?;
+        let url = url::Url::parse(&base).map_err(|e| KmsError::InvalidHost {
+            url: host_api.to_owned(),
+            reason: e.to_string(),
+        })?;
+        let host = url.host_str().unwrap_or_default().to_owned();
+        Ok(Self {
+            base,
+            host,
+            ca_pem: ca_pem.map(Arc::new),
+        })
+    }
+
+    /// Whether the connection is unencrypted.
+    pub fn is_plain_http(&self) -> bool {
+        self.base.starts_with("http://")
+    }
+
+    /// A key identifying the trust configuration (for the identity key and
+    /// the client cache): empty for system roots, else a SHA-256 of the PEM.
+    pub fn trust_key(&self) -> String {
+        match &self.ca_pem {
+            None => String::new(),
+            Some(pem) => hex(ring::digest::digest(&ring::digest::SHA256, pem).as_ref()),
+        }
+    }
+}
+
+/// Lower-case hex of bytes.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Normalise a host URL: trim, drop trailing slashes, append `/api` when the
+/// path does not already end in it. Only `http` and `https` are accepted.
+pub fn normalize_base(input: &str) -> Result<String, KmsError> {
+    let trimmed = input.trim().trim_end_matches('/');
+    let invalid = |reason: &str| KmsError::InvalidHost {
+        url: input.to_owned(),
+        reason: reason.to_owned(),
+    };
+    if trimmed.is_empty() {
+        return Err(invalid("empty URL"));
+    }
+    let url = url::Url::parse(trimmed).map_err(|e| invalid(&e.to_string()))?;
+    if url.scheme() != "http" && url.scheme() != "https" {
+        return Err(invalid("the scheme must be http or https"));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(invalid("no host"));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(invalid("a query or fragment is not allowed"));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(invalid("credentials in the URL are not allowed"));
+    }
+    if trimmed.ends_with("/api") {
+        Ok(trimmed.to_owned())
+    } else {
+        Ok(format!("{trimmed}/api"))
+    }
+}
+
+/// Whether `host` matches one of the patterns (`kms.example.com`,
+/// `*.example.com`, `*`). An empty list allows every host.
+pub fn host_allowed(host: &str, patterns: &[String]) -> bool {
+    if patterns.is_empty() {
+        return true;
+    }
+    let host = host.to_ascii_lowercase();
+    patterns.iter().any(|p| {
+        let p = p.trim().to_ascii_lowercase();
+        if p == "*" {
+            true
+        } else if let Some(suffix) = p.strip_prefix("*.") {
+            host.len() > suffix.len() + 1 && host.ends_with(&format!(".{suffix}"))
+        } else {
+            host == p
+        }
+    })
+}
+
+/// HTTP clients, one per trust configuration, shared by every request.
+#[derive(Default)]
+pub struct Clients {
+    by_trust: Mutex<HashMap<String, reqwest::Client>>,
+}
+
+impl Clients {
+    /// The client for an endpoint's trust configuration.
+    pub fn get(&self, endpoint: &Endpoint) -> Result<reqwest::Client, KmsError> {
+        let key = endpoint.trust_key();
+        let mut map = self.by_trust.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = map.get(&key) {
+            return Ok(c.clone());
+        }
+        let mut builder = reqwest::Client::builder()
+            .user_agent(concat!("kms-operator/", env!("CARGO_PKG_VERSION")))
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(Duration::from_secs(20))
+            .pool_idle_timeout(Duration::from_secs(60));
+        if let Some(pem) = &endpoint.ca_pem {
+            let certs = reqwest::Certificate::from_pem_bundle(pem)
+                .map_err(|e| KmsError::InvalidCa(e.to_string()))?;
+            if certs.is_empty() {
+                return Err(KmsError::InvalidCa(
+                    "no certificate in the bundle".to_owned(),
+                ));
+            }
+            builder = builder.tls_certs_merge(certs);
+        }
+        let client = builder
+            .build()
+            .map_err(|e| KmsError::InvalidCa(format!("cannot build the HTTP client: {e}")))?;
+        map.insert(key, client.clone());
+        Ok(client)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_is_appended_once() {
+        assert_eq!(
+            normalize_base("https://kms.example.com").unwrap(),
+            "https://kms.example.com/api"
+        );
+        assert_eq!(
+            normalize_base("https://kms.example.com/").unwrap(),
+            "https://kms.example.com/api"
+        );
+        assert_eq!(
+            normalize_base("https://kms.example.com/api/").unwrap(),
+            "https://kms.example.com/api"
+        );
+        assert_eq!(
+            normalize_base("http://127.0.0.1:8080/api").unwrap(),
+            "http://127.0.0.1:8080/api"
+        );
+        assert_eq!(
+            normalize_base(" https://x.io/kms ").unwrap(),
+            "https://x.io/kms/api"
+        );
+    }
+
+    #[test]
+    fn bad_hosts_are_refused() {
+        for bad in [
+            "",
+            "kms.example.com",
+            "ftp://x.io",
+            "https://u:p@x.io",
+            "https://x.io/?a=b",
+        ] {
+            assert!(normalize_base(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn allow_list() {
+        let pats = vec!["*.example.com".to_owned(), "kms.internal".to_owned()];
+        assert!(host_allowed("kms.example.com", &pats));
+        assert!(host_allowed("KMS.Example.com", &pats));
+        assert!(!host_allowed("example.com", &pats));
+        assert!(!host_allowed("evil-example.com", &pats));
+        assert!(host_allowed("kms.internal", &pats));
+        assert!(!host_allowed("kms.internal.evil", &pats));
+        assert!(host_allowed("anything", &[]));
+        assert!(host_allowed("anything", &["*".to_owned()]));
+    }
+
+    #[test]
+    fn trust_key_depends_on_the_ca() {
+        let a = Endpoint::new("https://x.io", None).unwrap();
+        let b = Endpoint::new("https://x.io", Some(b"pem-a".to_vec())).unwrap();
+        let c = Endpoint::new("https://x.io", Some(b"pem-b".to_vec())).unwrap();
+        assert_eq!(a.trust_key(), "");
+        assert_ne!(b.trust_key(), c.trust_key());
+        assert_eq!(b.host, "x.io");
+    }
+}

@@ -1,0 +1,187 @@
+//! The KMS request budget: one token bucket per host, `--kms-rate-limit`
+//! requests per second for the whole operator divided among live replicas,
+//! burst twice the rate. A `429` pauses the whole host until its
+//! `Retry-After` has passed, so no request of this replica adds to a storm.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// Per-host token buckets sharing one configured rate.
+pub struct Limiter {
+    /// Requests per second for the whole operator, as f64 bits.
+    total_rate_bits: AtomicU64,
+    /// Live replicas sharing the budget (at least 1).
+    members: AtomicU32,
+    hosts: Mutex<HashMap<String, Bucket>>,
+}
+
+struct Bucket {
+    tokens: f64,
+    last: Instant,
+    paused_until: Option<Instant>,
+}
+
+/// What `acquire` had to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acquired {
+    /// A token was free.
+    Immediately,
+    /// The request waited for the budget or a pause.
+    AfterWaiting,
+}
+
+impl Limiter {
+    /// A limiter for `rate` requests per second in total (0 or less disables
+    /// the budget; 429 pauses still apply).
+    pub fn new(rate: f64) -> Self {
+        Self {
+            total_rate_bits: AtomicU64::new(rate.to_bits()),
+            members: AtomicU32::new(1),
+            hosts: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Tell the limiter how many replicas share the budget.
+    pub fn set_members(&self, members: u32) {
+        self.members.store(members.max(1), Ordering::Relaxed);
+    }
+
+    /// This replica's share of the rate, requests per second.
+    pub fn rate(&self) -> f64 {
+        let total = f64::from_bits(self.total_rate_bits.load(Ordering::Relaxed));
+        total / f64::from(self.members.load(Ordering::Relaxed).max(1))
+    }
+
+    /// Wait until a request to `host` may be sent.
+    pub async fn acquire(&self, host: &str) -> Acquired {
+        let mut waited = false;
+        loop {
+            let wait = {
+                let rate = self.rate();
+                let now = Instant::now();
+                let mut hosts = self.hosts.lock().unwrap_or_else(|e| e.into_inner());
+                let burst = (rate * 2.0).max(1.0);
+                let b = hosts.entry(host.to_owned()).or_insert(Bucket {
+                    tokens: burst,
+                    last: now,
+                    paused_until: None,
+                });
+                if let Some(until) = b.paused_until {
+                    if until > now {
+                        Some(until - now)
+                    } else {
+                        b.paused_until = None;
+                        None
+                    }
+                } else {
+                    None
+                }
+                .or_else(|| {
+                    if rate <= 0.0 {
+                        return None;
+                    }
+                    let elapsed = now.saturating_duration_since(b.last).as_secs_f64();
+                    b.tokens = (b.tokens + elapsed * rate).min(burst);
+                    b.last = now;
+                    if b.tokens >= 1.0 {
+                        b.tokens -= 1.0;
+                        None
+                    } else {
+                        Some(Duration::from_secs_f64((1.0 - b.tokens) / rate))
+                    }
+                })
+            };
+            match wait {
+                None => {
+                    return if waited {
+                        Acquired::AfterWaiting
+                    } else {
+                        Acquired::Immediately
+                    };
+                }
+                Some(d) => {
+                    waited = true;
+                    tokio::time::sleep(d).await;
+                }
+            }
+        }
+    }
+
+    /// Stop sending to `host` for `for_how_long` (after a 429).
+    pub fn pause(&self, host: &str, for_how_long: Duration) {
+        let until = Instant::now() + for_how_long;
+        let mut hosts = self.hosts.lock().unwrap_or_else(|e| e.into_inner());
+        let b = hosts.entry(host.to_owned()).or_insert(Bucket {
+            tokens: 0.0,
+            last: Instant::now(),
+            paused_until: None,
+        });
+        b.tokens = 0.0;
+        b.paused_until = Some(b.paused_until.map_or(until, |p| p.max(until)));
+    }
+
+    /// How long requests to `host` are paused from now, if they are.
+    pub fn paused_for(&self, host: &str) -> Option<Duration> {
+        let hosts = self.hosts.lock().unwrap_or_else(|e| e.into_inner());
+        let until = hosts.get(host)?.paused_until?;
+        let now = Instant::now();
+        (until > now).then(|| until - now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn bucket_allows_burst_then_the_rate() {
+        let l = Limiter::new(10.0);
+        let start = Instant::now();
+        for _ in 0..20 {
+            assert_eq!(l.acquire("h").await, Acquired::Immediately);
+        }
+        // The 21st waits about 1/10 s.
+        assert_eq!(l.acquire("h").await, Acquired::AfterWaiting);
+        let waited = start.elapsed();
+        assert!(
+            waited >= Duration::from_millis(99) && waited <= Duration::from_millis(150),
+            "{waited:?}"
+        );
+        // Other hosts have their own bucket.
+        assert_eq!(l.acquire("other").await, Acquired::Immediately);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn members_share_the_rate() {
+        let l = Limiter::new(12.0);
+        l.set_members(3);
+        assert!((l.rate() - 4.0).abs() < 1e-9);
+        for _ in 0..8 {
+            l.acquire("h").await;
+        }
+        let start = Instant::now();
+        for _ in 0..4 {
+            l.acquire("h").await;
+        }
+        let waited = start.elapsed();
+        assert!(
+            waited >= Duration::from_millis(990),
+            "4 requests at 4/s after the burst took {waited:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pause_blocks_the_host() {
+        let l = Limiter::new(100.0);
+        l.pause("h", Duration::from_secs(30));
+        assert!(l.paused_for("h").unwrap() > Duration::from_secs(29));
+        let start = Instant::now();
+        l.acquire("h").await;
+        assert!(start.elapsed() >= Duration::from_secs(30));
+        assert!(l.paused_for("h").is_none());
+    }
+}

@@ -1,0 +1,25 @@
+//! The KMS client: how the operator talks to a KMS that speaks the
+//! Infisical HTTP API.
+//!
+//! - [`endpoint`]: base URLs (`/api` appended), the host allow list, one
+//!   HTTP client per trust configuration (system roots plus a private CA);
+//! - [`auth`]: identities, their keys and tokens (one login per identity,
+//!   renewed before expiry, a new login at max TTL, lazy);
+//! - [`limiter`]: the request budget per host and 429 pauses;
+//! - [`flight`]: identical requests in flight shared;
+//! - [`client`]: the requests themselves, with bounded retries and metrics;
+//! - [`model`]: wire types, with secret values redacted in `Debug`.
+
+pub mod auth;
+pub mod client;
+pub mod endpoint;
+mod error;
+pub mod flight;
+pub mod limiter;
+pub mod model;
+
+pub use auth::{Credentials, Identity, IdentityKey};
+pub use client::{Fetch, Kms, KmsConfig, ProjectRef, Scope};
+pub use endpoint::{DEFAULT_HOST_API, Endpoint};
+pub use error::KmsError;
+pub use model::{SecretItem, SecretMap};

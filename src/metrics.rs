@@ -1,0 +1,432 @@
+//! Prometheus metrics of the operator (the table of SPEC §6).
+//!
+//! Every family is registered at start on a registry the caller owns, and
+//! every known label combination is touched so series exist (at 0) from the
+//! first scrape. Label values are bounded: controllers, shard numbers,
+//! results, route templates and status codes — never names of objects.
+
+use std::time::Duration;
+
+use prometheus::{
+    Encoder, Gauge, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
+    Opts, Registry, TextEncoder,
+};
+
+/// The controllers, as metric label values.
+pub const CONTROLLERS: [&str; 3] = ["kmssecret", "kmspushsecret", "kmsdynamicsecret"];
+/// Reconcile results, as metric label values.
+pub const RESULTS: [&str; 3] = ["success", "error", "requeue"];
+/// Workload kinds that can be reloaded.
+pub const RELOAD_KINDS: [&str; 3] = ["Deployment", "StatefulSet", "DaemonSet"];
+/// KMS routes, as metric label values.
+pub const KMS_ENDPOINTS: [&str; 14] = [
+    "POST /api/v1/auth/universal-auth/login",
+    "POST /api/v1/auth/kubernetes-auth/login",
+    "POST /api/v1/auth/ldap-auth/login",
+    "POST /api/v1/auth/token/renew",
+    "GET /api/v3/secrets/raw",
+    "GET /api/v3/secrets/raw/:secretName",
+    "POST /api/v3/secrets/raw/:secretName",
+    "PATCH /api/v3/secrets/raw/:secretName",
+    "DELETE /api/v3/secrets/raw/:secretName",
+    "GET /api/v2/workspace/:slug",
+    "GET /api/v1/workspace/:id",
+    "POST /api/v1/dynamic-secrets/leases",
+    "POST /api/v1/dynamic-secrets/leases/:leaseId/renew",
+    "DELETE /api/v1/dynamic-secrets/leases/:leaseId",
+];
+/// Login methods, as metric label values.
+pub const LOGIN_METHODS: [&str; 8] = [
+    "universal",
+    "kubernetes",
+    "aws-iam",
+    "azure",
+    "gcp-id-token",
+    "gcp-iam",
+    "ldap",
+    "service-token",
+];
+
+/// All metric families of the operator.
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Registry,
+    /// `controller_runtime_reconcile_total{controller,result,shard}`.
+    pub reconcile_total: IntCounterVec,
+    /// `controller_runtime_reconcile_errors_total{controller,shard}`.
+    pub reconcile_errors: IntCounterVec,
+    /// `controller_runtime_reconcile_time_seconds{controller,shard}`.
+    pub reconcile_time: HistogramVec,
+    /// `kms_operator_shard_owned{shard}`.
+    pub shard_owned: IntGaugeVec,
+    /// `kms_operator_shard_handovers_total{shard,direction}`.
+    pub shard_handovers: IntCounterVec,
+    /// `kms_operator_lease_renew_failures_total{shard}`.
+    pub lease_renew_failures: IntCounterVec,
+    /// `kms_operator_queue_depth{controller,shard}`.
+    pub queue_depth: IntGaugeVec,
+    /// `kms_operator_queue_oldest_seconds{controller,shard}`.
+    pub queue_oldest: prometheus::GaugeVec,
+    /// `kms_operator_managed_objects{controller,shard}`.
+    pub managed_objects: IntGaugeVec,
+    /// `kms_operator_kms_requests_total{endpoint,code}`.
+    pub kms_requests: IntCounterVec,
+    /// `kms_operator_kms_request_duration_seconds{endpoint}`.
+    pub kms_request_duration: HistogramVec,
+    /// `kms_operator_kms_logins_total{method}`.
+    pub kms_logins: IntCounterVec,
+    /// `kms_operator_kms_throttled_total`.
+    pub kms_throttled: IntCounter,
+    /// `kms_operator_cache_hits_total{shard}`.
+    pub cache_hits: IntCounterVec,
+    /// `kms_operator_cache_misses_total{shard}`.
+    pub cache_misses: IntCounterVec,
+    /// `kms_operator_cache_errors_total{shard}`.
+    pub cache_errors: IntCounterVec,
+    /// `kms_operator_dynamic_leases{shard}`.
+    pub dynamic_leases: IntGaugeVec,
+    /// `kms_operator_reloads_total{kind}`.
+    pub reloads: IntCounterVec,
+    process_rss: IntGauge,
+    process_cpu: Gauge,
+    process_fds: IntGauge,
+}
+
+/// The status-code label of a KMS response (`304` is its own code;
+/// transport failures are `error`).
+pub fn code_label(status: Option<u16>) -> String {
+    status.map_or_else(|| "error".to_owned(), |s| s.to_string())
+}
+
+impl Metrics {
+    /// Register every family on a new registry, with series for `shards`
+    /// shards.
+    pub fn new(shards: u32) -> Self {
+        let registry = Registry::new();
+        // Registration only fails on duplicate or invalid names, which are
+        // constants here; a failure is a programming error caught by tests.
+        let reg = |c: Box<dyn prometheus::core::Collector>| {
+            registry.register(c).expect("metric registration");
+        };
+        let counter_vec = |name: &str, help: &str, labels: &[&str]| {
+            let c = IntCounterVec::new(Opts::new(name, help), labels).expect("metric");
+            reg(Box::new(c.clone()));
+            c
+        };
+        let gauge_vec = |name: &str, help: &str, labels: &[&str]| {
+            let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("metric");
+            reg(Box::new(g.clone()));
+            g
+        };
+        let reconcile_total = counter_vec(
+            "controller_runtime_reconcile_total",
+            "Reconciles per controller, result and shard.",
+            &["controller", "result", "shard"],
+        );
+        let reconcile_errors = counter_vec(
+            "controller_runtime_reconcile_errors_total",
+            "Failed reconciles per controller and shard.",
+            &["controller", "shard"],
+        );
+        let reconcile_time = HistogramVec::new(
+            HistogramOpts::new(
+                "controller_runtime_reconcile_time_seconds",
+                "Reconcile duration.",
+            )
+            .buckets(vec![
+                0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+            ]),
+            &["controller", "shard"],
+        )
+        .expect("metric");
+        reg(Box::new(reconcile_time.clone()));
+        let shard_owned = gauge_vec(
+            "kms_operator_shard_owned",
+            "1 if this replica owns the shard.",
+            &["shard"],
+        );
+        let shard_handovers = counter_vec(
+            "kms_operator_shard_handovers_total",
+            "Shard ownership changes of this replica.",
+            &["shard", "direction"],
+        );
+        let lease_renew_failures = counter_vec(
+            "kms_operator_lease_renew_failures_total",
+            "Failed renewals of shard Leases.",
+            &["shard"],
+        );
+        let queue_depth = gauge_vec(
+            "kms_operator_queue_depth",
+            "Queued objects.",
+            &["controller", "shard"],
+        );
+        let queue_oldest = prometheus::GaugeVec::new(
+            Opts::new(
+                "kms_operator_queue_oldest_seconds",
+                "Age of the oldest ready object in the queue.",
+            ),
+            &["controller", "shard"],
+        )
+        .expect("metric");
+        reg(Box::new(queue_oldest.clone()));
+        let managed_objects = gauge_vec(
+            "kms_operator_managed_objects",
+            "Resources owned by this replica.",
+            &["controller", "shard"],
+        );
+        let kms_requests = counter_vec(
+            "kms_operator_kms_requests_total",
+            "KMS HTTP requests by route template and status code.",
+            &["endpoint", "code"],
+        );
+        let kms_request_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "kms_operator_kms_request_duration_seconds",
+                "KMS request latency.",
+            )
+            .buckets(vec![
+                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0,
+            ]),
+            &["endpoint"],
+        )
+        .expect("metric");
+        reg(Box::new(kms_request_duration.clone()));
+        let kms_logins = counter_vec(
+            "kms_operator_kms_logins_total",
+            "KMS logins by method.",
+            &["method"],
+        );
+        let kms_throttled = IntCounter::new(
+            "kms_operator_kms_throttled_total",
+            "KMS requests delayed by the request budget or a 429.",
+        )
+        .expect("metric");
+        reg(Box::new(kms_throttled.clone()));
+        let cache_hits = counter_vec(
+            "kms_operator_cache_hits_total",
+            "Persistent cache hits.",
+            &["shard"],
+        );
+        let cache_misses = counter_vec(
+            "kms_operator_cache_misses_total",
+            "Persistent cache misses.",
+            &["shard"],
+        );
+        let cache_errors = counter_vec(
+            "kms_operator_cache_errors_total",
+            "Persistent cache records that could not be read or written.",
+            &["shard"],
+        );
+        let dynamic_leases = gauge_vec(
+            "kms_operator_dynamic_leases",
+            "Active dynamic-secret leases held.",
+            &["shard"],
+        );
+        let reloads = counter_vec(
+            "kms_operator_reloads_total",
+            "Workload rollouts triggered.",
+            &["kind"],
+        );
+        let process_rss = IntGauge::new(
+            "process_resident_memory_bytes",
+            "Resident memory size in bytes.",
+        )
+        .expect("metric");
+        reg(Box::new(process_rss.clone()));
+        let process_cpu = Gauge::new(
+            "process_cpu_seconds_total",
+            "User and system CPU time in seconds.",
+        )
+        .expect("metric");
+        reg(Box::new(process_cpu.clone()));
+        let process_fds =
+            IntGauge::new("process_open_fds", "Open file descriptors.").expect("metric");
+        reg(Box::new(process_fds.clone()));
+
+        let m = Self {
+            registry,
+            reconcile_total,
+            reconcile_errors,
+            reconcile_time,
+            shard_owned,
+            shard_handovers,
+            lease_renew_failures,
+            queue_depth,
+            queue_oldest,
+            managed_objects,
+            kms_requests,
+            kms_request_duration,
+            kms_logins,
+            kms_throttled,
+            cache_hits,
+            cache_misses,
+            cache_errors,
+            dynamic_leases,
+            reloads,
+            process_rss,
+            process_cpu,
+            process_fds,
+        };
+        m.touch_known_series(shards);
+        m
+    }
+
+    fn touch_known_series(&self, shards: u32) {
+        for shard in 0..shards {
+            let s = shard.to_string();
+            let s = s.as_str();
+            for c in CONTROLLERS {
+                for r in RESULTS {
+                    self.reconcile_total.with_label_values(&[c, r, s]);
+                }
+                self.reconcile_errors.with_label_values(&[c, s]);
+                self.reconcile_time.with_label_values(&[c, s]);
+                self.queue_depth.with_label_values(&[c, s]);
+                self.queue_oldest.with_label_values(&[c, s]);
+                self.managed_objects.with_label_values(&[c, s]);
+            }
+            self.shard_owned.with_label_values(&[s]);
+            for d in ["gained", "lost"] {
+                self.shard_handovers.with_label_values(&[s, d]);
+            }
+            self.lease_renew_failures.with_label_values(&[s]);
+            self.cache_hits.with_label_values(&[s]);
+            self.cache_misses.with_label_values(&[s]);
+            self.cache_errors.with_label_values(&[s]);
+            self.dynamic_leases.with_label_values(&[s]);
+        }
+        for e in KMS_ENDPOINTS {
+            self.kms_request_duration.with_label_values(&[e]);
+        }
+        for m in LOGIN_METHODS {
+            self.kms_logins.with_label_values(&[m]);
+        }
+        for k in RELOAD_KINDS {
+            self.reloads.with_label_values(&[k]);
+        }
+    }
+
+    /// Record one KMS request.
+    pub fn kms_request(&self, endpoint: &'static str, status: Option<u16>, elapsed: Duration) {
+        self.kms_requests
+            .with_label_values(&[endpoint, &code_label(status)])
+            .inc();
+        self.kms_request_duration
+            .with_label_values(&[endpoint])
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Record one reconcile.
+    pub fn reconcile(&self, controller: &str, shard: u32, result: &str, elapsed: Duration) {
+        let s = shard.to_string();
+        self.reconcile_total
+            .with_label_values(&[controller, result, &s])
+            .inc();
+        if result == "error" {
+            self.reconcile_errors
+                .with_label_values(&[controller, &s])
+                .inc();
+        }
+        self.reconcile_time
+            .with_label_values(&[controller, &s])
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Refresh the process gauges from `/proc/self`.
+    pub fn refresh_process(&self) {
+        if let Ok(statm) = std::fs::read_to_string("/proc/self/statm")
+            && let Some(rss_pages) = statm
+                .split_whitespace()
+                .nth(1)
+                .and_then(|v| v.parse::<i64>().ok())
+        {
+            self.process_rss.set(rss_pages * 4096);
+        }
+        if let Ok(stat) = std::fs::read_to_string("/proc/self/stat") {
+            // Fields after the command name: utime and stime are the 12th and
+            // 13th (in clock ticks, 100 per second on Linux).
+            if let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) {
+                let f: Vec<&str> = rest.split_whitespace().collect();
+                if let (Some(u), Some(s)) = (f.get(11), f.get(12)) {
+                    let ticks = u.parse::<f64>().unwrap_or(0.0) + s.parse::<f64>().unwrap_or(0.0);
+                    self.process_cpu.set(ticks / 100.0);
+                }
+            }
+        }
+        if let Ok(dir) = std::fs::read_dir("/proc/self/fd") {
+            self.process_fds
+                .set(i64::try_from(dir.count()).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// The registry, for tests that read values.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The text exposition of every family.
+    pub fn encode(&self) -> String {
+        self.refresh_process();
+        let mut buf = Vec::new();
+        let encoder = TextEncoder::new();
+        if encoder.encode(&self.registry.gather(), &mut buf).is_err() {
+            return String::new();
+        }
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_family_of_the_spec_is_exposed_from_the_start() {
+        let m = Metrics::new(4);
+        let text = m.encode();
+        for name in [
+            "controller_runtime_reconcile_total",
+            "controller_runtime_reconcile_errors_total",
+            "controller_runtime_reconcile_time_seconds",
+            "kms_operator_shard_owned",
+            "kms_operator_shard_handovers_total",
+            "kms_operator_lease_renew_failures_total",
+            "kms_operator_queue_depth",
+            "kms_operator_queue_oldest_seconds",
+            "kms_operator_managed_objects",
+            "kms_operator_kms_request_duration_seconds",
+            "kms_operator_kms_logins_total",
+            "kms_operator_kms_throttled_total",
+            "kms_operator_cache_hits_total",
+            "kms_operator_cache_misses_total",
+            "kms_operator_cache_errors_total",
+            "kms_operator_dynamic_leases",
+            "kms_operator_reloads_total",
+            "process_resident_memory_bytes",
+            "process_cpu_seconds_total",
+            "process_open_fds",
+        ] {
+            assert!(text.contains(&format!("# TYPE {name} ")), "{name} missing");
+        }
+        assert!(text.contains(r#"controller_runtime_reconcile_total{controller="kmssecret",result="success",shard="3"} 0"#));
+        assert!(text.contains(r#"kms_operator_shard_owned{shard="0"} 0"#));
+    }
+
+    #[test]
+    fn kms_requests_count_304_on_its_own() {
+        let m = Metrics::new(1);
+        m.kms_request(
+            "GET /api/v3/secrets/raw",
+            Some(304),
+            Duration::from_millis(3),
+        );
+        m.kms_request("GET /api/v3/secrets/raw", None, Duration::from_millis(3));
+        let text = m.encode();
+        assert!(text.contains(
+            r#"kms_operator_kms_requests_total{code="304",endpoint="GET /api/v3/secrets/raw"} 1"#
+        ));
+        assert!(text.contains(
+            r#"kms_operator_kms_requests_total{code="error",endpoint="GET /api/v3/secrets/raw"} 1"#
+        ));
+    }
+}

@@ -1,0 +1,705 @@
+//! `kms-operator run`: wire the watches, the queues, the workers, the KMS
+//! client and the health/metrics server together, and stop gracefully on
+//! SIGTERM (stop taking work, let in-flight reconciles finish, exit).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{ConfigMap, PodTemplateSpec, Secret};
+use kube::core::PartialObjectMeta;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::watcher::{self, Event};
+use kube::{Client, ResourceExt};
+
+use crate::api::kms_secret::KmsSecret;
+use crate::cli::RunArgs;
+use crate::controllers::queue::Queue;
+use crate::controllers::refs::{GLOBAL_CONFIG_NAME, GlobalConfig};
+use crate::controllers::stores;
+use crate::controllers::target::{MANAGED_LABEL, OWNER_ANNOTATION, VERSION_ANNOTATION};
+use crate::controllers::{self, Context, ContextParts, ObjectKey, Settings, kms_secret};
+use crate::kms::limiter::Limiter;
+use crate::kms::{Kms, KmsConfig};
+use crate::metrics::Metrics;
+use crate::reload::runtime::{Reloader, Workloads};
+use crate::reload::{
+    AUTO_RELOAD_ANNOTATION, ConsumerIndex, Source, WorkloadKey, WorkloadKind, consumed,
+};
+use crate::server;
+use crate::sharding::{Ownership, SingleShard};
+
+/// Keys whose change makes a KmsSecret worth reconciling: generation,
+/// labels, annotations, deletion.
+fn fingerprint(
+    o: &KmsSecret,
+) -> (
+    Option<i64>,
+    BTreeMap<String, String>,
+    BTreeMap<String, String>,
+    bool,
+) {
+    (
+        o.metadata.generation,
+        o.labels().clone(),
+        o.annotations().clone(),
+        o.metadata.deletion_timestamp.is_some(),
+    )
+}
+
+/// Secrets a KmsSecret reads (credentials, CA), as `(namespace, name)`.
+fn referenced_secrets(o: &KmsSecret) -> Vec<(String, String)> {
+    let ns = o.namespace().unwrap_or_default();
+    let pick = |r_ns: Option<&String>, name: &str| {
+        (
+            r_ns.filter(|n| !n.is_empty())
+                .cloned()
+                .unwrap_or_else(|| ns.clone()),
+            name.to_owned(),
+        )
+    };
+    let mut out = Vec::new();
+    if let Some(a) = &o.spec.authentication {
+        if let Some(u) = &a.universal_auth {
+            out.push(pick(
+                u.credentials_ref.secret_namespace.as_ref(),
+                &u.credentials_ref.secret_name,
+            ));
+        }
+        if let Some(l) = &a.ldap_auth {
+            out.push(pick(
+                l.auth.credentials_ref.secret_namespace.as_ref(),
+                &l.auth.credentials_ref.secret_name,
+            ));
+        }
+        if let Some(s) = &a.service_token {
+            let r = &s.service_token_secret_reference;
+            out.push(pick(r.secret_namespace.as_ref(), &r.secret_name));
+        }
+    }
+    if let Some(r) = &o.spec.token_secret_reference {
+        out.push(pick(r.secret_namespace.as_ref(), &r.secret_name));
+    }
+    if let Some(ca) = o.spec.tls.as_ref().and_then(|t| t.ca_ref.as_ref()) {
+        out.push(pick(ca.secret_namespace.as_ref(), &ca.secret_name));
+    }
+    out
+}
+
+/// Which KmsSecrets read which Secrets.
+#[derive(Default)]
+struct RefIndex {
+    by_secret: HashMap<(String, String), HashSet<ObjectKey>>,
+    by_owner: HashMap<ObjectKey, Vec<(String, String)>>,
+}
+
+impl RefIndex {
+    fn set(&mut self, key: &ObjectKey, refs: Vec<(String, String)>) {
+        self.remove(key);
+        for r in &refs {
+            self.by_secret
+                .entry(r.clone())
+                .or_default()
+                .insert(key.clone());
+        }
+        self.by_owner.insert(key.clone(), refs);
+    }
+
+    fn remove(&mut self, key: &ObjectKey) {
+        for r in self.by_owner.remove(key).unwrap_or_default() {
+            if let Some(set) = self.by_secret.get_mut(&r) {
+                set.remove(key);
+                if set.is_empty() {
+                    self.by_secret.remove(&r);
+                }
+            }
+        }
+    }
+
+    fn dependents(&self, ns: &str, name: &str) -> Vec<ObjectKey> {
+        self.by_secret
+            .get(&(ns.to_owned(), name.to_owned()))
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
+/// Parse `KmsSecret/<ns>/<name>`.
+fn owner_key(owner: &str) -> Option<ObjectKey> {
+    let mut parts = owner.splitn(3, '/');
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some("KmsSecret"), Some(ns), Some(name)) => Some(ObjectKey::new(ns, name)),
+        _ => None,
+    }
+}
+
+/// Run the operator until SIGTERM or SIGINT.
+pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let client = Client::try_default().await?;
+    let pod_name = args
+        .pod_name
+        .clone()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "kms-operator".to_owned());
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        pod = %pod_name,
+        namespaces = ?args.namespaces,
+        "kms-operator starting"
+    );
+    let gate: Arc<dyn Ownership> = Arc::new(SingleShard::default());
+    let metrics = Metrics::new(gate.shard_count());
+    let cache = open_cache(&args)?;
+    let mut kms = Kms::new(
+        KmsConfig {
+            rate_limit: args.kms_rate_limit,
+            allowed_hosts: args
+                .allowed_kms_hosts
+                .iter()
+                .filter(|h| !h.is_empty())
+                .cloned()
+                .collect(),
+            ..KmsConfig::default()
+        },
+        metrics.clone(),
+    );
+    if let Some(store) = &cache {
+        kms = kms.with_token_store(store.clone());
+    }
+    let kms = Arc::new(kms);
+    kms.set_members(gate.members());
+    let namespaces: Vec<String> = args
+        .namespaces
+        .iter()
+        .filter(|n| !n.is_empty())
+        .cloned()
+        .collect();
+    let settings = Settings {
+        allow_cross_namespace_refs: args.allow_cross_namespace_refs,
+        pod_namespace: args.pod_namespace.clone(),
+        namespaces: namespaces.clone(),
+        ..Settings::default()
+    };
+    let queue: Arc<Queue<ObjectKey>> = Arc::new(Queue::new());
+    let reload_queue: Arc<Queue<WorkloadKey>> = Arc::new(Queue::new());
+    let consumers = Arc::new(ConsumerIndex::default());
+    let global = Arc::new(RwLock::new(GlobalConfig::default()));
+    let index = Arc::new(Mutex::new(RefIndex::default()));
+    let mut drivers: Vec<BoxFuture<'static, ()>> = Vec::new();
+
+    // KmsSecrets: reconcile on creation, spec, label, annotation or deletion
+    // changes (not on our own status writes).
+    let (kms_secrets, d) = {
+        let (queue, gate, index) = (queue.clone(), gate.clone(), index.clone());
+        let seen: Mutex<HashMap<String, _>> = Mutex::new(HashMap::new());
+        stores::watch::<KmsSecret, _>(
+            &client,
+            &namespaces,
+            &watcher::Config::default(),
+            move |event| {
+                let (o, initial, deleted) = match event {
+                    Event::Apply(o) => (o, false, false),
+                    Event::InitApply(o) => (o, true, false),
+                    Event::Delete(o) => (o, false, true),
+                    Event::Init | Event::InitDone => return,
+                };
+                let key = ObjectKey::new(o.namespace().unwrap_or_default(), o.name_any());
+                let uid = o.uid().unwrap_or_default();
+                let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+                let mut index = index.lock().unwrap_or_else(|e| e.into_inner());
+                if deleted {
+                    seen.remove(&uid);
+                    index.remove(&key);
+                } else {
+                    let fp = fingerprint(o);
+                    let changed = seen.get(&uid) != Some(&fp);
+                    seen.insert(uid, fp);
+                    index.set(&key, referenced_secrets(o));
+                    if !changed && !initial {
+                        return;
+                    }
+                }
+                let shard = gate.shard_of(&key.namespace);
+                queue.add(key, shard);
+            },
+        )
+    };
+    drivers.extend(d);
+
+    // Managed objects: any change or deletion sends their owner round; a new
+    // version (data change) sends the workloads that use them round, after
+    // the debounce delay.
+    let managed = watcher::Config::default().labels(&format!("{MANAGED_LABEL}=true"));
+    let managed_trigger = |source: Source| {
+        let (queue, reload_queue, gate, consumers) = (
+            queue.clone(),
+            reload_queue.clone(),
+            gate.clone(),
+            consumers.clone(),
+        );
+        let debounce = args.reload_debounce;
+        let versions: Mutex<HashMap<(String, String), String>> = Mutex::new(HashMap::new());
+        move |ns: String, name: String, annotations: &BTreeMap<String, String>, deleted: bool| {
+            if let Some(key) = annotations.get(OWNER_ANNOTATION).and_then(|o| owner_key(o)) {
+                let shard = gate.shard_of(&key.namespace);
+                queue.add(key, shard);
+            }
+            let version = annotations.get(VERSION_ANNOTATION).cloned();
+            let changed = {
+                let mut versions = versions.lock().unwrap_or_else(|e| e.into_inner());
+                let id = (ns.clone(), name.clone());
+                if deleted {
+                    versions.remove(&id);
+                    false
+                } else {
+                    match version {
+                        Some(v) => versions.insert(id, v.clone()).is_none_or(|old| old != v),
+                        None => false,
+                    }
+                }
+            };
+            if changed {
+                for w in consumers.consumers(&ns, source, &name) {
+                    let shard = gate.shard_of(&w.namespace);
+                    reload_queue.add_after(w, shard, debounce);
+                }
+            }
+        }
+    };
+    let (secrets, d) = {
+        let trigger = managed_trigger(Source::Secret);
+        stores::watch::<Secret, _>(&client, &namespaces, &managed, move |event| match event {
+            Event::Apply(o) | Event::InitApply(o) => trigger(
+                o.namespace().unwrap_or_default(),
+                o.name_any(),
+                o.annotations(),
+                false,
+            ),
+            Event::Delete(o) => trigger(
+                o.namespace().unwrap_or_default(),
+                o.name_any(),
+                o.annotations(),
+                true,
+            ),
+            Event::Init | Event::InitDone => {}
+        })
+    };
+    drivers.extend(d);
+    let (config_maps, d) = {
+        let trigger = managed_trigger(Source::ConfigMap);
+        stores::watch::<ConfigMap, _>(&client, &namespaces, &managed, move |event| match event {
+            Event::Apply(o) | Event::InitApply(o) => trigger(
+                o.namespace().unwrap_or_default(),
+                o.name_any(),
+                o.annotations(),
+                false,
+            ),
+            Event::Delete(o) => trigger(
+                o.namespace().unwrap_or_default(),
+                o.name_any(),
+                o.annotations(),
+                true,
+            ),
+            Event::Init | Event::InitDone => {}
+        })
+    };
+    drivers.extend(d);
+
+    // Workloads that opted in to auto-reload: index what they use; a new
+    // workload, or a change of what it uses, sends it round (to record the
+    // versions it starts with) and its objects' owners round (to count it).
+    let workload_trigger = |kind: WorkloadKind| {
+        let (queue, reload_queue, gate, consumers) = (
+            queue.clone(),
+            reload_queue.clone(),
+            gate.clone(),
+            consumers.clone(),
+        );
+        let (secrets, config_maps) = (secrets.clone(), config_maps.clone());
+        move |ns: String,
+              name: String,
+              annotations: &BTreeMap<String, String>,
+              template: Option<&PodTemplateSpec>,
+              deleted: bool| {
+            let key = WorkloadKey {
+                kind,
+                namespace: ns.clone(),
+                name,
+            };
+            let opted_in =
+                annotations.get(AUTO_RELOAD_ANNOTATION).map(String::as_str) == Some("true");
+            let before = consumers.uses(&key);
+            let uses = match (deleted, opted_in, template.and_then(|t| t.spec.as_ref())) {
+                (false, true, Some(spec)) => consumed(spec),
+                _ => Default::default(),
+            };
+            if !consumers.set(&key, uses.clone()) {
+                return;
+            }
+            let shard = gate.shard_of(&ns);
+            if !uses.is_empty() {
+                reload_queue.add(key, shard);
+            }
+            // Owners of the objects it uses (or used) recount their workloads.
+            for (source, name) in before.union(&uses) {
+                let annotations = match source {
+                    Source::Secret => secrets
+                        .get(Some(&ns), name)
+                        .map(|o| o.annotations().clone()),
+                    Source::ConfigMap => config_maps
+                        .get(Some(&ns), name)
+                        .map(|o| o.annotations().clone()),
+                };
+                if let Some(owner) = annotations
+                    .as_ref()
+                    .and_then(|a| a.get(OWNER_ANNOTATION))
+                    .and_then(|o| owner_key(o))
+                {
+                    queue.add(owner, gate.shard_of(&ns));
+                }
+            }
+        }
+    };
+    macro_rules! watch_workloads {
+        ($ty:ty, $kind:expr) => {{
+            let trigger = workload_trigger($kind);
+            let (store, d) = stores::watch::<$ty, _>(
+                &client,
+                &namespaces,
+                &watcher::Config::default(),
+                move |event| match event {
+                    Event::Apply(o) | Event::InitApply(o) => trigger(
+                        o.namespace().unwrap_or_default(),
+                        o.name_any(),
+                        o.annotations(),
+                        Some(&o.spec.template),
+                        false,
+                    ),
+                    Event::Delete(o) => trigger(
+                        o.namespace().unwrap_or_default(),
+                        o.name_any(),
+                        o.annotations(),
+                        None,
+                        true,
+                    ),
+                    Event::Init | Event::InitDone => {}
+                },
+            );
+            drivers.extend(d);
+            store
+        }};
+    }
+    let workloads = Workloads {
+        deployments: watch_workloads!(Deployment, WorkloadKind::Deployment),
+        stateful_sets: watch_workloads!(StatefulSet, WorkloadKind::StatefulSet),
+        daemon_sets: watch_workloads!(DaemonSet, WorkloadKind::DaemonSet),
+    };
+
+    // Credential and CA Secrets (metadata only): a change sends the
+    // resources that read them round.
+    {
+        let (queue, gate, index) = (queue.clone(), gate.clone(), index.clone());
+        let apis: Vec<kube::Api<PartialObjectMeta<Secret>>> = if namespaces.is_empty() {
+            vec![kube::Api::all(client.clone())]
+        } else {
+            namespaces
+                .iter()
+                .map(|ns| kube::Api::namespaced(client.clone(), ns))
+                .collect()
+        };
+        for api in apis {
+            let (queue, gate, index) = (queue.clone(), gate.clone(), index.clone());
+            drivers.push(Box::pin(async move {
+                use futures::StreamExt;
+                use kube::runtime::WatchStreamExt;
+                let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
+                let mut stream = std::pin::pin!(stream);
+                while let Some(event) = stream.next().await {
+                    let o: PartialObjectMeta<Secret> = match event {
+                        Ok(Event::Apply(o) | Event::Delete(o)) => o,
+                        Ok(_) => continue,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "watch of Secret metadata failed; retrying");
+                            continue;
+                        }
+                    };
+                    let ns = o.metadata.namespace.clone().unwrap_or_default();
+                    let name = o.metadata.name.clone().unwrap_or_default();
+                    let dependents = index
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .dependents(&ns, &name);
+                    for key in dependents {
+                        let shard = gate.shard_of(&key.namespace);
+                        queue.add(key, shard);
+                    }
+                }
+            }));
+        }
+    }
+
+    // The global configuration ConfigMap.
+    let (global_store, d) = {
+        let (queue, gate, global) = (queue.clone(), gate.clone(), global.clone());
+        let kms_secrets = kms_secrets.clone();
+        stores::watch::<ConfigMap, _>(
+            &client,
+            std::slice::from_ref(&args.pod_namespace),
+            &watcher::Config::default().fields(&format!("metadata.name={GLOBAL_CONFIG_NAME}")),
+            move |event| {
+                let parsed = match event {
+                    Event::Apply(cm) | Event::InitApply(cm) => GlobalConfig::from_config_map(cm),
+                    Event::Delete(_) => GlobalConfig::default(),
+                    Event::Init | Event::InitDone => return,
+                };
+                let changed = {
+                    let mut g = global.write().unwrap_or_else(|e| e.into_inner());
+                    let changed = *g != parsed;
+                    *g = parsed;
+                    changed
+                };
+                if changed {
+                    tracing::info!("global configuration {GLOBAL_CONFIG_NAME} changed");
+                    for o in kms_secrets.all() {
+                        if o.spec.host_api.as_deref().is_none_or(str::is_empty) {
+                            let key =
+                                ObjectKey::new(o.namespace().unwrap_or_default(), o.name_any());
+                            let shard = gate.shard_of(&key.namespace);
+                            queue.add(key, shard);
+                        }
+                    }
+                }
+            },
+        )
+    };
+    drivers.extend(d);
+
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "kms-operator".into(),
+            instance: Some(pod_name.clone()),
+        },
+    );
+    let ctx = Arc::new(Context::new(
+        ContextParts {
+            client: client.clone(),
+            kms,
+            metrics: metrics.clone(),
+            gate: gate.clone(),
+            settings,
+            recorder,
+            renderer: Arc::new(kms_template::Engine::default()),
+            global,
+            kms_secret_queue: queue.clone(),
+            consumers: consumers.clone(),
+            cache: cache.clone(),
+        },
+        kms_secrets.clone(),
+        secrets.clone(),
+        config_maps.clone(),
+    ));
+
+    let mut watch_tasks = Vec::new();
+    for d in drivers {
+        watch_tasks.push(tokio::spawn(d));
+    }
+    let ready = {
+        let (a, b, c, g) = (
+            kms_secrets.clone(),
+            secrets.clone(),
+            config_maps.clone(),
+            global_store.clone(),
+        );
+        Arc::new(move || a.is_ready() && b.is_ready() && c.is_ready() && g.is_ready())
+    };
+    let servers = server::start(
+        &args.health_addr,
+        &args.metrics_addr,
+        metrics.clone(),
+        ready,
+    )
+    .await?;
+
+    // Wait for the caches before reconciling, so that targets and owners are
+    // known.
+    kms_secrets.wait_ready().await;
+    secrets.wait_ready().await;
+    config_maps.wait_ready().await;
+    workloads.deployments.wait_ready().await;
+    workloads.stateful_sets.wait_ready().await;
+    workloads.daemon_sets.wait_ready().await;
+    tracing::info!(
+        objects = kms_secrets.all().len(),
+        "caches synced; starting workers"
+    );
+    if let Some(store) = &cache {
+        // Records of objects that no longer exist.
+        let live: HashSet<String> = kms_secrets.all().iter().filter_map(|o| o.uid()).collect();
+        match store.retain(|kind, uid| kind != storage::RecordKind::Sync || live.contains(uid)) {
+            Ok(n) if n > 0 => {
+                tracing::info!(removed = n, "pruned cache records of deleted resources")
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "could not prune the cache"),
+        }
+    }
+
+    let stats = tokio::spawn(report_queue(ctx.clone()));
+    let workers = tokio::spawn(controllers::run_workers(
+        ctx.clone(),
+        queue.clone(),
+        kms_secret::CONTROLLER,
+        Arc::new(kms_secret::Controller),
+    ));
+    let reloader = Arc::new(Reloader {
+        workloads: workloads.clone(),
+        index: consumers.clone(),
+        budget: Limiter::new(args.max_reloads_per_second),
+        debounce: args.reload_debounce,
+    });
+    reloader.budget.set_members(gate.members());
+    let reload_workers = tokio::spawn(controllers::run_workers(
+        ctx.clone(),
+        reload_queue.clone(),
+        crate::reload::runtime::CONTROLLER,
+        reloader,
+    ));
+
+    shutdown_signal().await;
+    tracing::info!("shutting down: no new work; waiting for reconciles in flight");
+    queue.close();
+    reload_queue.close();
+    let drained = async {
+        let _ = workers.await;
+        let _ = reload_workers.await;
+    };
+    if tokio::time::timeout(Duration::from_secs(20), drained)
+        .await
+        .is_err()
+    {
+        tracing::warn!("reconciles still running after 20s; exiting anyway");
+    }
+    if let Some(store) = &cache
+        && let Err(e) = store.flush_async().await
+    {
+        tracing::warn!(error = %e, "could not flush the cache");
+    }
+    stats.abort();
+    for t in watch_tasks {
+        t.abort();
+    }
+    servers.abort();
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Open the persistent cache of `--cache-dir`. A database held by another
+/// process means running without a cache; a corrupt one is moved aside and
+/// rebuilt (one warning). A key file that cannot be read is an error.
+fn open_cache(args: &RunArgs) -> anyhow::Result<Option<storage::Store>> {
+    let Some(dir) = args
+        .cache_dir
+        .as_ref()
+        .filter(|d| !d.as_os_str().is_empty())
+    else {
+        return Ok(None);
+    };
+    let encryption_key = match &args.cache_encryption_key_file {
+        Some(path) => Some(
+            storage::EncryptionKey::from_file(path)
+                .map_err(|e| anyhow::anyhow!("--cache-encryption-key-file: {e}"))?,
+        ),
+        None => None,
+    };
+    let options = storage::Options {
+        encryption_key,
+        ..storage::Options::default()
+    };
+    match storage::Store::open(dir, options) {
+        Ok((store, report)) => {
+            if let Some(reason) = &report.recovered {
+                tracing::warn!(%reason, moved_to = ?report.moved_to, "the cache was unreadable; it was moved aside and is rebuilt");
+            }
+            tracing::info!(
+                dir = %dir.display(),
+                records = report.records,
+                dropped = report.dropped,
+                tokens = store.encrypts_tokens(),
+                "persistent cache opened"
+            );
+            Ok(Some(store))
+        }
+        Err(e) => {
+            tracing::warn!(dir = %dir.display(), error = %e, "running without the persistent cache");
+            Ok(None)
+        }
+    }
+}
+
+/// Publish queue depth, oldest age and managed objects per shard.
+async fn report_queue(ctx: Arc<Context>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    loop {
+        tick.tick().await;
+        let stats = ctx.kms_secret_queue.stats();
+        let mut counts: HashMap<u32, i64> = HashMap::new();
+        for o in ctx.kms_secrets.all() {
+            *counts
+                .entry(ctx.gate.shard_of(&o.namespace().unwrap_or_default()))
+                .or_default() += 1;
+        }
+        for shard in 0..ctx.gate.shard_count() {
+            let s = shard.to_string();
+            let labels = [kms_secret::CONTROLLER, s.as_str()];
+            let (depth, oldest) = stats.get(&shard).copied().unwrap_or_default();
+            ctx.metrics
+                .queue_depth
+                .with_label_values(&labels)
+                .set(i64::try_from(depth).unwrap_or(i64::MAX));
+            ctx.metrics
+                .queue_oldest
+                .with_label_values(&labels)
+                .set(oldest.as_secs_f64());
+            let owned = ctx.gate.owns(shard);
+            ctx.metrics
+                .shard_owned
+                .with_label_values(&[s.as_str()])
+                .set(i64::from(owned));
+            let managed = if owned {
+                counts.get(&shard).copied().unwrap_or(0)
+            } else {
+                0
+            };
+            ctx.metrics
+                .managed_objects
+                .with_label_values(&labels)
+                .set(managed);
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}

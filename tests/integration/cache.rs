@@ -1,0 +1,283 @@
+//! The persistent cache on a real API server: a restart costs the KMS
+//! nothing until resources are due, then conditional GETs answered 304 with
+//! the persisted token; a deleted or corrupt cache degrades to a miss.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::PostParams;
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::{Api, Client};
+use serde_json::json;
+
+use crate::harness::{self, TestNamespace, wait_for};
+use crate::support::{CLIENT_ID, CLIENT_SECRET, DevServer, Operator, TempDir, seed};
+
+const LIST: &str = "GET /api/v3/secrets/raw";
+const LOGIN: &str = "POST /api/v1/auth/universal-auth/login";
+
+async fn setup(client: &Client, ns: &str, kms: &DevServer, count: usize, interval: &str) {
+    let creds: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "creds"}, "stringData": {"clientId": CLIENT_ID, "clientSecret": CLIENT_SECRET}
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &creds)
+        .await
+        .unwrap();
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("secrets.hanzo.ai", "v1alpha1", "KmsSecret"),
+        "kmssecrets",
+    );
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
+    for i in 0..count {
+        let o: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "secrets.hanzo.ai/v1alpha1", "kind": "KmsSecret",
+            "metadata": {"name": format!("cr{i}")},
+            "spec": {
+                "hostAPI": kms.api(),
+                "syncConfig": {"resyncInterval": interval},
+                "authentication": {"universalAuth": {
+                    "credentialsRef": {"secretName": "creds"},
+                    "secretsScope": {"projectSlug": "demo", "envSlug": "dev", "secretsPath": "/"}
+                }},
+                "managedKubeSecretReferences": [{"secretName": format!("out{i}")}]
+            }
+        }))
+        .unwrap();
+        api.create(&PostParams::default(), &o).await.unwrap();
+    }
+}
+
+/// resourceVersion of every managed Secret, once all `count` exist.
+async fn synced(client: &Client, ns: &str, count: usize) -> BTreeMap<String, String> {
+    let api = Api::<Secret>::namespaced(client.clone(), ns);
+    wait_for(Duration::from_secs(60), || async {
+        let list = api.list(&Default::default()).await.ok()?;
+        let outs: BTreeMap<String, String> = list
+            .items
+            .iter()
+            .filter(|s| {
+                s.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with("out"))
+            })
+            .filter(|s| s.data.as_ref().is_some_and(|d| d.contains_key("A")))
+            .map(|s| {
+                (
+                    s.metadata.name.clone().unwrap(),
+                    s.metadata.resource_version.clone().unwrap(),
+                )
+            })
+            .collect();
+        (outs.len() == count).then_some(outs)
+    })
+    .await
+    .expect("resources did not sync")
+}
+
+fn write_key(dir: &TempDir) -> std::path::PathBuf {
+    let path = dir.0.join("cache.key");
+    let key: Vec<u8> = (0..32).map(|_| fastrand::u8(..)).collect();
+    std::fs::write(&path, key).unwrap();
+    path
+}
+
+#[tokio::test]
+async fn a_restart_costs_the_kms_nothing() {
+    let client = harness::client().await;
+    let ns = TestNamespace::new(&client, "cache-restart").await;
+    let kms = DevServer::start(&seed(&[("A", "top-secret-value-1")])).await;
+    let dir = TempDir::new("cache");
+    let key = write_key(&dir);
+    let cache = dir.0.join("cache");
+    let flags = [
+        format!("--cache-dir={}", cache.display()),
+        format!("--cache-encryption-key-file={}", key.display()),
+    ];
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    const N: usize = 20;
+    let mut op = Operator::start(&ns.name, &[&ns.name], &flags);
+    setup(&client, &ns.name, &kms, N, "40s").await;
+    let before = synced(&client, &ns.name, N).await;
+    op.stop();
+
+    // Restart: nothing is due, so nothing is asked of the KMS.
+    kms.reset_stats().await;
+    let _op = Operator::start(&ns.name, &[&ns.name], &flags);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        kms.count(LOGIN, None).await,
+        0,
+        "logins after restart: {}",
+        kms.stats().await
+    );
+    assert_eq!(
+        kms.count(LIST, None).await,
+        0,
+        "fetches after restart: {}",
+        kms.stats().await
+    );
+    assert_eq!(
+        synced(&client, &ns.name, N).await,
+        before,
+        "Secrets were written after restart"
+    );
+
+    // When they are due: conditional GETs answered 304 (resources due at
+    // about the same time share one), with the persisted token (no login).
+    let restarted = k8s_openapi::jiff::Timestamp::now();
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("secrets.hanzo.ai", "v1alpha1", "KmsSecret"),
+        "kmssecrets",
+    );
+    let crs: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns.name, &ar);
+    let due = wait_for(Duration::from_secs(50), || async {
+        let list = crs.list(&Default::default()).await.ok()?;
+        list.items
+            .iter()
+            .all(|o| {
+                o.data["status"]["lastSyncTime"]
+                    .as_str()
+                    .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+                    .is_some_and(|t| t > restarted)
+            })
+            .then_some(())
+    })
+    .await;
+    assert!(
+        due.is_some(),
+        "not every resource resynced: {}",
+        kms.stats().await
+    );
+    assert!(
+        kms.count(LIST, Some("304")).await >= 1,
+        "no 304: {}",
+        kms.stats().await
+    );
+    assert_eq!(
+        kms.count(LIST, Some("200")).await,
+        0,
+        "full fetches: {}",
+        kms.stats().await
+    );
+    assert_eq!(
+        kms.count(LOGIN, None).await,
+        0,
+        "the persisted token was not reused"
+    );
+    assert_eq!(
+        synced(&client, &ns.name, N).await,
+        before,
+        "Secrets were written at the 304 resync"
+    );
+
+    // The cache files hold no secret value and no credential in clear text.
+    for entry in walk(&cache) {
+        let bytes = std::fs::read(&entry).unwrap();
+        for needle in ["top-secret-value-1", CLIENT_SECRET] {
+            assert!(
+                !bytes.windows(needle.len()).any(|w| w == needle.as_bytes()),
+                "{} contains {needle:?}",
+                entry.display()
+            );
+        }
+    }
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_lost_or_corrupt_cache_is_a_miss() {
+    let client = harness::client().await;
+    let ns = TestNamespace::new(&client, "cache-lost").await;
+    let kms = DevServer::start(&seed(&[("A", "v1")])).await;
+    let dir = TempDir::new("cache");
+    let cache = dir.0.join("cache");
+    let flags = [format!("--cache-dir={}", cache.display())];
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    const N: usize = 5;
+    let mut op = Operator::start(&ns.name, &[&ns.name], &flags);
+    setup(&client, &ns.name, &kms, N, "1h").await;
+    let before = synced(&client, &ns.name, N).await;
+    op.stop();
+
+    // Deleted cache: the status and the version annotations prove the
+    // Secrets are current, and nothing is due: no KMS call.
+    std::fs::remove_dir_all(&cache).unwrap();
+    kms.reset_stats().await;
+    let mut op = Operator::start(&ns.name, &[&ns.name], &flags);
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(
+        kms.count(LIST, None).await + kms.count(LOGIN, None).await,
+        0,
+        "{}",
+        kms.stats().await
+    );
+    assert_eq!(synced(&client, &ns.name, N).await, before);
+    op.stop();
+
+    // Corrupt cache: one warning, rebuilt, and new work still converges.
+    for f in walk(&cache) {
+        if f.file_name().is_some_and(|n| n != "LOCK") {
+            std::fs::write(&f, vec![0xAB; 4096]).unwrap();
+        }
+    }
+    let op = Operator::start(&ns.name, &[&ns.name], &flags);
+    setup_one_more(&client, &ns.name, &kms).await;
+    let converged = wait_for(Duration::from_secs(30), || async {
+        Api::<Secret>::namespaced(client.clone(), &ns.name)
+            .get_opt("late")
+            .await
+            .ok()
+            .flatten()
+    })
+    .await;
+    assert!(
+        converged.is_some(),
+        "a new resource did not sync after the cache was corrupted"
+    );
+    let log = op.output.text();
+    let warnings = log.matches("moved aside").count();
+    assert_eq!(
+        warnings, 1,
+        "expected one warning about the rebuilt cache:\n{log}"
+    );
+}
+
+async fn setup_one_more(client: &Client, ns: &str, kms: &DevServer) {
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("secrets.hanzo.ai", "v1alpha1", "KmsSecret"),
+        "kmssecrets",
+    );
+    let o: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "secrets.hanzo.ai/v1alpha1", "kind": "KmsSecret",
+        "metadata": {"name": "late"},
+        "spec": {
+            "hostAPI": kms.api(),
+            "authentication": {"universalAuth": {
+                "credentialsRef": {"secretName": "creds"},
+                "secretsScope": {"projectSlug": "demo", "envSlug": "dev", "secretsPath": "/"}
+            }},
+            "managedKubeSecretReferences": [{"secretName": "late"}]
+        }
+    }))
+    .unwrap();
+    Api::<DynamicObject>::namespaced_with(client.clone(), ns, &ar)
+        .create(&PostParams::default(), &o)
+        .await
+        .unwrap();
+}

@@ -1,0 +1,803 @@
+//! KmsSecret end to end: a real API server, the dev KMS over HTTP, and the
+//! operator as a separate process.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+
+use crate::harness::{self, TestNamespace, wait_for};
+use crate::support::{CLIENT_ID, CLIENT_SECRET, DevServer, Operator, seed};
+
+const LIST: &str = "GET /api/v3/secrets/raw";
+const LOGIN: &str = "POST /api/v1/auth/universal-auth/login";
+
+fn kms_secrets(client: &Client, ns: &str) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("secrets.hanzo.ai", "v1alpha1", "KmsSecret"),
+        "kmssecrets",
+    );
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+async fn create_credentials(client: &Client, ns: &str) {
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "kms-credentials", "namespace": ns},
+        "stringData": {"clientId": CLIENT_ID, "clientSecret": CLIENT_SECRET}
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("credentials");
+}
+
+fn kms_secret(name: &str, host: &str, target: &str, interval: &str) -> Value {
+    json!({
+        "apiVersion": "secrets.hanzo.ai/v1alpha1",
+        "kind": "KmsSecret",
+        "metadata": {"name": name, "labels": {"team": "blue"}},
+        "spec": {
+            "hostAPI": host,
+            "syncConfig": {"resyncInterval": interval},
+            "authentication": {"universalAuth": {
+                "credentialsRef": {"secretName": "kms-credentials"},
+                "secretsScope": {"projectSlug": "demo", "envSlug": "dev", "secretsPath": "/"}
+            }},
+            "managedKubeSecretReferences": [{"secretName": target, "creationPolicy": "Owner"}]
+        }
+    })
+}
+
+async fn apply_cr(client: &Client, ns: &str, value: Value) {
+    let obj: DynamicObject = serde_json::from_value(value).unwrap();
+    kms_secrets(client, ns)
+        .create(&PostParams::default(), &obj)
+        .await
+        .expect("create KmsSecret");
+}
+
+fn data_of(s: &Secret) -> BTreeMap<String, String> {
+    s.data
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, String::from_utf8(v.0).unwrap()))
+        .collect()
+}
+
+fn expect(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+/// Wait until the Secret exists with exactly `want`.
+async fn wait_data(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    want: &BTreeMap<String, String>,
+    timeout: Duration,
+) -> Secret {
+    let api = Api::<Secret>::namespaced(client.clone(), ns);
+    let last = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let found = wait_for(timeout, || {
+        let (api, last) = (api.clone(), last.clone());
+        async move {
+            let s = api.get_opt(name).await.ok().flatten()?;
+            let data = data_of(&s);
+            *last.lock().unwrap() = Some(data.clone());
+            (data == *want).then_some(s)
+        }
+    })
+    .await;
+    found.unwrap_or_else(|| {
+        panic!(
+            "Secret {ns}/{name} did not reach {want:?}; last seen {:?}",
+            last.lock().unwrap()
+        )
+    })
+}
+
+/// The condition `type_` of a KmsSecret: (status, reason, message).
+async fn condition(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    type_: &str,
+) -> Option<(String, String, String)> {
+    let o = kms_secrets(client, ns).get(name).await.ok()?;
+    let c = o.data["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)?
+        .clone();
+    Some((
+        c["status"].as_str()?.to_owned(),
+        c["reason"].as_str()?.to_owned(),
+        c["message"].as_str()?.to_owned(),
+    ))
+}
+
+async fn wait_condition(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    type_: &str,
+    status: &str,
+    timeout: Duration,
+) -> (String, String, String) {
+    let last = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let found = wait_for(timeout, || {
+        let last = last.clone();
+        async move {
+            let c = condition(client, ns, name, type_).await;
+            last.lock().unwrap().clone_from(&c);
+            c.filter(|(s, _, _)| s == status)
+        }
+    })
+    .await;
+    found.unwrap_or_else(|| {
+        panic!(
+            "{ns}/{name}: {type_} did not become {status}; last {:?}",
+            last.lock().unwrap()
+        )
+    })
+}
+
+#[tokio::test]
+async fn syncs_follows_changes_and_repairs_the_secret() {
+    let client = harness::client().await;
+    let ns = TestNamespace::new(&client, "ks-e2e").await;
+    let kms = DevServer::start(&seed(&[("DB_PASSWORD", "s3cret"), ("API_KEY", "abc")])).await;
+    create_credentials(&client, &ns.name).await;
+    let mut op = Operator::start(&ns.name, &[&ns.name], &[]);
+    apply_cr(
+        &client,
+        &ns.name,
+        kms_secret("app", &kms.api(), "app-secret", "5s"),
+    )
+    .await;
+
+    let first = wait_data(
+        &client,
+        &ns.name,
+        "app-secret",
+        &expect(&[("API_KEY", "abc"), ("DB_PASSWORD", "s3cret")]),
+        Duration::from_secs(30),
+    )
+    .await;
+    let annotations = first.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(
+        annotations
+            .get("secrets.hanzo.ai/owner")
+            .map(String::as_str),
+        Some(format!("KmsSecret/{}/app", ns.name).as_str())
+    );
+    let labels = first.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(
+        labels.get("secrets.hanzo.ai/managed").map(String::as_str),
+        Some("true")
+    );
+    assert_eq!(
+        labels
+            .get("app.kubernetes.io/managed-by")
+            .map(String::as_str),
+        Some("kms-operator")
+    );
+    assert_eq!(labels.get("team").map(String::as_str), Some("blue"));
+    let owners = first.metadata.owner_references.clone().unwrap_or_default();
+    assert_eq!(owners.len(), 1);
+    assert_eq!(owners[0].kind, "KmsSecret");
+    let (status, _, message) = wait_condition(
+        &client,
+        &ns.name,
+        "app",
+        "Ready",
+        "True",
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(status, "True", "{message}");
+
+    // A value changed in the KMS reaches the Secret within the interval.
+    kms.set_secret("demo", "dev", "/", "DB_PASSWORD", "rotated")
+        .await;
+    wait_data(
+        &client,
+        &ns.name,
+        "app-secret",
+        &expect(&[("API_KEY", "abc"), ("DB_PASSWORD", "rotated")]),
+        Duration::from_secs(15),
+    )
+    .await;
+
+    // A deleted Secret is back within 5 s.
+    let secrets = Api::<Secret>::namespaced(client.clone(), &ns.name);
+    secrets
+        .delete("app-secret", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_data(
+        &client,
+        &ns.name,
+        "app-secret",
+        &expect(&[("API_KEY", "abc"), ("DB_PASSWORD", "rotated")]),
+        Duration::from_secs(5),
+    )
+    .await;
+
+    // An edited Secret is repaired within 5 s.
+    secrets
+        .patch(
+            "app-secret",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"DB_PASSWORD": "tampered", "EXTRA": "x"}})),
+        )
+        .await
+        .unwrap();
+    wait_data(
+        &client,
+        &ns.name,
+        "app-secret",
+        &expect(&[("API_KEY", "abc"), ("DB_PASSWORD", "rotated")]),
+        Duration::from_secs(5),
+    )
+    .await;
+
+    // A key deleted in the KMS disappears from the Secret.
+    kms.delete_secret("demo", "dev", "/", "API_KEY").await;
+    wait_data(
+        &client,
+        &ns.name,
+        "app-secret",
+        &expect(&[("DB_PASSWORD", "rotated")]),
+        Duration::from_secs(15),
+    )
+    .await;
+
+    // A label changed on the resource reaches the Secret within 5 s.
+    kms_secrets(&client, &ns.name)
+        .patch(
+            "app",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"team": "green", "tier": "web"}}})),
+        )
+        .await
+        .unwrap();
+    let labelled = wait_for(Duration::from_secs(5), || async {
+        let s = secrets.get("app-secret").await.ok()?;
+        let l = s.metadata.labels.unwrap_or_default();
+        (l.get("team").map(String::as_str) == Some("green")
+            && l.get("tier").map(String::as_str) == Some("web"))
+        .then_some(())
+    })
+    .await;
+    assert!(labelled.is_some(), "label change did not reach the Secret");
+
+    // No secret value in the operator's log.
+    op.stop();
+    let log = op.output.text();
+    assert!(!log.is_empty(), "no log captured");
+    for value in ["s3cret", "rotated", "abc\"", CLIENT_SECRET, "tampered"] {
+        assert!(
+            !log.contains(value),
+            "the log contains the secret value {value:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_resync_with_nothing_changed_is_a_304_and_writes_nothing() {
+    let client = harness::client().await;
+    let ns = TestNamespace::new(&client, "ks-304").await;
+    let kms = DevServer::start(&seed(&[("A", "1")])).await;
+    create_credentials(&client, &ns.name).await;
+    let _op = Operator::start(&ns.name, &[&ns.name], &[]);
+    apply_cr(&client, &ns.name, kms_secret("cr", &kms.api(), "out", "5s")).await;
+    let s = wait_data(
+        &client,
+        &ns.name,
+        "out",
+        &expect(&[("A", "1")]),
+        Duration::from_secs(30),
+    )
+    .await;
+    let rv = s.metadata.resource_version.clone();
+    kms.reset_stats().await;
+    // At least one full resync period (5 s ±10 %).
+    let got_304 = wait_for(Duration::from_secs(15), || async {
+        (kms.count(LIST, Some("304")).await >= 2).then_some(())
+    })
+    .await;
+    assert!(
+        got_304.is_some(),
+        "no conditional GET answered 304: {}",
+        kms.stats().await
+    );
+    assert_eq!(
+        kms.count(LIST, Some("200")).await,
+        0,
+        "unconditional fetches: {}",
+        kms.stats().await
+    );
+    assert_eq!(
+        kms.count(LOGIN, None).await,
+        0,
+        "the token should be reused"
+    );
+    let now = Api::<Secret>::namespaced(client.clone(), &ns.name)
+        .get("out")
+        .await
+        .unwrap();
+    assert_eq!(
+        now.metadata.resource_version, rv,
+        "the Secret was written although nothing changed"
+    );
+}
+
+#[tokio::test]
+async fn an_outage_keeps_the_data_and_is_reported() {
+    let client = harness::client().await;
+    let ns = TestNamespace::new(&client, "ks-outage").await;
+    let kms = DevServer::start(&seed(&[("A", "1")])).await;
+    create_credentials(&client, &ns.name).await;
+    let _op = Operator::start(&ns.name, &[&ns.name], &[]);
+    apply_cr(&client, &ns.name, kms_secret("cr", &kms.api(), "out", "5s")).await;
+    wait_data(
+        &client,
+        &ns.name,
+        "out",
+        &expect(&[("A", "1")]),
+        Duration::from_secs(30),
+    )
+    .await;
+
+    kms.fault(json!({"outage": true})).await;
+    let started = std::time::Instant::now();
+    let (_, reason, message) = wait_condition(
+        &client,
+        &ns.name,
+        "cr",
+        "secrets.hanzo.ai/ReadyToSyncSecrets",
+        "False",
+        Duration::from_secs(30),
+    )
+    .await;
+    assert!(started.elapsed() <= Duration::from_secs(30));
+    assert_eq!(reason, "KMSUnavailable", "{message}");
+    assert!(message.contains("503"), "{message}");
+    let (_, ready_reason, _) = condition(&client, &ns.name, "cr", "Ready").await.unwrap();
+    assert_eq!(ready_reason, "KMSUnavailable");
+    // Data kept.
+    let s = Api::<Secret>::namespaced(client.clone(), &ns.name)
+        .get("out")
+        .await
+        .unwrap();
+    assert_eq!(data_of(&s), expect(&[("A", "1")]));
+
+    kms.clear_faults().await;
+    kms.set_secret("demo", "dev", "/", "A", "2").await;
+    wait_data(
+        &client,
+        &ns.name,
+        "out",
+        &expect(&[("A", "2")]),
+        Duration::from_secs(60),
+    )
+    .await;
+    wait_condition(
+        &client,
+        &ns.name,
+        "cr",
+        "Ready",
+        "True",
+        Duration::from_secs(10),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_rate_limit_is_respected() {
+    let client = harness::client().await;
+    let ns = TestNamespace::new(&client, "ks-429").await;
+    let kms = DevServer::start(&seed(&[("A", "1")])).await;
+    create_credentials(&client, &ns.name).await;
+    let _op = Operator::start(&ns.name, &[&ns.name], &[]);
+    for i in 0..6 {
+        apply_cr(
+            &client,
+            &ns.name,
+            kms_secret(&format!("cr{i}"), &kms.api(), &format!("out{i}"), "5s"),
+        )
+        .await;
+    }
+    for i in 0..6 {
+        wait_data(
+            &client,
+            &ns.name,
+            &format!("out{i}"),
+            &expect(&[("A", "1")]),
+            Duration::from_secs(30),
+        )
+        .await;
+    }
+    kms.fault(json!({"route": LIST, "rateLimitPerMinute": 10}))
+        .await;
+    kms.reset_stats().await;
+    // Six resources every ~5 s would be ~70 lists a minute without a budget.
+    tokio::time::sleep(Duration::from_secs(65)).await;
+    let total = kms.count(LIST, None).await;
+    let limited = kms.count(LIST, Some("429")).await;
+    assert!(
+        total <= 10 + 3,
+        "{total} list requests in 65 s under a 10/min limit ({limited} answered 429)"
+    );
+    assert!(total >= 5, "the operator stopped syncing: {total}");
+    kms.clear_faults().await;
+}
+
+#[tokio::test]
+async fn one_login_per_identity_and_one_list_per_scope() {
+    let client = harness::client().await;
+    let kms = DevServer::start(&seed(&[("A", "1")])).await;
+    let mut namespaces = Vec::new();
+    for _ in 0..5 {
+        let ns = TestNamespace::new(&client, "ks-many").await;
+        create_credentials(&client, &ns.name).await;
+        namespaces.push(ns);
+    }
+    let names: Vec<&str> = namespaces.iter().map(|n| n.name.as_str()).collect();
+    let _op = Operator::start(names[0], &names, &["--allow-cross-namespace-refs"]);
+    kms.reset_stats().await;
+    for ns in &namespaces {
+        for i in 0..10 {
+            apply_cr(
+                &client,
+                &ns.name,
+                kms_secret(&format!("cr{i}"), &kms.api(), &format!("out{i}"), "1h"),
+            )
+            .await;
+        }
+    }
+    for ns in &namespaces {
+        for i in 0..10 {
+            wait_data(
+                &client,
+                &ns.name,
+                &format!("out{i}"),
+                &expect(&[("A", "1")]),
+                Duration::from_secs(60),
+            )
+            .await;
+        }
+    }
+    assert_eq!(
+        kms.count(LOGIN, None).await,
+        1,
+        "logins: {}",
+        kms.stats().await
+    );
+    let lists = kms.count(LIST, None).await;
+    assert!(
+        lists <= 10,
+        "{lists} list requests for 50 resources on one scope"
+    );
+
+    // Resources on one scope that are due together share one list.
+    let before = kms.count(LIST, None).await;
+    let ns = &namespaces[0].name;
+    for i in 0..10 {
+        // Bump the generation of all ten at once: each needs fresh values now.
+        kms_secrets(&client, ns)
+            .patch(
+                &format!("cr{i}"),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"syncConfig": {"resyncInterval": "2h"}}})),
+            )
+            .await
+            .unwrap();
+    }
+    let settled = wait_for(Duration::from_secs(20), || async {
+        let done = kms_secrets(&client, ns)
+            .list(&Default::default())
+            .await
+            .ok()?
+            .items
+            .iter()
+            .all(|o| {
+                o.data["status"]["observedGeneration"]
+                    == o.metadata.generation.map_or(Value::Null, Value::from)
+            });
+        done.then_some(())
+    })
+    .await;
+    assert!(settled.is_some(), "resources did not settle");
+    let shared = kms.count(LIST, None).await - before;
+    assert!(
+        shared <= 3,
+        "{shared} list requests for 10 resources due together on one scope"
+    );
+}
+
+#[tokio::test]
+async fn invalid_references_are_reported_and_nothing_is_written() {
+    let client = harness::client().await;
+    let ns = TestNamespace::new(&client, "ks-invalid").await;
+    let other = TestNamespace::new(&client, "ks-other").await;
+    let kms = DevServer::start(&seed(&[("A", "1")])).await;
+    let _op = Operator::start(&ns.name, &[&ns.name, &other.name], &[]);
+
+    // Missing credentials Secret.
+    apply_cr(
+        &client,
+        &ns.name,
+        kms_secret("nocreds", &kms.api(), "out1", "5s"),
+    )
+    .await;
+    let (_, reason, message) = wait_condition(
+        &client,
+        &ns.name,
+        "nocreds",
+        "secrets.hanzo.ai/LoadedKMSToken",
+        "False",
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(reason, "CredentialsNotFound");
+    assert!(
+        message.contains(&format!(
+            "credentials Secret {}/kms-credentials not found",
+            ns.name
+        )),
+        "{message}"
+    );
+    let secrets = Api::<Secret>::namespaced(client.clone(), &ns.name);
+    assert!(secrets.get_opt("out1").await.unwrap().is_none());
+    // Creating the credentials fixes it without waiting for a resync.
+    create_credentials(&client, &ns.name).await;
+    wait_data(
+        &client,
+        &ns.name,
+        "out1",
+        &expect(&[("A", "1")]),
+        Duration::from_secs(15),
+    )
+    .await;
+
+    // A cross-namespace reference without the flag.
+    let mut cross = kms_secret("cross", &kms.api(), "out2", "5s");
+    cross["spec"]["authentication"]["universalAuth"]["credentialsRef"]["secretNamespace"] =
+        json!(other.name);
+    apply_cr(&client, &ns.name, cross).await;
+    let (_, reason, message) = wait_condition(
+        &client,
+        &ns.name,
+        "cross",
+        "Ready",
+        "False",
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(reason, "CrossNamespaceRefDenied");
+    assert!(
+        message.contains("--allow-cross-namespace-refs"),
+        "{message}"
+    );
+    assert!(secrets.get_opt("out2").await.unwrap().is_none());
+
+    // An existing Secret the operator did not create.
+    let foreign: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "foreign", "namespace": ns.name},
+        "stringData": {"keep": "me"}
+    }))
+    .unwrap();
+    secrets
+        .create(&PostParams::default(), &foreign)
+        .await
+        .unwrap();
+    apply_cr(
+        &client,
+        &ns.name,
+        kms_secret("adopter", &kms.api(), "foreign", "5s"),
+    )
+    .await;
+    let (_, reason, message) = wait_condition(
+        &client,
+        &ns.name,
+        "adopter",
+        "Ready",
+        "False",
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(reason, "TargetNotManaged");
+    assert!(
+        message.contains(&format!("Secret {}/foreign exists", ns.name)),
+        "{message}"
+    );
+    assert_eq!(
+        data_of(&secrets.get("foreign").await.unwrap()),
+        expect(&[("keep", "me")])
+    );
+    // Marking it adoptable lets the operator take it over.
+    secrets
+        .patch(
+            "foreign",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"secrets.hanzo.ai/adopt": "true"}}})),
+        )
+        .await
+        .unwrap();
+    wait_data(
+        &client,
+        &ns.name,
+        "foreign",
+        &expect(&[("A", "1")]),
+        Duration::from_secs(40),
+    )
+    .await;
+
+    // Two resources on one target: the second gets a conflict naming the first.
+    apply_cr(
+        &client,
+        &ns.name,
+        kms_secret("second", &kms.api(), "out1", "5s"),
+    )
+    .await;
+    let (_, reason, message) = wait_condition(
+        &client,
+        &ns.name,
+        "second",
+        "Ready",
+        "False",
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(reason, "TargetConflict");
+    assert!(
+        message.contains(&format!("KmsSecret/{}/nocreds", ns.name)),
+        "{message}"
+    );
+    let owner = secrets
+        .get("out1")
+        .await
+        .unwrap()
+        .metadata
+        .annotations
+        .unwrap_or_default();
+    assert_eq!(
+        owner.get("secrets.hanzo.ai/owner").map(String::as_str),
+        Some(format!("KmsSecret/{}/nocreds", ns.name).as_str())
+    );
+}
+
+#[tokio::test]
+async fn templates_render_a_tls_secret_from_pkcs12_and_a_config_map() {
+    use base64::Engine as _;
+    let client = harness::client().await;
+    let ns = TestNamespace::new(&client, "ks-tls").await;
+    // A real certificate and key, bundled as PKCS#12 with a password by the
+    // engine itself, stored base64-encoded in the KMS as users do.
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["app.example.test".to_owned()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let (cert_pem, key_pem) = (cert.pem(), key.serialize_pem());
+    let mut data = kms_template::SecretData::new();
+    data.insert(
+        "CERT".into(),
+        kms_template::SecretEntry::new(cert_pem.clone(), "/"),
+    );
+    data.insert(
+        "KEY".into(),
+        kms_template::SecretEntry::new(key_pem.clone(), "/"),
+    );
+    let p12_b64 = kms_template::Engine::default()
+        .render(
+            "setup",
+            "{{ pemToPkcs12Pass(CERT.Value, KEY.Value, 'pw') }}",
+            &data,
+        )
+        .unwrap();
+    assert!(
+        base64::engine::general_purpose::STANDARD
+            .decode(p12_b64.trim())
+            .is_ok()
+    );
+
+    let kms = DevServer::start(&seed(&[("P12", p12_b64.trim()), ("LOG_LEVEL", "debug")])).await;
+    create_credentials(&client, &ns.name).await;
+    let _op = Operator::start(&ns.name, &[&ns.name], &[]);
+    let mut cr = kms_secret("tls", &kms.api(), "app-tls", "1h");
+    cr["spec"]["managedKubeSecretReferences"] = json!([{
+        "secretName": "app-tls",
+        "secretType": "kubernetes.io/tls",
+        "template": {"data": {
+            "tls.crt": "{{ P12.Value | decodeBase64ToBytes | pkcs12certPass('pw') }}",
+            "tls.key": "{{ pkcs12keyPass('pw', decodeBase64ToBytes(P12.Value)) }}"
+        }}
+    }]);
+    cr["spec"]["managedKubeConfigMapReferences"] = json!([{
+        "configMapName": "app-config",
+        "template": {"data": {"level": "{{ LOG_LEVEL.Value | upper }}", "from": "{{ secrets['LOG_LEVEL'].SecretPath }}"}}
+    }]);
+    apply_cr(&client, &ns.name, cr).await;
+
+    let secrets = Api::<Secret>::namespaced(client.clone(), &ns.name);
+    let s = wait_for(Duration::from_secs(30), || async {
+        secrets.get_opt("app-tls").await.ok().flatten()
+    })
+    .await
+    .expect("the TLS Secret was not written");
+    assert_eq!(s.type_.as_deref(), Some("kubernetes.io/tls"));
+    let d = data_of(&s);
+    assert_eq!(
+        d.keys().collect::<Vec<_>>(),
+        vec!["tls.crt", "tls.key"],
+        "only the template keys"
+    );
+    assert_eq!(d["tls.crt"].trim(), cert_pem.trim());
+    assert!(
+        d["tls.key"].starts_with("-----BEGIN PRIVATE KEY-----"),
+        "key is PKCS#8 PEM"
+    );
+    // The key is the one that was bundled.
+    let rekeyed = rcgen::KeyPair::from_pem(&d["tls.key"]).expect("parsable key");
+    assert_eq!(rekeyed.public_key_raw(), key.public_key_raw());
+
+    let cms = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &ns.name);
+    let cm = wait_for(Duration::from_secs(10), || async {
+        cms.get_opt("app-config").await.ok().flatten()
+    })
+    .await
+    .expect("the ConfigMap was not written");
+    let cm_data = cm.data.unwrap_or_default();
+    assert_eq!(cm_data.get("level").map(String::as_str), Some("DEBUG"));
+    assert_eq!(cm_data.get("from").map(String::as_str), Some("/"));
+
+    // A template error names the field and writes nothing new.
+    kms_secrets(&client, &ns.name)
+        .patch(
+            "tls",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"managedKubeConfigMapReferences": [{
+                "configMapName": "app-config",
+                "template": {"data": {"level": "{{ NOPE.Value }}"}}
+            }]}})),
+        )
+        .await
+        .unwrap();
+    let (_, reason, message) = wait_condition(
+        &client,
+        &ns.name,
+        "tls",
+        "Ready",
+        "False",
+        Duration::from_secs(15),
+    )
+    .await;
+    assert_eq!(reason, "TemplateError");
+    assert!(
+        message.contains("managedKubeConfigMapReferences[0].template.data.level"),
+        "{message}"
+    );
+    let cm_after = cms
+        .get("app-config")
+        .await
+        .unwrap()
+        .data
+        .unwrap_or_default();
+    assert_eq!(
+        cm_after.get("level").map(String::as_str),
+        Some("DEBUG"),
+        "the last good data stays"
+    );
+}

@@ -1,0 +1,331 @@
+//! Auto-reload on a real API server: workloads that opted in roll exactly
+//! when a Secret they use really changed (counted by the Deployment's
+//! `metadata.generation`, which moves only on spec changes).
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+
+use crate::harness::{self, TestNamespace, wait_for};
+use crate::support::{CLIENT_ID, CLIENT_SECRET, DevServer, Operator};
+
+fn kms_secrets(client: &Client, ns: &str) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("secrets.hanzo.ai", "v1alpha1", "KmsSecret"),
+        "kmssecrets",
+    );
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+fn seed() -> String {
+    format!(
+        "projects:\n  - slug: demo\n    name: Demo\n    environments: [dev]\n    secrets:\n      dev:\n        /:\n          A: a1\n          B: b1\n        /other:\n          D: d1\n\
+         identities:\n  - name: operator\n    universalAuth: {{clientId: {CLIENT_ID}, clientSecret: {CLIENT_SECRET}}}\n    projects: [demo]\n"
+    )
+}
+
+async fn kms_secret(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    host: &str,
+    target: &str,
+    template: Option<Value>,
+) {
+    let mut target_spec = json!({"secretName": target});
+    if let Some(t) = template {
+        target_spec["template"] = t;
+    }
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "secrets.hanzo.ai/v1alpha1", "kind": "KmsSecret",
+        "metadata": {"name": name},
+        "spec": {
+            "hostAPI": host,
+            "syncConfig": {"resyncInterval": "5s"},
+            "authentication": {"universalAuth": {
+                "credentialsRef": {"secretName": "creds"},
+                "secretsScope": {"projectSlug": "demo", "envSlug": "dev", "secretsPath": "/"}
+            }},
+            "managedKubeSecretReferences": [target_spec]
+        }
+    }))
+    .unwrap();
+    kms_secrets(client, ns)
+        .create(&PostParams::default(), &obj)
+        .await
+        .expect("KmsSecret");
+}
+
+async fn deployment(client: &Client, ns: &str, name: &str, opt_in: bool, pod: Value) {
+    let mut annotations = serde_json::Map::new();
+    if opt_in {
+        annotations.insert("secrets.hanzo.ai/auto-reload".into(), json!("true"));
+    }
+    let d: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": pod}
+        }
+    }))
+    .unwrap();
+    Api::<Deployment>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &d)
+        .await
+        .expect("Deployment");
+}
+
+/// Counts changes of each Deployment's pod template (a rollout is a
+/// template change; a Deployment's generation also moves on annotation
+/// changes, so it cannot serve as the counter).
+#[derive(Clone, Default)]
+struct Rollouts(std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, (String, i64)>>>);
+
+impl Rollouts {
+    fn watch(client: &Client, ns: &str) -> (Self, tokio::task::JoinHandle<()>) {
+        use futures::StreamExt;
+        let me = Self::default();
+        let api = Api::<Deployment>::namespaced(client.clone(), ns);
+        let state = me.0.clone();
+        let task = tokio::spawn(async move {
+            let mut stream = std::pin::pin!(kube::runtime::watcher(api, Default::default()));
+            while let Some(Ok(event)) = stream.next().await {
+                let (kube::runtime::watcher::Event::Apply(d)
+                | kube::runtime::watcher::Event::InitApply(d)) = event
+                else {
+                    continue;
+                };
+                let name = d.metadata.name.clone().unwrap_or_default();
+                let template = serde_json::to_string(&d.spec.template).unwrap();
+                let mut state = state.lock().unwrap();
+                let entry = state.entry(name).or_insert_with(|| (template.clone(), 0));
+                if entry.0 != template {
+                    *entry = (template, entry.1 + 1);
+                }
+            }
+        });
+        (me, task)
+    }
+
+    fn count(&self, name: &str) -> i64 {
+        self.0.lock().unwrap().get(name).map_or(-1, |e| e.1)
+    }
+
+    fn counts(&self, names: &[&str]) -> Vec<i64> {
+        names.iter().map(|n| self.count(n)).collect()
+    }
+}
+
+async fn stamps(client: &Client, ns: &str, name: &str) -> (usize, usize) {
+    let d = Api::<Deployment>::namespaced(client.clone(), ns)
+        .get(name)
+        .await
+        .unwrap();
+    let count = |m: Option<std::collections::BTreeMap<String, String>>| {
+        m.unwrap_or_default()
+            .keys()
+            .filter(|k| k.starts_with("secrets.hanzo.ai/managed-secret."))
+            .count()
+    };
+    let template = d.spec.template.metadata.and_then(|m| m.annotations);
+    (count(d.metadata.annotations), count(template))
+}
+
+/// Bump the generation of a KmsSecret so it syncs right away.
+async fn poke(client: &Client, ns: &str, name: &str, interval: &str) {
+    kms_secrets(client, ns)
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"syncConfig": {"resyncInterval": interval}}})),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn workloads_roll_exactly_when_a_secret_they_use_changes() {
+    let client = harness::client().await;
+    let ns = TestNamespace::new(&client, "reload").await;
+    let kms = DevServer::start(&seed()).await;
+    let creds: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+        "metadata": {"name": "creds"}, "stringData": {"clientId": CLIENT_ID, "clientSecret": CLIENT_SECRET}
+    }))
+    .unwrap();
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), &ns.name)
+        .create(&PostParams::default(), &creds)
+        .await
+        .unwrap();
+    let flags = ["--reload-debounce", "4"];
+    let (rollouts, watch) = Rollouts::watch(&client, &ns.name);
+    let mut op = Operator::start(&ns.name, &[&ns.name], &flags);
+
+    // s1 holds only A (a template); s2 and s3 hold everything at "/".
+    kms_secret(
+        &client,
+        &ns.name,
+        "one",
+        &kms.api(),
+        "s1",
+        Some(json!({"data": {"A": "{{ A.Value }}"}})),
+    )
+    .await;
+    kms_secret(&client, &ns.name, "two", &kms.api(), "s2", None).await;
+    kms_secret(&client, &ns.name, "three", &kms.api(), "s3", None).await;
+    let container =
+        |env: Value| json!({"name": "init", "image": "example.invalid/app:1", "env": env});
+    deployment(&client, &ns.name, "web", true, json!({"containers": [
+        {"name": "app", "image": "example.invalid/app:1", "envFrom": [{"secretRef": {"name": "s1"}}]}
+    ]}))
+    .await;
+    deployment(&client, &ns.name, "api", true, json!({
+        "initContainers": [container(json!([{"name": "X", "valueFrom": {"secretKeyRef": {"name": "s2", "key": "A"}}}]))],
+        "containers": [{"name": "app", "image": "example.invalid/app:1", "volumeMounts": [{"name": "v", "mountPath": "/s"}]}],
+        "volumes": [{"name": "v", "projected": {"sources": [{"secret": {"name": "s3"}}, {"secret": {"name": "s1"}}]}}]
+    }))
+    .await;
+    deployment(&client, &ns.name, "plain", false, json!({"containers": [
+        {"name": "app", "image": "example.invalid/app:1", "envFrom": [{"secretRef": {"name": "s1"}}]}
+    ]}))
+    .await;
+    deployment(&client, &ns.name, "other", true, json!({"containers": [
+        {"name": "app", "image": "example.invalid/app:1", "envFrom": [{"secretRef": {"name": "unrelated"}}]}
+    ]}))
+    .await;
+
+    // Opting in records the versions without rolling.
+    let recorded = wait_for(Duration::from_secs(30), || async {
+        (stamps(&client, &ns.name, "web").await == (1, 0)
+            && stamps(&client, &ns.name, "api").await == (3, 0))
+            .then_some(())
+    })
+    .await;
+    assert!(
+        recorded.is_some(),
+        "stamps not recorded: web {:?} api {:?}\n{}",
+        stamps(&client, &ns.name, "web").await,
+        stamps(&client, &ns.name, "api").await,
+        op.output.text()
+    );
+    let names = ["web", "api", "plain", "other"];
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(
+        rollouts.counts(&names),
+        vec![0, 0, 0, 0],
+        "nothing rolled on opt-in"
+    );
+    // The condition counts the workloads that use s1: web and api.
+    let counted = wait_for(Duration::from_secs(15), || async {
+        let o = kms_secrets(&client, &ns.name).get("one").await.ok()?;
+        let c = o.data["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "secrets.hanzo.ai/AutoRedeployReady")?
+            .clone();
+        c["message"]
+            .as_str()?
+            .starts_with("2 workload")
+            .then_some(())
+    })
+    .await;
+    assert!(
+        counted.is_some(),
+        "AutoRedeployReady does not count 2 workloads"
+    );
+
+    // B changes: it reaches s2 and s3, not s1. Three Secrets of "api"
+    // change within the debounce window: one rollout; "web" none.
+    kms.set_secret("demo", "dev", "/", "B", "b2").await;
+    for cr in ["one", "two", "three"] {
+        poke(&client, &ns.name, cr, "6s").await;
+    }
+    let rolled = wait_for(Duration::from_secs(30), || async {
+        (rollouts.count("api") == 1).then_some(())
+    })
+    .await;
+    assert!(rolled.is_some(), "api did not roll after B changed");
+    // Let more resyncs pass: nothing else may roll.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        rollouts.counts(&names),
+        vec![0, 1, 0, 0],
+        "web/plain/other must not roll; api exactly once"
+    );
+
+    // A change in another folder reaches no Secret: nothing rolls.
+    kms.set_secret("demo", "dev", "/other", "D", "d2").await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        rollouts.counts(&names),
+        vec![0, 1, 0, 0],
+        "a key outside the scope rolled something"
+    );
+
+    // A changes: s1, s2, s3 all change; web and api roll once each.
+    kms.set_secret("demo", "dev", "/", "A", "a2").await;
+    let rolled = wait_for(Duration::from_secs(30), || async {
+        (rollouts.count("web") == 1 && rollouts.count("api") == 2).then_some(())
+    })
+    .await;
+    assert!(
+        rolled.is_some(),
+        "web/api did not roll after A changed: {:?}",
+        rollouts.counts(&names)
+    );
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(rollouts.counts(&names), vec![1, 2, 0, 0]);
+    let web = Api::<Deployment>::namespaced(client.clone(), &ns.name)
+        .get("web")
+        .await
+        .unwrap();
+    let template = web.spec.template.metadata.unwrap().annotations.unwrap();
+    let s1 = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), &ns.name)
+        .get("s1")
+        .await
+        .unwrap();
+    assert_eq!(
+        template.get("secrets.hanzo.ai/managed-secret.s1"),
+        s1.metadata
+            .annotations
+            .unwrap()
+            .get("secrets.hanzo.ai/version"),
+        "the pod template carries the Secret's version"
+    );
+
+    // A restart rolls nothing.
+    op.stop();
+    let _op = Operator::start(&ns.name, &[&ns.name], &flags);
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    assert_eq!(
+        rollouts.counts(&names),
+        vec![1, 2, 0, 0],
+        "a restart rolled something"
+    );
+    watch.abort();
+
+    // One Event per rollout, naming the Secret.
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), &ns.name)
+        .list(&Default::default())
+        .await
+        .unwrap();
+    let for_web: Vec<_> = events
+        .items
+        .iter()
+        .filter(|e| {
+            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("web")
+                && e.reason.as_deref() == Some("SecretChanged")
+        })
+        .collect();
+    assert_eq!(for_web.len(), 1, "{for_web:?}");
+    assert!(
+        for_web[0]
+            .note
+            .as_deref()
+            .unwrap_or_default()
+            .contains("Secret s1")
+    );
+}

@@ -1,0 +1,351 @@
+//! Processes the integration tests run: the dev KMS and operator replicas,
+//! each a child process of the `kms-operator` binary, plus helpers to talk to
+//! them (the dev server's API and admin API, the operator's log).
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+/// The operator binary under test.
+pub fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_kms-operator"))
+}
+
+/// A scratch directory removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    /// A new empty directory.
+    pub fn new(prefix: &str) -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let dir =
+            std::env::temp_dir().join(format!("kms-it-{prefix}-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        Self(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Collects a child's output lines.
+#[derive(Clone, Default)]
+pub struct Output(Arc<Mutex<Vec<String>>>);
+
+impl Output {
+    fn capture(
+        &self,
+        stream: impl Read + Send + 'static,
+        first_line: Option<std::sync::mpsc::Sender<String>>,
+    ) {
+        let lines = self.0.clone();
+        std::thread::spawn(move || {
+            let mut first_line = first_line;
+            for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                if let Some(tx) = &first_line
+                    && line.contains("listening on")
+                {
+                    let _ = tx.send(line.clone());
+                    first_line = None;
+                }
+                lines.lock().unwrap().push(line);
+            }
+        });
+    }
+
+    /// Everything captured so far.
+    pub fn text(&self) -> String {
+        self.0.lock().unwrap().join("\n")
+    }
+}
+
+/// The admin token of every test dev server.
+pub const ADMIN_TOKEN: &str = "test-admin-token";
+/// The universal-auth client id seeded for the operator.
+pub const CLIENT_ID: &str = "op-client";
+/// Its client secret.
+pub const CLIENT_SECRET: &str = "op-secret";
+
+/// A dev KMS child process.
+pub struct DevServer {
+    child: Child,
+    /// Base URL, e.g. `http://127.0.0.1:41234`.
+    pub url: String,
+    http: reqwest::Client,
+    _dir: TempDir,
+}
+
+impl DevServer {
+    /// Start a dev server with `seed` (YAML) on a free port.
+    pub async fn start(seed: &str) -> Self {
+        let dir = TempDir::new("kms");
+        let seed_path = dir.0.join("seed.yaml");
+        std::fs::write(&seed_path, seed).unwrap();
+        let mut child = Command::new(binary())
+            .args([
+                "dev-server",
+                "--addr",
+                "127.0.0.1:0",
+                "--admin-token",
+                ADMIN_TOKEN,
+            ])
+            .arg("--seed")
+            .arg(&seed_path)
+            .arg("--data-dir")
+            .arg(dir.0.join("data"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start dev server");
+        let output = Output::default();
+        let (tx, rx) = std::sync::mpsc::channel();
+        output.capture(child.stdout.take().unwrap(), Some(tx));
+        output.capture(child.stderr.take().unwrap(), None);
+        let line = tokio::task::spawn_blocking(move || rx.recv_timeout(Duration::from_secs(30)))
+            .await
+            .unwrap()
+            .unwrap_or_else(|_| panic!("dev server did not start:\n{}", output.text()));
+        let url = line
+            .split("listening on ")
+            .nth(1)
+            .map(|s| {
+                s.split_whitespace()
+                    .next()
+                    .unwrap_or_default()
+                    .trim_end_matches('/')
+                    .to_owned()
+            })
+            .expect("address in the listening line");
+        Self {
+            child,
+            url,
+            http: reqwest::Client::new(),
+            _dir: dir,
+        }
+    }
+
+    /// The KMS API base (`<url>/api`).
+    pub fn api(&self) -> String {
+        format!("{}/api", self.url)
+    }
+
+    async fn admin(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+        let mut req = self
+            .http
+            .request(method, format!("{}/admin/{path}", self.url))
+            .bearer_auth(ADMIN_TOKEN);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.expect("admin request");
+        assert!(
+            resp.status().is_success(),
+            "admin {path}: {}",
+            resp.status()
+        );
+        resp.json().await.unwrap_or(Value::Null)
+    }
+
+    /// Request counters: route → status → count.
+    pub async fn stats(&self) -> Value {
+        self.admin(reqwest::Method::GET, "stats", None).await["requests"].clone()
+    }
+
+    /// Count of requests to `route` with `status` (any status when `None`).
+    pub async fn count(&self, route: &str, status: Option<&str>) -> u64 {
+        let stats = self.stats().await;
+        let Some(by_status) = stats.get(route).and_then(Value::as_object) else {
+            return 0;
+        };
+        by_status
+            .iter()
+            .filter(|(s, _)| status.is_none_or(|want| want == s.as_str()))
+            .map(|(_, n)| n.as_u64().unwrap_or(0))
+            .sum()
+    }
+
+    /// Reset the counters.
+    pub async fn reset_stats(&self) {
+        self.admin(reqwest::Method::DELETE, "stats", None).await;
+    }
+
+    /// Set faults for a scope.
+    pub async fn fault(&self, body: Value) {
+        self.admin(reqwest::Method::POST, "faults", Some(body))
+            .await;
+    }
+
+    /// Clear all faults.
+    pub async fn clear_faults(&self) {
+        self.admin(reqwest::Method::DELETE, "faults", None).await;
+    }
+
+    async fn token(&self) -> String {
+        let resp: Value = self
+            .http
+            .post(format!("{}/v1/auth/universal-auth/login", self.api()))
+            .json(&json!({"clientId": CLIENT_ID, "clientSecret": CLIENT_SECRET}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        resp["accessToken"].as_str().expect("token").to_owned()
+    }
+
+    /// Create or update a secret through the API (counted in the stats).
+    pub async fn set_secret(&self, project: &str, env: &str, path: &str, key: &str, value: &str) {
+        let token = self.token().await;
+        let url = format!("{}/v3/secrets/raw/{key}", self.api());
+        let body = json!({"projectSlug": project, "environment": env, "secretPath": path, "secretValue": value});
+        let resp = self
+            .http
+            .patch(&url)
+            .bearer_auth(&token)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        if resp.status() == 404 {
+            let resp = self
+                .http
+                .post(&url)
+                .bearer_auth(&token)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            assert!(
+                resp.status().is_success(),
+                "create {key}: {}",
+                resp.status()
+            );
+        } else {
+            assert!(
+                resp.status().is_success(),
+                "update {key}: {}",
+                resp.status()
+            );
+        }
+    }
+
+    /// Delete a secret through the API.
+    pub async fn delete_secret(&self, project: &str, env: &str, path: &str, key: &str) {
+        let token = self.token().await;
+        let resp = self
+            .http
+            .delete(format!("{}/v3/secrets/raw/{key}", self.api()))
+            .bearer_auth(&token)
+            .json(&json!({"projectSlug": project, "environment": env, "secretPath": path}))
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            resp.status().is_success(),
+            "delete {key}: {}",
+            resp.status()
+        );
+    }
+}
+
+impl Drop for DevServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An operator replica child process.
+pub struct Operator {
+    child: Option<Child>,
+    /// Captured logs (stdout and stderr).
+    pub output: Output,
+}
+
+impl Operator {
+    /// Start `kms-operator run` watching `namespaces`, with extra flags.
+    pub fn start(pod_namespace: &str, namespaces: &[&str], extra: &[&str]) -> Self {
+        let mut child = Command::new(binary())
+            .env("KUBECONFIG", crate::harness::kubeconfig())
+            .env("RUST_LOG", "info,kms_operator=debug")
+            .args([
+                "--log-format",
+                "json",
+                "run",
+                "--metrics-addr",
+                "127.0.0.1:0",
+                "--health-addr",
+                "127.0.0.1:0",
+            ])
+            .arg(format!("--pod-namespace={pod_namespace}"))
+            .arg(format!("--namespaces={}", namespaces.join(",")))
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start operator");
+        let output = Output::default();
+        output.capture(child.stdout.take().unwrap(), None);
+        output.capture(child.stderr.take().unwrap(), None);
+        Self {
+            child: Some(child),
+            output,
+        }
+    }
+
+    /// Stop with SIGTERM and wait.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(child.id().to_string())
+                .status();
+            for _ in 0..100 {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A seed with project `demo` (env `dev`) holding `secrets` at `/`, and the
+/// operator identity.
+pub fn seed(secrets: &[(&str, &str)]) -> String {
+    let mut s = String::from(
+        "projects:\n  - slug: demo\n    name: Demo\n    environments: [dev, prod]\n    secrets:\n      dev:\n        /:\n",
+    );
+    for (k, v) in secrets {
+        s.push_str(&format!(
+            "          {k}: {}\n",
+            serde_json::to_string(v).unwrap()
+        ));
+    }
+    s.push_str(&format!(
+        "identities:\n  - name: operator\n    universalAuth: {{clientId: {CLIENT_ID}, clientSecret: {CLIENT_SECRET}, accessTokenTTL: 3600, accessTokenMaxTTL: 86400}}\n    projects: [demo]\n"
+    ));
+    s
+}
