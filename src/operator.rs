@@ -20,7 +20,10 @@ use crate::controllers::queue::Queue;
 use crate::controllers::refs::{GLOBAL_CONFIG_NAME, GlobalConfig};
 use crate::controllers::stores;
 use crate::controllers::target::{MANAGED_LABEL, OWNER_ANNOTATION, VERSION_ANNOTATION};
-use crate::controllers::{self, Context, ContextParts, ObjectKey, Settings, kms_secret};
+use crate::controllers::{
+    self, Context, ContextParts, ObjectKey, Settings, kms_dynamic_secret, kms_push_secret,
+    kms_secret,
+};
 use crate::kms::limiter::Limiter;
 use crate::kms::{Kms, KmsConfig};
 use crate::metrics::Metrics;
@@ -126,12 +129,35 @@ impl RefIndex {
     }
 }
 
-/// Parse `KmsSecret/<ns>/<name>`.
-fn owner_key(owner: &str) -> Option<ObjectKey> {
-    let mut parts = owner.splitn(3, '/');
-    match (parts.next(), parts.next(), parts.next()) {
-        (Some("KmsSecret"), Some(ns), Some(name)) => Some(ObjectKey::new(ns, name)),
-        _ => None,
+/// The work queues of the resource controllers.
+#[derive(Clone)]
+struct Queues {
+    kms_secret: Arc<Queue<ObjectKey>>,
+    push: Arc<Queue<ObjectKey>>,
+    dynamic: Arc<Queue<ObjectKey>>,
+}
+
+impl Queues {
+    /// Queue the resource named by an owner annotation
+    /// (`<Kind>/<namespace>/<name>`).
+    fn owner(&self, owner: &str, gate: &dyn Ownership) {
+        let mut parts = owner.splitn(3, '/');
+        let (Some(kind), Some(ns), Some(name)) = (parts.next(), parts.next(), parts.next()) else {
+            return;
+        };
+        let queue = match kind {
+            "KmsSecret" => &self.kms_secret,
+            "KmsPushSecret" => &self.push,
+            "KmsDynamicSecret" => &self.dynamic,
+            _ => return,
+        };
+        queue.add(ObjectKey::new(ns, name), gate.shard_of(ns));
+    }
+
+    fn close(&self) {
+        self.kms_secret.close();
+        self.push.close();
+        self.dynamic.close();
     }
 }
 
@@ -183,6 +209,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         ..Settings::default()
     };
     let queue: Arc<Queue<ObjectKey>> = Arc::new(Queue::new());
+    let queues = Queues {
+        kms_secret: queue.clone(),
+        push: Arc::new(Queue::new()),
+        dynamic: Arc::new(Queue::new()),
+    };
     let reload_queue: Arc<Queue<WorkloadKey>> = Arc::new(Queue::new());
     let consumers = Arc::new(ConsumerIndex::default());
     let global = Arc::new(RwLock::new(GlobalConfig::default()));
@@ -233,8 +264,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     // the debounce delay.
     let managed = watcher::Config::default().labels(&format!("{MANAGED_LABEL}=true"));
     let managed_trigger = |source: Source| {
-        let (queue, reload_queue, gate, consumers) = (
-            queue.clone(),
+        let (queues, reload_queue, gate, consumers) = (
+            queues.clone(),
             reload_queue.clone(),
             gate.clone(),
             consumers.clone(),
@@ -242,9 +273,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         let debounce = args.reload_debounce;
         let versions: Mutex<HashMap<(String, String), String>> = Mutex::new(HashMap::new());
         move |ns: String, name: String, annotations: &BTreeMap<String, String>, deleted: bool| {
-            if let Some(key) = annotations.get(OWNER_ANNOTATION).and_then(|o| owner_key(o)) {
-                let shard = gate.shard_of(&key.namespace);
-                queue.add(key, shard);
+            if let Some(owner) = annotations.get(OWNER_ANNOTATION) {
+                queues.owner(owner, gate.as_ref());
             }
             let version = annotations.get(VERSION_ANNOTATION).cloned();
             let changed = {
@@ -311,8 +341,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     // workload, or a change of what it uses, sends it round (to record the
     // versions it starts with) and its objects' owners round (to count it).
     let workload_trigger = |kind: WorkloadKind| {
-        let (queue, reload_queue, gate, consumers) = (
-            queue.clone(),
+        let (queues, reload_queue, gate, consumers) = (
+            queues.clone(),
             reload_queue.clone(),
             gate.clone(),
             consumers.clone(),
@@ -352,12 +382,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                         .get(Some(&ns), name)
                         .map(|o| o.annotations().clone()),
                 };
-                if let Some(owner) = annotations
-                    .as_ref()
-                    .and_then(|a| a.get(OWNER_ANNOTATION))
-                    .and_then(|o| owner_key(o))
-                {
-                    queue.add(owner, gate.shard_of(&ns));
+                if let Some(owner) = annotations.as_ref().and_then(|a| a.get(OWNER_ANNOTATION)) {
+                    queues.owner(owner, gate.as_ref());
                 }
             }
         }
@@ -396,6 +422,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         stateful_sets: watch_workloads!(StatefulSet, WorkloadKind::StatefulSet),
         daemon_sets: watch_workloads!(DaemonSet, WorkloadKind::DaemonSet),
     };
+
+    // Push and dynamic secrets.
+    let (push, d) = kms_push_secret::watch(&client, &namespaces, gate.clone(), queues.push.clone());
+    drivers.extend(d);
+    let (dynamic, d) =
+        kms_dynamic_secret::watch(&client, &namespaces, gate.clone(), queues.dynamic.clone());
+    drivers.extend(d);
 
     // Credential and CA Secrets (metadata only): a change sends the
     // resources that read them round.
@@ -513,7 +546,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             config_maps.clone(),
             global_store.clone(),
         );
-        Arc::new(move || a.is_ready() && b.is_ready() && c.is_ready() && g.is_ready())
+        let (p, d) = (push.resources.clone(), dynamic.resources.clone());
+        Arc::new(move || {
+            a.is_ready()
+                && b.is_ready()
+                && c.is_ready()
+                && g.is_ready()
+                && p.is_ready()
+                && d.is_ready()
+        })
     };
     let servers = server::start(
         &args.health_addr,
@@ -531,6 +572,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     workloads.deployments.wait_ready().await;
     workloads.stateful_sets.wait_ready().await;
     workloads.daemon_sets.wait_ready().await;
+    push.resources.wait_ready().await;
+    dynamic.resources.wait_ready().await;
     tracing::info!(
         objects = kms_secrets.all().len(),
         "caches synced; starting workers"
@@ -547,7 +590,36 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     }
 
-    let stats = tokio::spawn(report_queue(ctx.clone()));
+    let counted: Vec<(&'static str, Arc<Queue<ObjectKey>>, Namespaces)> = vec![
+        (kms_secret::CONTROLLER, queues.kms_secret.clone(), {
+            let s = kms_secrets.clone();
+            Box::new(move || {
+                s.all()
+                    .iter()
+                    .map(|o| o.namespace().unwrap_or_default())
+                    .collect()
+            })
+        }),
+        (kms_push_secret::CONTROLLER, queues.push.clone(), {
+            let s = push.resources.clone();
+            Box::new(move || {
+                s.all()
+                    .iter()
+                    .map(|o| o.namespace().unwrap_or_default())
+                    .collect()
+            })
+        }),
+        (kms_dynamic_secret::CONTROLLER, queues.dynamic.clone(), {
+            let s = dynamic.resources.clone();
+            Box::new(move || {
+                s.all()
+                    .iter()
+                    .map(|o| o.namespace().unwrap_or_default())
+                    .collect()
+            })
+        }),
+    ];
+    let stats = tokio::spawn(report_queue(ctx.clone(), counted));
     let workers = tokio::spawn(controllers::run_workers(
         ctx.clone(),
         queue.clone(),
@@ -567,14 +639,28 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         crate::reload::runtime::CONTROLLER,
         reloader,
     ));
+    let push_workers = tokio::spawn(controllers::run_workers(
+        ctx.clone(),
+        queues.push.clone(),
+        kms_push_secret::CONTROLLER,
+        Arc::new(push),
+    ));
+    let dynamic_workers = tokio::spawn(controllers::run_workers(
+        ctx.clone(),
+        queues.dynamic.clone(),
+        kms_dynamic_secret::CONTROLLER,
+        Arc::new(dynamic),
+    ));
 
     shutdown_signal().await;
     tracing::info!("shutting down: no new work; waiting for reconciles in flight");
-    queue.close();
+    queues.close();
     reload_queue.close();
     let drained = async {
         let _ = workers.await;
         let _ = reload_workers.await;
+        let _ = push_workers.await;
+        let _ = dynamic_workers.await;
     };
     if tokio::time::timeout(Duration::from_secs(20), drained)
         .await
@@ -639,44 +725,53 @@ fn open_cache(args: &RunArgs) -> anyhow::Result<Option<storage::Store>> {
     }
 }
 
-/// Publish queue depth, oldest age and managed objects per shard.
-async fn report_queue(ctx: Arc<Context>) {
+/// Namespaces of a controller's resources (one entry per resource).
+type Namespaces = Box<dyn Fn() -> Vec<String> + Send + Sync>;
+
+/// Publish queue depth, oldest age, owned shards and managed objects per
+/// controller and shard.
+async fn report_queue(
+    ctx: Arc<Context>,
+    controllers: Vec<(&'static str, Arc<Queue<ObjectKey>>, Namespaces)>,
+) {
     let mut tick = tokio::time::interval(Duration::from_secs(5));
     loop {
         tick.tick().await;
-        let stats = ctx.kms_secret_queue.stats();
-        let mut counts: HashMap<u32, i64> = HashMap::new();
-        for o in ctx.kms_secrets.all() {
-            *counts
-                .entry(ctx.gate.shard_of(&o.namespace().unwrap_or_default()))
-                .or_default() += 1;
-        }
         for shard in 0..ctx.gate.shard_count() {
             let s = shard.to_string();
-            let labels = [kms_secret::CONTROLLER, s.as_str()];
-            let (depth, oldest) = stats.get(&shard).copied().unwrap_or_default();
-            ctx.metrics
-                .queue_depth
-                .with_label_values(&labels)
-                .set(i64::try_from(depth).unwrap_or(i64::MAX));
-            ctx.metrics
-                .queue_oldest
-                .with_label_values(&labels)
-                .set(oldest.as_secs_f64());
-            let owned = ctx.gate.owns(shard);
             ctx.metrics
                 .shard_owned
                 .with_label_values(&[s.as_str()])
-                .set(i64::from(owned));
-            let managed = if owned {
-                counts.get(&shard).copied().unwrap_or(0)
-            } else {
-                0
-            };
-            ctx.metrics
-                .managed_objects
-                .with_label_values(&labels)
-                .set(managed);
+                .set(i64::from(ctx.gate.owns(shard)));
+        }
+        for (controller, queue, namespaces) in &controllers {
+            let stats = queue.stats();
+            let mut counts: HashMap<u32, i64> = HashMap::new();
+            for ns in namespaces() {
+                *counts.entry(ctx.gate.shard_of(&ns)).or_default() += 1;
+            }
+            for shard in 0..ctx.gate.shard_count() {
+                let s = shard.to_string();
+                let labels = [*controller, s.as_str()];
+                let (depth, oldest) = stats.get(&shard).copied().unwrap_or_default();
+                ctx.metrics
+                    .queue_depth
+                    .with_label_values(&labels)
+                    .set(i64::try_from(depth).unwrap_or(i64::MAX));
+                ctx.metrics
+                    .queue_oldest
+                    .with_label_values(&labels)
+                    .set(oldest.as_secs_f64());
+                let managed = if ctx.gate.owns(shard) {
+                    counts.get(&shard).copied().unwrap_or(0)
+                } else {
+                    0
+                };
+                ctx.metrics
+                    .managed_objects
+                    .with_label_values(&labels)
+                    .set(managed);
+            }
         }
     }
 }

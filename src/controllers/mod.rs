@@ -17,6 +17,8 @@
 pub mod apply;
 pub mod conditions;
 pub mod error;
+pub mod kms_dynamic_secret;
+pub mod kms_push_secret;
 pub mod kms_secret;
 pub mod queue;
 pub mod refs;

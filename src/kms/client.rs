@@ -118,10 +118,10 @@ pub struct Kms {
 }
 
 /// A buffered response.
-struct Reply {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: bytes::Bytes,
+pub(super) struct Reply {
+    pub(super) status: StatusCode,
+    pub(super) headers: HeaderMap,
+    pub(super) body: bytes::Bytes,
 }
 
 impl Kms {
@@ -181,7 +181,7 @@ impl Kms {
     /// Send a request built by `build`, within the budget, retrying
     /// transport errors, 5xx and short 429 pauses until the retry budget is
     /// spent. 4xx answers (other than 429) and 304 are returned as they are.
-    async fn send<F>(
+    pub(super) async fn send<F>(
         &self,
         endpoint: &Endpoint,
         route: &'static str,
@@ -400,7 +400,11 @@ impl Kms {
 
     /// Run a request that needs a token; on a token error, log in again once
     /// and retry.
-    async fn with_token<T, F, Fut>(&self, identity: &Identity, call: F) -> Result<T, KmsError>
+    pub(super) async fn with_token<T, F, Fut>(
+        &self,
+        identity: &Identity,
+        call: F,
+    ) -> Result<T, KmsError>
     where
         F: Fn(SecretString) -> Fut,
         Fut: std::future::Future<Output = Result<T, KmsError>>,
@@ -598,7 +602,10 @@ fn describe_reqwest_error(e: &reqwest::Error) -> String {
 }
 
 /// Parse a successful JSON body, or turn an error status into [`KmsError`].
-fn parse<T: DeserializeOwned>(route: &'static str, reply: &Reply) -> Result<T, KmsError> {
+pub(super) fn parse<T: DeserializeOwned>(
+    route: &'static str,
+    reply: &Reply,
+) -> Result<T, KmsError> {
     if !reply.status.is_success() {
         return Err(api_error(route, reply));
     }
@@ -625,7 +632,7 @@ fn classify_json_error(e: &serde_json::Error) -> &'static str {
 }
 
 /// The error of a non-success reply, from the KMS's envelope when it has one.
-fn api_error(route: &'static str, reply: &Reply) -> KmsError {
+pub(super) fn api_error(route: &'static str, reply: &Reply) -> KmsError {
     let status = reply.status.as_u16();
     if status == 429 {
         return KmsError::RateLimited {
@@ -680,7 +687,7 @@ fn retry_after(headers: &HeaderMap, body: &[u8]) -> Duration {
     Duration::from_secs(from_header.or_else(from_body).unwrap_or(60).clamp(1, 600))
 }
 
-fn urlencode(s: &str) -> String {
+pub(super) fn urlencode(s: &str) -> String {
     url::form_urlencoded::byte_serialize(s.as_bytes())
         .collect::<String>()
         .replace('+', "%20")
