@@ -21,8 +21,8 @@ use crate::controllers::refs::{GLOBAL_CONFIG_NAME, GlobalConfig};
 use crate::controllers::stores;
 use crate::controllers::target::{MANAGED_LABEL, OWNER_ANNOTATION, VERSION_ANNOTATION};
 use crate::controllers::{
-    self, Context, ContextParts, ObjectKey, Settings, kms_dynamic_secret, kms_push_secret,
-    kms_secret,
+    self, Context, ContextParts, ObjectKey, RefIndex, Settings, kms_dynamic_secret,
+    kms_push_secret, kms_secret,
 };
 use crate::kms::limiter::Limiter;
 use crate::kms::{Kms, KmsConfig};
@@ -89,44 +89,6 @@ fn referenced_secrets(o: &KmsSecret) -> Vec<(String, String)> {
         out.push(pick(ca.secret_namespace.as_ref(), &ca.secret_name));
     }
     out
-}
-
-/// Which KmsSecrets read which Secrets.
-#[derive(Default)]
-struct RefIndex {
-    by_secret: HashMap<(String, String), HashSet<ObjectKey>>,
-    by_owner: HashMap<ObjectKey, Vec<(String, String)>>,
-}
-
-impl RefIndex {
-    fn set(&mut self, key: &ObjectKey, refs: Vec<(String, String)>) {
-        self.remove(key);
-        for r in &refs {
-            self.by_secret
-                .entry(r.clone())
-                .or_default()
-                .insert(key.clone());
-        }
-        self.by_owner.insert(key.clone(), refs);
-    }
-
-    fn remove(&mut self, key: &ObjectKey) {
-        for r in self.by_owner.remove(key).unwrap_or_default() {
-            if let Some(set) = self.by_secret.get_mut(&r) {
-                set.remove(key);
-                if set.is_empty() {
-                    self.by_secret.remove(&r);
-                }
-            }
-        }
-    }
-
-    fn dependents(&self, ns: &str, name: &str) -> Vec<ObjectKey> {
-        self.by_secret
-            .get(&(ns.to_owned(), name.to_owned()))
-            .map(|s| s.iter().cloned().collect())
-            .unwrap_or_default()
-    }
 }
 
 /// The work queues of the resource controllers.
@@ -217,7 +179,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let reload_queue: Arc<Queue<WorkloadKey>> = Arc::new(Queue::new());
     let consumers = Arc::new(ConsumerIndex::default());
     let global = Arc::new(RwLock::new(GlobalConfig::default()));
-    let index = Arc::new(Mutex::new(RefIndex::default()));
+    let index = Arc::new(RefIndex::default());
     let mut drivers: Vec<BoxFuture<'static, ()>> = Vec::new();
 
     // KmsSecrets: reconcile on creation, spec, label, annotation or deletion
@@ -239,15 +201,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 let key = ObjectKey::new(o.namespace().unwrap_or_default(), o.name_any());
                 let uid = o.uid().unwrap_or_default();
                 let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
-                let mut index = index.lock().unwrap_or_else(|e| e.into_inner());
+                let owner = kms_secret::owner_id(&key.namespace, &key.name);
                 if deleted {
                     seen.remove(&uid);
-                    index.remove(&key);
+                    index.remove(&owner);
                 } else {
                     let fp = fingerprint(o);
                     let changed = seen.get(&uid) != Some(&fp);
                     seen.insert(uid, fp);
-                    index.set(&key, referenced_secrets(o));
+                    index.set(&owner, referenced_secrets(o));
                     if !changed && !initial {
                         return;
                     }
@@ -424,16 +386,27 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
 
     // Push and dynamic secrets.
-    let (push, d) = kms_push_secret::watch(&client, &namespaces, gate.clone(), queues.push.clone());
+    let (push, d) = kms_push_secret::watch(
+        &client,
+        &namespaces,
+        gate.clone(),
+        queues.push.clone(),
+        index.clone(),
+    );
     drivers.extend(d);
-    let (dynamic, d) =
-        kms_dynamic_secret::watch(&client, &namespaces, gate.clone(), queues.dynamic.clone());
+    let (dynamic, d) = kms_dynamic_secret::watch(
+        &client,
+        &namespaces,
+        gate.clone(),
+        queues.dynamic.clone(),
+        index.clone(),
+    );
     drivers.extend(d);
 
-    // Credential and CA Secrets (metadata only): a change sends the
+    // Credential, CA and source Secrets (metadata only): a change sends the
     // resources that read them round.
     {
-        let (queue, gate, index) = (queue.clone(), gate.clone(), index.clone());
+        let (queues, gate, index) = (queues.clone(), gate.clone(), index.clone());
         let apis: Vec<kube::Api<PartialObjectMeta<Secret>>> = if namespaces.is_empty() {
             vec![kube::Api::all(client.clone())]
         } else {
@@ -443,7 +416,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 .collect()
         };
         for api in apis {
-            let (queue, gate, index) = (queue.clone(), gate.clone(), index.clone());
+            let (queues, gate, index) = (queues.clone(), gate.clone(), index.clone());
             drivers.push(Box::pin(async move {
                 use futures::StreamExt;
                 use kube::runtime::WatchStreamExt;
@@ -460,13 +433,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                     };
                     let ns = o.metadata.namespace.clone().unwrap_or_default();
                     let name = o.metadata.name.clone().unwrap_or_default();
-                    let dependents = index
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .dependents(&ns, &name);
-                    for key in dependents {
-                        let shard = gate.shard_of(&key.namespace);
-                        queue.add(key, shard);
+                    for owner in index.dependents(&ns, &name) {
+                        queues.owner(&owner, gate.as_ref());
                     }
                 }
             }));

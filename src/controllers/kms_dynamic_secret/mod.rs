@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use super::error::SyncError;
 use super::queue::Queue;
 use super::stores::{self, Scoped};
-use super::{Action, Context, ObjectKey, Reconciler};
+use super::{Action, Context, ObjectKey, Reconciler, RefIndex};
 use crate::api::KmsDynamicSecret;
 use crate::sharding::Ownership;
 
@@ -29,6 +29,7 @@ pub fn watch(
     namespaces: &[String],
     gate: Arc<dyn Ownership>,
     queue: Arc<Queue<ObjectKey>>,
+    _refs: Arc<RefIndex>,
 ) -> (Controller, Vec<BoxFuture<'static, ()>>) {
     let (resources, drivers) = stores::watch::<KmsDynamicSecret, _>(
         client,
