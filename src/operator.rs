@@ -32,7 +32,7 @@ use crate::reload::{
     AUTO_RELOAD_ANNOTATION, ConsumerIndex, Source, WorkloadKey, WorkloadKind, consumed,
 };
 use crate::server;
-use crate::sharding::{Ownership, SingleShard};
+use crate::sharding::Ownership;
 
 /// Keys whose change makes a KmsSecret worth reconciling: generation,
 /// labels, annotations, deletion.
@@ -137,7 +137,20 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         namespaces = ?args.namespaces,
         "kms-operator starting"
     );
-    let gate: Arc<dyn Ownership> = Arc::new(SingleShard::default());
+    let coordinator = shard::Coordinator::start(
+        client.clone(),
+        shard::Config {
+            shards: args.shards,
+            lease_duration: args.lease_duration,
+            renew_deadline: args.renew_deadline,
+            retry_period: args.retry_period,
+            ..shard::Config::new(&args.pod_namespace, &args.lease_prefix, &pod_name)
+        },
+    )
+    .map_err(|e| anyhow::anyhow!("sharding: {e}"))?;
+    // Subscribe before anything is acquired, so no gain is missed.
+    let shard_events = coordinator.events();
+    let gate: Arc<dyn Ownership> = Arc::new(coordinator.clone());
     let metrics = Metrics::new(gate.shard_count());
     let cache = open_cache(&args)?;
     let mut kms = Kms::new(
@@ -168,6 +181,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         allow_cross_namespace_refs: args.allow_cross_namespace_refs,
         pod_namespace: args.pod_namespace.clone(),
         namespaces: namespaces.clone(),
+        cleanup_timeout: args.cleanup_timeout,
         ..Settings::default()
     };
     let queue: Arc<Queue<ObjectKey>> = Arc::new(Queue::new());
@@ -402,6 +416,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         index.clone(),
     );
     drivers.extend(d);
+    let (push_resources, dynamic_resources) = (push.resources.clone(), dynamic.resources.clone());
 
     // Credential, CA and source Secrets (metadata only): a change sends the
     // resources that read them round.
@@ -594,13 +609,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         kms_secret::CONTROLLER,
         Arc::new(kms_secret::Controller),
     ));
+    let reload_budget = Arc::new(Limiter::new(args.max_reloads_per_second));
+    reload_budget.set_members(gate.members());
     let reloader = Arc::new(Reloader {
         workloads: workloads.clone(),
         index: consumers.clone(),
-        budget: Limiter::new(args.max_reloads_per_second),
+        budget: reload_budget.clone(),
         debounce: args.reload_debounce,
     });
-    reloader.budget.set_members(gate.members());
     let reload_workers = tokio::spawn(controllers::run_workers(
         ctx.clone(),
         reload_queue.clone(),
@@ -619,6 +635,167 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         kms_dynamic_secret::CONTROLLER,
         Arc::new(dynamic),
     ));
+
+    // Shard ownership: drain a shard before its Lease is given up; a full
+    // pass over every object of a gained shard; metrics; the budget shares.
+    {
+        let (queues, reload_queue, cache) = (queues.clone(), reload_queue.clone(), cache.clone());
+        coordinator.set_drain_hook(move |shard| {
+            let (queues, reload_queue, cache) =
+                (queues.clone(), reload_queue.clone(), cache.clone());
+            async move {
+                let dropped = queues.kms_secret.drop_shard(shard)
+                    + queues.push.drop_shard(shard)
+                    + queues.dynamic.drop_shard(shard)
+                    + reload_queue.drop_shard(shard);
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(25);
+                while queues.kms_secret.in_progress_for(shard)
+                    + queues.push.in_progress_for(shard)
+                    + queues.dynamic.in_progress_for(shard)
+                    + reload_queue.in_progress_for(shard)
+                    > 0
+                    && tokio::time::Instant::now() < deadline
+                {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                if let Some(store) = &cache
+                    && let Err(e) = store.flush_async().await
+                {
+                    tracing::warn!(error = %e, "could not flush the cache");
+                }
+                tracing::info!(shard, dropped, "shard drained");
+            }
+        });
+    }
+    let full_pass = {
+        let (queues, reload_queue, gate) = (queues.clone(), reload_queue.clone(), gate.clone());
+        let (kms_secrets, push_store, dynamic_store, workloads) = (
+            kms_secrets.clone(),
+            push_resources.clone(),
+            dynamic_resources.clone(),
+            workloads.clone(),
+        );
+        move |shard: u32| {
+            let of = |ns: Option<String>| gate.shard_of(&ns.unwrap_or_default()) == shard;
+            for o in kms_secrets.all() {
+                if of(o.namespace()) {
+                    queues.kms_secret.add(
+                        ObjectKey::new(o.namespace().unwrap_or_default(), o.name_any()),
+                        shard,
+                    );
+                }
+            }
+            for o in push_store.all() {
+                if of(o.namespace()) {
+                    queues.push.add(
+                        ObjectKey::new(o.namespace().unwrap_or_default(), o.name_any()),
+                        shard,
+                    );
+                }
+            }
+            for o in dynamic_store.all() {
+                if of(o.namespace()) {
+                    queues.dynamic.add(
+                        ObjectKey::new(o.namespace().unwrap_or_default(), o.name_any()),
+                        shard,
+                    );
+                }
+            }
+            let opted = |a: &BTreeMap<String, String>| {
+                a.get(AUTO_RELOAD_ANNOTATION).map(String::as_str) == Some("true")
+            };
+            let add = |kind: WorkloadKind,
+                       ns: Option<String>,
+                       name: String,
+                       a: &BTreeMap<String, String>| {
+                if opted(a) && of(ns.clone()) {
+                    reload_queue.add(
+                        WorkloadKey {
+                            kind,
+                            namespace: ns.unwrap_or_default(),
+                            name,
+                        },
+                        shard,
+                    );
+                }
+            };
+            for o in workloads.deployments.all() {
+                add(
+                    WorkloadKind::Deployment,
+                    o.namespace(),
+                    o.name_any(),
+                    o.annotations(),
+                );
+            }
+            for o in workloads.stateful_sets.all() {
+                add(
+                    WorkloadKind::StatefulSet,
+                    o.namespace(),
+                    o.name_any(),
+                    o.annotations(),
+                );
+            }
+            for o in workloads.daemon_sets.all() {
+                add(
+                    WorkloadKind::DaemonSet,
+                    o.namespace(),
+                    o.name_any(),
+                    o.annotations(),
+                );
+            }
+        }
+    };
+    for shard in 0..gate.shard_count() {
+        if gate.owns(shard) {
+            full_pass(shard);
+        }
+    }
+    let shard_task = {
+        let (metrics, kms, budget) = (metrics.clone(), ctx.kms.clone(), reload_budget.clone());
+        let mut events = shard_events;
+        tokio::spawn(async move {
+            loop {
+                match events.recv().await {
+                    Ok(shard::Event::Gained(s)) => {
+                        metrics
+                            .shard_handovers
+                            .with_label_values(&[&s.to_string(), "gained"])
+                            .inc();
+                        full_pass(s);
+                    }
+                    Ok(shard::Event::Lost { shard, reason }) => {
+                        metrics
+                            .shard_handovers
+                            .with_label_values(&[&shard.to_string(), "lost"])
+                            .inc();
+                        tracing::info!(shard, reason = reason.as_str(), "shard lost");
+                    }
+                    Ok(shard::Event::RenewFailed {
+                        shard: Some(s),
+                        error,
+                    }) => {
+                        metrics
+                            .lease_renew_failures
+                            .with_label_values(&[&s.to_string()])
+                            .inc();
+                        tracing::warn!(shard = s, %error, "shard Lease renewal failed");
+                    }
+                    Ok(shard::Event::MembersChanged(members)) => {
+                        let n = u32::try_from(members.len()).unwrap_or(u32::MAX).max(1);
+                        kms.set_members(n);
+                        budget.set_members(n);
+                        tracing::info!(?members, "live replicas changed");
+                    }
+                    Ok(shard::Event::ConfigMismatch(m)) => {
+                        tracing::warn!(%m, "not acquiring shards")
+                    }
+                    Ok(_) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                }
+            }
+        })
+    };
 
     shutdown_signal().await;
     tracing::info!("shutting down: no new work; waiting for reconciles in flight");
@@ -641,6 +818,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     {
         tracing::warn!(error = %e, "could not flush the cache");
     }
+    // Hand the shards over: clear each Lease's holder, delete the member Lease.
+    coordinator.shutdown().await;
+    shard_task.abort();
     stats.abort();
     for t in watch_tasks {
         t.abort();

@@ -455,7 +455,7 @@ pub mod runtime {
         /// Which workloads use which objects.
         pub index: Arc<ConsumerIndex>,
         /// Rollouts per second (shared by replicas).
-        pub budget: Limiter,
+        pub budget: Arc<Limiter>,
         /// Delay between a change and the rollout it causes.
         pub debounce: Duration,
     }

@@ -69,3 +69,25 @@ impl Ownership for SingleShard {
         1
     }
 }
+
+/// The Lease-based gate of the `shard` crate.
+impl Ownership for shard::Coordinator {
+    fn shard_count(&self) -> u32 {
+        shard::Coordinator::shard_count(self)
+    }
+    fn shard_of(&self, namespace: &str) -> u32 {
+        shard::Coordinator::shard_of(self, namespace)
+    }
+    fn owns(&self, shard: u32) -> bool {
+        shard::Coordinator::owns(self, shard)
+    }
+    fn cancellation(&self, shard: u32) -> CancellationToken {
+        shard::Coordinator::cancellation(self, shard)
+    }
+    fn subscribe(&self) -> watch::Receiver<Vec<u32>> {
+        shard::Coordinator::subscribe(self)
+    }
+    fn members(&self) -> u32 {
+        shard::Coordinator::members(self)
+    }
+}

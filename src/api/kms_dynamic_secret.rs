@@ -125,6 +125,20 @@ pub struct LeaseStatus {
     pub creation_timestamp: Time,
     /// When the lease expires unless renewed.
     pub expires_at: Time,
+    /// The lease period granted at creation and by each renewal (`1h`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<String>,
+}
+
+/// A lease that was replaced and is revoked once its grace period is over
+/// (so workloads have the new credentials before the old ones stop working).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RetiredLease {
+    /// Lease id in the KMS.
+    pub id: String,
+    /// When it is revoked.
+    pub revoke_after: Time,
 }
 
 /// Observed state of a KmsDynamicSecret.
@@ -139,6 +153,9 @@ pub struct KmsDynamicSecretStatus {
     /// The lease currently held, written before its credentials are used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<LeaseStatus>,
+    /// Replaced leases waiting for their revocation.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retired_leases: Vec<RetiredLease>,
     /// ID of the dynamic secret in the KMS.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dynamic_secret_id: Option<String>,

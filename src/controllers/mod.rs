@@ -15,6 +15,7 @@
 //! - [`queue`], [`stores`]: the work queues and the watched caches.
 
 pub mod apply;
+pub mod auth;
 pub mod conditions;
 pub mod error;
 pub mod kms_dynamic_secret;
@@ -194,6 +195,8 @@ pub struct Settings {
     pub workers: usize,
     /// Longest backoff after failures.
     pub max_backoff: Duration,
+    /// How long cleanup on deletion is retried before giving up.
+    pub cleanup_timeout: Duration,
 }
 
 impl Default for Settings {
@@ -204,6 +207,7 @@ impl Default for Settings {
             namespaces: Vec::new(),
             workers: 8,
             max_backoff: Duration::from_secs(300),
+            cleanup_timeout: Duration::from_secs(3600),
         }
     }
 }

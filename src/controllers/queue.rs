@@ -7,7 +7,7 @@
 //! shard that is lost can be dropped as a whole, and depth and age are
 //! reported per shard.
 
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::hash::Hash;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -28,7 +28,8 @@ struct Inner<K> {
     ready: VecDeque<K>,
     delayed: BTreeSet<(Instant, u64, K)>,
     queued: HashMap<K, (u32, Place)>,
-    processing: HashSet<K>,
+    /// Keys being processed, with their shard.
+    processing: HashMap<K, u32>,
     /// Keys added while processing: shard and when they become ready.
     dirty: HashMap<K, (u32, Instant)>,
     seq: u64,
@@ -55,7 +56,7 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
                 ready: VecDeque::new(),
                 delayed: BTreeSet::new(),
                 queued: HashMap::new(),
-                processing: HashSet::new(),
+                processing: HashMap::new(),
                 dirty: HashMap::new(),
                 seq: 0,
                 closed: false,
@@ -86,7 +87,7 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
         if q.closed {
             return;
         }
-        if q.processing.contains(&key) {
+        if q.processing.contains_key(&key) {
             let entry = q.dirty.entry(key).or_insert((shard, due));
             entry.1 = entry.1.min(due);
             return;
@@ -146,7 +147,7 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
                         continue;
                     };
                     if accept(shard) {
-                        q.processing.insert(key.clone());
+                        q.processing.insert(key.clone(), shard);
                         found = Some((key, shard));
                         break;
                     }
@@ -241,6 +242,15 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
     /// Keys being processed right now.
     pub fn in_progress(&self) -> usize {
         self.lock().processing.len()
+    }
+
+    /// Keys of `shard` being processed right now.
+    pub fn in_progress_for(&self, shard: u32) -> usize {
+        self.lock()
+            .processing
+            .values()
+            .filter(|s| **s == shard)
+            .count()
     }
 
     /// Stop handing out work; waiting `next` calls return `None`.

@@ -15,6 +15,7 @@ pub mod client;
 pub mod endpoint;
 mod error;
 pub mod flight;
+pub mod leases;
 pub mod limiter;
 pub mod model;
 

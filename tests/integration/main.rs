@@ -11,6 +11,8 @@ mod harness;
 
 mod cache;
 mod crds;
+mod dynamic;
 mod kms_secret;
 mod reload;
+mod sharding;
 mod support;

@@ -88,6 +88,11 @@ pub struct DevServer {
 impl DevServer {
     /// Start a dev server with `seed` (YAML) on a free port.
     pub async fn start(seed: &str) -> Self {
+        Self::start_with(seed, &[]).await
+    }
+
+    /// Start a dev server with `seed` and extra flags.
+    pub async fn start_with(seed: &str, extra: &[&str]) -> Self {
         let dir = TempDir::new("kms");
         let seed_path = dir.0.join("seed.yaml");
         std::fs::write(&seed_path, seed).unwrap();
@@ -103,6 +108,7 @@ impl DevServer {
             .arg(&seed_path)
             .arg("--data-dir")
             .arg(dir.0.join("data"))
+            .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -172,6 +178,16 @@ impl DevServer {
             .filter(|(s, _)| status.is_none_or(|want| want == s.as_str()))
             .map(|(_, n)| n.as_u64().unwrap_or(0))
             .sum()
+    }
+
+    /// Active leases: `[{id, dynamicSecret, expireAt, …}]` (with `all`, also
+    /// expired and revoked ones).
+    pub async fn leases(&self, all: bool) -> Vec<Value> {
+        let path = if all { "leases?all=true" } else { "leases" };
+        match self.admin(reqwest::Method::GET, path, None).await {
+            Value::Array(v) => v,
+            other => panic!("unexpected leases answer {other}"),
+        }
     }
 
     /// Reset the counters.
@@ -302,6 +318,28 @@ impl Operator {
             child: Some(child),
             output,
         }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Send a signal (`TERM`, `KILL`, `STOP`, `CONT`).
+    pub fn signal(&self, name: &str) {
+        if let Some(pid) = self.pid() {
+            let _ = Command::new("kill")
+                .arg(format!("-{name}"))
+                .arg(pid.to_string())
+                .status();
+        }
+    }
+
+    /// Whether the process has exited.
+    pub fn exited(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_none_or(|c| matches!(c.try_wait(), Ok(Some(_))))
     }
 
     /// Stop with SIGTERM and wait.

@@ -1,61 +1,1007 @@
-//! The KmsDynamicSecret controller: lease time-bound credentials into a Secret, renew the lease in time, revoke it on deletion.
+//! The KmsDynamicSecret controller: lease time-bound credentials into a
+//! Secret, renew the lease in time, replace it when it cannot be renewed, and
+//! revoke it on deletion — without leaking leases.
+//!
+//! Rules (see `docs/kmsdynamicsecret.md`):
+//! - A new lease is written to the status **before** its credentials reach
+//!   the Secret; if that status write fails, the lease is revoked at once.
+//!   The only lease that can leak is one created right before the process
+//!   dies: it is never renewed and expires at its TTL.
+//! - Renewal happens at a jittered 50–70 % of the lease period and never
+//!   later than min(30 s, period/3) before expiry; it touches neither the
+//!   Secret nor any workload.
+//! - At max TTL, when renewal is refused, or when the Secret no longer holds
+//!   the current lease's credentials, a new lease is created, the Secret is
+//!   updated (a real change: auto-reload fires) and the old lease is kept in
+//!   `status.retiredLeases` until its grace period is over, then revoked.
+//! - Deletion with `leaseRevocationPolicy: Revoke` revokes every lease,
+//!   clears the Secret's data, and only then removes the finalizer; retried
+//!   with backoff; `secrets.hanzo.ai/skip-cleanup: "true"` or
+//!   `--cleanup-timeout` release the resource without cleanup.
 
-use std::sync::Arc;
+pub mod plan;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
-use kube::runtime::watcher::{self, Event};
-use kube::{Client, ResourceExt};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::watcher::{self, Event as WatchEvent};
+use kube::{Client, Resource, ResourceExt};
+use secrecy::SecretString;
+use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use self::plan::{Decision, LeaseView};
+use super::apply::{self, ensure_owner};
+use super::auth::generic_identity;
+use super::conditions::{self, Status};
 use super::error::SyncError;
+use super::kms_secret::plan::{Target, build_data};
 use super::queue::Queue;
 use super::stores::{self, Scoped};
+use super::target::{
+    ADOPT_EXISTING_ANNOTATION, Claim, Desired, Observed, TargetKind, claim, desired_meta, diff,
+};
 use super::{Action, Context, ObjectKey, Reconciler, RefIndex};
 use crate::api::KmsDynamicSecret;
+use crate::api::common::CreationPolicy;
+use crate::api::conditions as ct;
+use crate::api::kms_dynamic_secret::{
+    DynamicSecretDetails, KmsDynamicSecretStatus, LeaseRevocationPolicy, LeaseStatus, RetiredLease,
+};
+use crate::kms::leases::{LeaseTarget, renewal_refused};
+use crate::kms::{Identity, KmsError, SecretItem, SecretMap};
 use crate::sharding::Ownership;
 
 /// The controller's metric label.
 pub const CONTROLLER: &str = "kmsdynamicsecret";
+/// The finalizer that guards lease revocation.
+pub const FINALIZER: &str = "dynamicsecret.secrets.hanzo.ai/finalizer";
+/// On a resource being deleted: release it without KMS cleanup.
+pub const SKIP_CLEANUP: &str = "secrets.hanzo.ai/skip-cleanup";
+/// How long a replaced lease stays valid before it is revoked, at most (a
+/// shorter lease period shortens it).
+pub const RETIRE_GRACE: Duration = Duration::from_secs(60);
 
-/// The controller's watched state.
+/// `KmsDynamicSecret/<ns>/<name>`.
+pub fn owner_id(ns: &str, name: &str) -> String {
+    format!("KmsDynamicSecret/{ns}/{name}")
+}
+
+/// The controller's watched state and memory.
 pub struct Controller {
     /// Watched resources.
     pub resources: Scoped<KmsDynamicSecret>,
+    /// Project slugs by (KMS base URL, project id): looked up once.
+    slugs: Mutex<HashMap<(String, String), String>>,
+    /// The identity of the last successful reconcile per resource UID, used
+    /// to clean up when the credentials are gone too.
+    identities: Mutex<HashMap<String, Identity>>,
 }
 
-/// Start watching the resources; every event queues its object.
+fn referenced(o: &KmsDynamicSecret) -> Vec<(String, String)> {
+    let ns = o.namespace().unwrap_or_default();
+    let pick = |r_ns: Option<&String>, name: &str| {
+        (
+            r_ns.filter(|n| !n.is_empty())
+                .cloned()
+                .unwrap_or_else(|| ns.clone()),
+            name.to_owned(),
+        )
+    };
+    let mut out = Vec::new();
+    if let Some(u) = &o.spec.authentication.universal_auth {
+        out.push(pick(
+            u.credentials_ref.secret_namespace.as_ref(),
+            &u.credentials_ref.secret_name,
+        ));
+    }
+    if let Some(l) = &o.spec.authentication.ldap_auth {
+        out.push(pick(
+            l.credentials_ref.secret_namespace.as_ref(),
+            &l.credentials_ref.secret_name,
+        ));
+    }
+    if let Some(ca) = o.spec.tls.as_ref().and_then(|t| t.ca_ref.as_ref()) {
+        out.push(pick(ca.secret_namespace.as_ref(), &ca.secret_name));
+    }
+    out
+}
+
+/// Start watching the resources: a new resource, a spec, label, annotation,
+/// finalizer or deletion change queues it (our own status writes do not).
 pub fn watch(
     client: &Client,
     namespaces: &[String],
     gate: Arc<dyn Ownership>,
     queue: Arc<Queue<ObjectKey>>,
-    _refs: Arc<RefIndex>,
+    refs: Arc<RefIndex>,
 ) -> (Controller, Vec<BoxFuture<'static, ()>>) {
+    type Fingerprint = (
+        Option<i64>,
+        BTreeMap<String, String>,
+        BTreeMap<String, String>,
+        bool,
+        Vec<String>,
+    );
+    let seen: Mutex<HashMap<String, Fingerprint>> = Mutex::new(HashMap::new());
     let (resources, drivers) = stores::watch::<KmsDynamicSecret, _>(
         client,
         namespaces,
         &watcher::Config::default(),
         move |event| {
-            let o = match event {
-                Event::Apply(o) | Event::InitApply(o) | Event::Delete(o) => o,
-                Event::Init | Event::InitDone => return,
+            let (o, initial, deleted) = match event {
+                WatchEvent::Apply(o) => (o, false, false),
+                WatchEvent::InitApply(o) => (o, true, false),
+                WatchEvent::Delete(o) => (o, false, true),
+                WatchEvent::Init | WatchEvent::InitDone => return,
             };
             let key = ObjectKey::new(o.namespace().unwrap_or_default(), o.name_any());
+            let owner = owner_id(&key.namespace, &key.name);
+            let uid = o.uid().unwrap_or_default();
+            let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+            if deleted {
+                seen.remove(&uid);
+                refs.remove(&owner);
+            } else {
+                let fp = (
+                    o.metadata.generation,
+                    o.labels().clone(),
+                    o.annotations().clone(),
+                    o.metadata.deletion_timestamp.is_some(),
+                    o.finalizers().to_vec(),
+                );
+                let changed = seen.get(&uid) != Some(&fp);
+                seen.insert(uid, fp);
+                refs.set(&owner, referenced(o));
+                if !changed && !initial {
+                    return;
+                }
+            }
             let shard = gate.shard_of(&key.namespace);
             queue.add(key, shard);
         },
     );
-    (Controller { resources }, drivers)
+    (
+        Controller {
+            resources,
+            slugs: Mutex::new(HashMap::new()),
+            identities: Mutex::new(HashMap::new()),
+        },
+        drivers,
+    )
 }
 
 impl Reconciler<ObjectKey> for Controller {
     fn reconcile<'a>(
         &'a self,
-        _ctx: &'a Context,
-        _key: &'a ObjectKey,
-        _shard: u32,
-        _cancel: &'a CancellationToken,
+        ctx: &'a Context,
+        key: &'a ObjectKey,
+        shard: u32,
+        cancel: &'a CancellationToken,
     ) -> BoxFuture<'a, Result<Action, SyncError>> {
-        Box::pin(async { Ok(Action::Done) })
+        Box::pin(self.run(ctx, key, shard, cancel))
+    }
+}
+
+fn now_time() -> Time {
+    Time(Timestamp::now())
+}
+
+fn kms_err(e: KmsError) -> SyncError {
+    SyncError::Kms(e)
+}
+
+/// The target Secret as the KmsSecret planner describes targets.
+fn target_of(cr: &KmsDynamicSecret, allow_cross: bool) -> Result<Target, SyncError> {
+    let ns = cr.namespace().unwrap_or_default();
+    let r = &cr.spec.managed_secret_reference;
+    let namespace = super::refs::namespace_of(
+        &ns,
+        r.secret_namespace.as_deref(),
+        "managedSecretReference.secretNamespace",
+        allow_cross,
+    )?;
+    if r.creation_policy == CreationPolicy::Owner && namespace != ns {
+        return Err(SyncError::Spec(format!(
+            "managedSecretReference.creationPolicy: Owner needs the Secret in the resource's namespace {ns}"
+        )));
+    }
+    Ok(Target {
+        kind: TargetKind::Secret,
+        namespace,
+        name: r.secret_name.clone(),
+        secret_type: Some(r.secret_type.clone()).filter(|t| !t.is_empty()),
+        creation_policy: r.creation_policy,
+        template: r.template.clone(),
+        field: "managedSecretReference".to_owned(),
+    })
+}
+
+impl Controller {
+    async fn run(
+        &self,
+        ctx: &Context,
+        key: &ObjectKey,
+        shard: u32,
+        cancel: &CancellationToken,
+    ) -> Result<Action, SyncError> {
+        let Some(cr) = self.resources.get(Some(&key.namespace), &key.name) else {
+            return Ok(Action::Done);
+        };
+        if cr.metadata.deletion_timestamp.is_some() {
+            return self.cleanup(ctx, &cr, shard, cancel).await;
+        }
+        if !cr.finalizers().iter().any(|f| f == FINALIZER) {
+            ensure_owner(ctx, shard, cancel)?;
+            let mut finalizers = cr.finalizers().to_vec();
+            finalizers.push(FINALIZER.to_owned());
+            patch_meta(ctx, &cr, json!({"finalizers": finalizers})).await?;
+            // The update comes back as a watch event.
+            return Ok(Action::Done);
+        }
+        let outcome = self.sync(ctx, &cr, shard, cancel).await;
+        match outcome {
+            Ok(next) => Ok(Action::RequeueAt(next)),
+            Err(SyncError::NotOwner) => Err(SyncError::NotOwner),
+            Err(e) => {
+                // Report; the status of a successful step was written by it.
+                let fresh = self
+                    .resources
+                    .get(Some(&key.namespace), &key.name)
+                    .unwrap_or(cr);
+                let mut status = fresh.status.clone().unwrap_or_default();
+                let generation = fresh.metadata.generation;
+                let now = now_time();
+                let message = conditions::bounded(&e.to_string());
+                conditions::set(
+                    &mut status.conditions,
+                    ct::RECONCILE,
+                    Status::False,
+                    e.reason(),
+                    &message,
+                    generation,
+                    &now,
+                );
+                conditions::set(
+                    &mut status.conditions,
+                    ct::READY,
+                    Status::False,
+                    e.reason(),
+                    &message,
+                    generation,
+                    &now,
+                );
+                status.observed_generation = generation;
+                let _ = write_status(ctx, &fresh, &status, false).await;
+                publish_ready_change(ctx, &fresh, &status, Some(&e)).await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn project_slug(
+        &self,
+        ctx: &Context,
+        identity: &Identity,
+        d: &DynamicSecretDetails,
+    ) -> Result<String, SyncError> {
+        if let Some(slug) = d.project_slug.as_deref().filter(|s| !s.is_empty()) {
+            return Ok(slug.to_owned());
+        }
+        let id = d.project_id.clone().unwrap_or_default();
+        let cache_key = (identity.endpoint.base.clone(), id.clone());
+        if let Some(slug) = self
+            .slugs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&cache_key)
+        {
+            return Ok(slug.clone());
+        }
+        let slug = ctx.kms.project_slug(identity, &id).await.map_err(kms_err)?;
+        self.slugs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(cache_key, slug.clone());
+        Ok(slug)
+    }
+
+    async fn lease_target(
+        &self,
+        ctx: &Context,
+        identity: &Identity,
+        cr: &KmsDynamicSecret,
+    ) -> Result<LeaseTarget, SyncError> {
+        let d = &cr.spec.dynamic_secret;
+        Ok(LeaseTarget {
+            project_slug: self.project_slug(ctx, identity, d).await?,
+            environment: d.environment_slug.clone(),
+            path: super::kms_secret::plan::normalize_path(&d.secrets_path),
+            name: d.secret_name.clone(),
+        })
+    }
+
+    /// Bring the lease and the Secret in line; returns when to look again.
+    async fn sync(
+        &self,
+        ctx: &Context,
+        cr: &KmsDynamicSecret,
+        shard: u32,
+        cancel: &CancellationToken,
+    ) -> Result<std::time::SystemTime, SyncError> {
+        let ns = cr.namespace().unwrap_or_default();
+        let me = owner_id(&ns, &cr.name_any());
+        let uid = cr.uid().unwrap_or_default();
+        let target = target_of(cr, ctx.settings.allow_cross_namespace_refs)?;
+        let identity = generic_identity(
+            ctx,
+            &ns,
+            cr.spec.host_api.as_deref(),
+            cr.spec.tls.as_ref(),
+            &cr.spec.authentication,
+        )
+        .await?;
+        self.identities
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(uid.clone(), identity.clone());
+        let lease_target = self.lease_target(ctx, &identity, cr).await?;
+        let mut status = cr.status.clone().unwrap_or_default();
+        let generation = cr.metadata.generation;
+        let now = Timestamp::now();
+
+        // The Secret: who may write it, and does it hold the current lease?
+        let observed = observe_secret(ctx, &target).await?;
+        let adopt = cr
+            .annotations()
+            .get(ADOPT_EXISTING_ANNOTATION)
+            .map(String::as_str)
+            == Some("true");
+        let c = claim(observed.as_ref(), &me, adopt, |_| true);
+        match &c {
+            Claim::Foreign => {
+                return Err(SyncError::Target {
+                    reason: "TargetNotManaged",
+                    message: format!(
+                        "Secret {}/{} exists and was not created by kms-operator; nothing was written. Annotate it with \
+                         secrets.hanzo.ai/adopt=true, or this resource with secrets.hanzo.ai/adopt-existing=true",
+                        target.namespace, target.name
+                    ),
+                });
+            }
+            Claim::Conflict(other) => {
+                return Err(SyncError::Target {
+                    reason: "TargetConflict",
+                    message: format!(
+                        "Secret {}/{} is already managed by {other}; nothing was written",
+                        target.namespace, target.name
+                    ),
+                });
+            }
+            _ => {}
+        }
+        let holds_current = match (&status.lease, &observed, &c) {
+            (Some(l), Some(o), Claim::Ours) => o
+                .annotations
+                .get(super::target::VERSION_ANNOTATION)
+                .is_some_and(|v| v.starts_with(&format!("{}-", l.id))),
+            _ => false,
+        };
+
+        // Retired leases whose grace is over.
+        let mut kept = Vec::new();
+        for r in std::mem::take(&mut status.retired_leases) {
+            if r.revoke_after.0 <= now {
+                ensure_owner(ctx, shard, cancel)?;
+                match ctx.kms.revoke_lease(&identity, &lease_target, &r.id).await {
+                    Ok(()) => {
+                        tracing::info!(resource = %me, lease = %r.id, "replaced lease revoked");
+                        event(
+                            ctx,
+                            cr,
+                            EventType::Normal,
+                            "LeaseRevoked",
+                            &format!("Revoked replaced lease {}", r.id),
+                        )
+                        .await;
+                    }
+                    Err(e) => {
+                        tracing::warn!(lease = %r.id, error = %e, "could not revoke a replaced lease; will retry");
+                        kept.push(r);
+                    }
+                }
+            } else {
+                kept.push(r);
+            }
+        }
+        status.retired_leases = kept;
+
+        let view = status.lease.as_ref().map(LeaseView::from_status);
+        let max_ttl = status
+            .max_ttl
+            .as_deref()
+            .and_then(crate::kms::leases::parse_ttl);
+        let mut decision = plan::decide(view.as_ref(), holds_current, max_ttl, now);
+        let condition_now = now_time();
+        if decision == Decision::Renew {
+            let Some(lease) = status.lease.clone() else {
+                return Ok(std::time::SystemTime::now());
+            };
+            ensure_owner(ctx, shard, cancel)?;
+            match ctx
+                .kms
+                .renew_lease(&identity, &lease_target, &lease.id, lease.ttl.as_deref())
+                .await
+            {
+                Ok(renewed) => {
+                    tracing::debug!(resource = %me, lease = %lease.id, expires = %renewed.expire_at, "lease renewed");
+                    if let Some(l) = status.lease.as_mut() {
+                        l.expires_at = Time(renewed.expire_at);
+                        l.version = renewed.version;
+                    }
+                    conditions::set(
+                        &mut status.conditions,
+                        ct::LEASE_RENEWAL,
+                        Status::True,
+                        "Renewed",
+                        &format!(
+                            "Lease {} renewed; expires at {}",
+                            lease.id, renewed.expire_at
+                        ),
+                        generation,
+                        &condition_now,
+                    );
+                }
+                Err(e) if renewal_refused(&e) => {
+                    conditions::set(
+                        &mut status.conditions,
+                        ct::LEASE_RENEWAL,
+                        Status::False,
+                        "RenewalRefused",
+                        &conditions::bounded(&format!(
+                            "Lease {} cannot be renewed ({e}); it is replaced",
+                            lease.id
+                        )),
+                        generation,
+                        &condition_now,
+                    );
+                    event(
+                        ctx,
+                        cr,
+                        EventType::Warning,
+                        "LeaseRenewalRefused",
+                        &format!("Lease {} cannot be renewed; replacing it", lease.id),
+                    )
+                    .await;
+                    decision = Decision::Create {
+                        reason: "its renewal was refused",
+                    };
+                }
+                Err(e) => {
+                    conditions::set(
+                        &mut status.conditions,
+                        ct::LEASE_RENEWAL,
+                        Status::False,
+                        e.reason(),
+                        &conditions::bounded(&format!("Renewing lease {} failed: {e}", lease.id)),
+                        generation,
+                        &condition_now,
+                    );
+                    let _ = write_status(ctx, cr, &status, false).await;
+                    event(
+                        ctx,
+                        cr,
+                        EventType::Warning,
+                        "LeaseRenewalFailed",
+                        &conditions::bounded(&e.to_string()),
+                    )
+                    .await;
+                    return Err(SyncError::Kms(e));
+                }
+            }
+        }
+        if let Decision::Create { reason } = decision {
+            ensure_owner(ctx, shard, cancel)?;
+            let created = ctx
+                .kms
+                .create_lease(
+                    &identity,
+                    &lease_target,
+                    cr.spec.lease_ttl.as_deref().filter(|t| !t.is_empty()),
+                )
+                .await
+                .map_err(kms_err)?;
+            let lease = &created.lease;
+            let ttl = cr
+                .spec
+                .lease_ttl
+                .clone()
+                .filter(|t| !t.is_empty())
+                .or_else(|| created.default_ttl.clone())
+                .or_else(|| {
+                    let secs = lease.expire_at.as_second() - now.as_second();
+                    (secs > 0).then(|| format!("{secs}s"))
+                });
+            if let Some(old) = status.lease.take() {
+                // Workloads get time to pick up the new credentials, but
+                // the old lease is revoked before it would expire by
+                // itself.
+                let period = LeaseView::from_status(&old).ttl;
+                let grace = k8s_openapi::jiff::SignedDuration::try_from(RETIRE_GRACE.min(period))
+                    .unwrap_or_default();
+                let before_expiry =
+                    old.expires_at.0 - k8s_openapi::jiff::SignedDuration::from_secs(1);
+                status.retired_leases.push(RetiredLease {
+                    id: old.id,
+                    revoke_after: Time((now + grace).min(before_expiry).max(now)),
+                });
+            }
+            status.lease = Some(LeaseStatus {
+                id: lease.id.clone(),
+                version: lease.version,
+                creation_timestamp: Time(now),
+                expires_at: Time(lease.expire_at),
+                ttl,
+            });
+            status.dynamic_secret_id =
+                Some(created.dynamic_secret_id.clone()).filter(|s| !s.is_empty());
+            status.max_ttl = created.max_ttl.clone();
+            conditions::set(
+                &mut status.conditions,
+                ct::LEASE_CREATED,
+                Status::True,
+                "Created",
+                &format!(
+                    "Lease {} created ({reason}); expires at {}",
+                    lease.id, lease.expire_at
+                ),
+                generation,
+                &condition_now,
+            );
+            // The lease is recorded before its credentials are used; if
+            // that fails, it is revoked now.
+            if let Err(e) = write_status(ctx, cr, &status, true).await {
+                let revoked = ctx
+                    .kms
+                    .revoke_lease(&identity, &lease_target, &lease.id)
+                    .await;
+                tracing::warn!(lease = %lease.id, revoked = revoked.is_ok(), error = %e, "could not record a new lease; revoked it");
+                return Err(e);
+            }
+            tracing::info!(resource = %me, lease = %lease.id, reason, retired = ?status.retired_leases.iter().map(|r| (&r.id, r.revoke_after.0)).collect::<Vec<_>>(), "lease created");
+            event(
+                ctx,
+                cr,
+                EventType::Normal,
+                "LeaseCreated",
+                &format!("Created lease {} ({reason})", lease.id),
+            )
+            .await;
+            let data: SecretMap = created
+                .data
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        k.clone(),
+                        SecretItem {
+                            key: k.clone(),
+                            value: SecretString::from(
+                                secrecy::ExposeSecret::expose_secret(v).to_owned(),
+                            ),
+                            secret_path: lease_target.path.clone(),
+                        },
+                    )
+                })
+                .collect();
+            let rendered = build_data(&target, &data, ctx.renderer.as_ref())?;
+            let version = format!("{}-{}", lease.id, lease.version);
+            self.write_secret(
+                ctx,
+                cr,
+                &me,
+                &target,
+                observed.as_ref(),
+                &c,
+                rendered,
+                &version,
+                shard,
+                cancel,
+            )
+            .await?;
+            status.synced_keys = Some(i64::try_from(created.data.len()).unwrap_or(i64::MAX));
+            status.last_sync_time = Some(Time(Timestamp::now()));
+        }
+        let lease = status.lease.clone();
+        let message = lease.as_ref().map_or_else(
+            || "No lease".to_owned(),
+            |l| format!("Lease {} valid until {}", l.id, l.expires_at.0),
+        );
+        conditions::set(
+            &mut status.conditions,
+            ct::RECONCILE,
+            Status::True,
+            "OK",
+            &message,
+            generation,
+            &condition_now,
+        );
+        conditions::set(
+            &mut status.conditions,
+            ct::READY,
+            Status::True,
+            "LeaseActive",
+            &message,
+            generation,
+            &condition_now,
+        );
+        let workloads = ctx
+            .consumers
+            .consumers(
+                &target.namespace,
+                crate::reload::Source::Secret,
+                &target.name,
+            )
+            .len();
+        conditions::set(
+            &mut status.conditions,
+            ct::AUTO_REDEPLOY_READY,
+            Status::True,
+            "OK",
+            &format!("{workloads} workload(s) that opted in to auto-reload use the Secret"),
+            generation,
+            &condition_now,
+        );
+        status.observed_generation = generation;
+        status.shard = Some(i32::try_from(shard).unwrap_or(i32::MAX));
+        ensure_owner(ctx, shard, cancel)?;
+        let before = cr.status.clone().unwrap_or_default();
+        write_status(ctx, cr, &status, false).await?;
+        publish_ready_change_from(ctx, cr, &before, &status, None).await;
+        let view = status.lease.as_ref().map(LeaseView::from_status);
+        let next = plan::next_check(
+            view.as_ref(),
+            &status.retired_leases,
+            max_ttl,
+            Timestamp::now(),
+        );
+        Ok(std::time::SystemTime::from(next))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn write_secret(
+        &self,
+        ctx: &Context,
+        cr: &KmsDynamicSecret,
+        me: &str,
+        target: &Target,
+        observed: Option<&Observed>,
+        c: &Claim,
+        data: BTreeMap<String, Vec<u8>>,
+        version: &str,
+        shard: u32,
+        cancel: &CancellationToken,
+    ) -> Result<(), SyncError> {
+        let created_by_us = *c == Claim::Missing
+            || observed.is_some_and(|o| {
+                o.labels
+                    .get(super::target::MANAGED_BY_LABEL)
+                    .map(String::as_str)
+                    == Some(super::target::MANAGED_BY_VALUE)
+            });
+        let template_meta = target.template.as_ref().and_then(|t| t.metadata.as_ref());
+        let meta = desired_meta(
+            cr.labels(),
+            cr.annotations(),
+            template_meta,
+            me,
+            version,
+            created_by_us,
+        );
+        let desired = Desired {
+            kind: TargetKind::Secret,
+            namespace: target.namespace.clone(),
+            name: target.name.clone(),
+            data,
+            meta,
+            owner_reference: (target.creation_policy == CreationPolicy::Owner)
+                .then(|| {
+                    let mut r = cr.controller_owner_ref(&())?;
+                    r.block_owner_deletion = Some(true);
+                    Some(r)
+                })
+                .flatten(),
+            secret_type: target.secret_type.clone(),
+        };
+        let removals = match observed {
+            None => Default::default(),
+            Some(o) => diff(o, &desired, target.creation_policy).0,
+        };
+        apply::write(ctx, &desired, observed, &removals, shard, cancel).await?;
+        Ok(())
+    }
+
+    /// Deletion: revoke (with `Revoke`), clear the Secret's data, then
+    /// release the finalizer.
+    async fn cleanup(
+        &self,
+        ctx: &Context,
+        cr: &KmsDynamicSecret,
+        shard: u32,
+        cancel: &CancellationToken,
+    ) -> Result<Action, SyncError> {
+        if !cr.finalizers().iter().any(|f| f == FINALIZER) {
+            return Ok(Action::Done);
+        }
+        let uid = cr.uid().unwrap_or_default();
+        let skip = cr.annotations().get(SKIP_CLEANUP).map(String::as_str) == Some("true");
+        let status = cr.status.clone().unwrap_or_default();
+        let leases: Vec<String> = status
+            .lease
+            .iter()
+            .map(|l| l.id.clone())
+            .chain(status.retired_leases.iter().map(|r| r.id.clone()))
+            .collect();
+        if skip {
+            event(
+                ctx,
+                cr,
+                EventType::Warning,
+                "CleanupSkipped",
+                "secrets.hanzo.ai/skip-cleanup is set: leases were not revoked",
+            )
+            .await;
+        } else if cr.spec.lease_revocation_policy == LeaseRevocationPolicy::Revoke
+            && !leases.is_empty()
+        {
+            let result = self.revoke_all(ctx, cr, &leases, shard, cancel).await;
+            if let Err(e) = result {
+                let deleted_at = cr
+                    .metadata
+                    .deletion_timestamp
+                    .as_ref()
+                    .map_or(Timestamp::now(), |t| t.0);
+                let waited = Timestamp::now().duration_since(deleted_at);
+                let timeout =
+                    k8s_openapi::jiff::SignedDuration::try_from(ctx.settings.cleanup_timeout)
+                        .unwrap_or_default();
+                if waited < timeout {
+                    let mut s = status.clone();
+                    let now = now_time();
+                    let message = conditions::bounded(&format!(
+                        "Revoking the lease before deletion failed: {e}; retrying (set secrets.hanzo.ai/skip-cleanup=true to release without revoking)"
+                    ));
+                    conditions::set(
+                        &mut s.conditions,
+                        ct::READY,
+                        Status::False,
+                        "CleanupFailed",
+                        &message,
+                        cr.metadata.generation,
+                        &now,
+                    );
+                    let _ = write_status(ctx, cr, &s, false).await;
+                    return Err(e);
+                }
+                event(
+                    ctx,
+                    cr,
+                    EventType::Warning,
+                    "CleanupAbandoned",
+                    &conditions::bounded(&format!("Gave up revoking after --cleanup-timeout: {e}")),
+                )
+                .await;
+            } else {
+                event(
+                    ctx,
+                    cr,
+                    EventType::Normal,
+                    "LeaseRevoked",
+                    "Revoked the lease before deletion",
+                )
+                .await;
+            }
+        }
+        ensure_owner(ctx, shard, cancel)?;
+        let finalizers: Vec<&String> = cr.finalizers().iter().filter(|f| *f != FINALIZER).collect();
+        patch_meta(ctx, cr, json!({"finalizers": finalizers})).await?;
+        self.identities
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&uid);
+        Ok(Action::Done)
+    }
+
+    async fn revoke_all(
+        &self,
+        ctx: &Context,
+        cr: &KmsDynamicSecret,
+        leases: &[String],
+        shard: u32,
+        cancel: &CancellationToken,
+    ) -> Result<(), SyncError> {
+        let ns = cr.namespace().unwrap_or_default();
+        let uid = cr.uid().unwrap_or_default();
+        // The credentials may be gone with the namespace: use the last
+        // identity that worked.
+        let identity = match generic_identity(
+            ctx,
+            &ns,
+            cr.spec.host_api.as_deref(),
+            cr.spec.tls.as_ref(),
+            &cr.spec.authentication,
+        )
+        .await
+        {
+            Ok(i) => i,
+            Err(e) => self
+                .identities
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&uid)
+                .cloned()
+                .ok_or(e)?,
+        };
+        let lease_target = self.lease_target(ctx, &identity, cr).await?;
+        for id in leases {
+            ensure_owner(ctx, shard, cancel)?;
+            ctx.kms
+                .revoke_lease(&identity, &lease_target, id)
+                .await
+                .map_err(kms_err)?;
+        }
+        // Clear the Secret's data if it is ours.
+        let target = target_of(cr, ctx.settings.allow_cross_namespace_refs)?;
+        let me = owner_id(&ns, &cr.name_any());
+        if let Some(o) = observe_secret(ctx, &target).await?
+            && o.annotations.get(super::target::OWNER_ANNOTATION) == Some(&me)
+            && !o.data.is_empty()
+        {
+            ensure_owner(ctx, shard, cancel)?;
+            let nulls: serde_json::Map<String, serde_json::Value> = o
+                .data
+                .keys()
+                .map(|k| (k.clone(), serde_json::Value::Null))
+                .collect();
+            let patch = json!({"metadata": {"resourceVersion": o.resource_version}, "data": nulls});
+            match Api::<Secret>::namespaced(ctx.client.clone(), &target.namespace)
+                .patch(&target.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(SyncError::kube("clearing the Secret's data", e)),
+            }
+        }
+        Ok(())
+    }
+}
+
+async fn observe_secret(ctx: &Context, t: &Target) -> Result<Option<Observed>, SyncError> {
+    if let Some(s) = ctx.secrets.get(Some(&t.namespace), &t.name) {
+        return Ok(Some(Observed::from_secret(&s)));
+    }
+    Api::<Secret>::namespaced(ctx.client.clone(), &t.namespace)
+        .get_opt(&t.name)
+        .await
+        .map(|o| o.as_ref().map(Observed::from_secret))
+        .map_err(|e| SyncError::kube(format!("reading Secret {}/{}", t.namespace, t.name), e))
+}
+
+/// Merge-patch the resource's metadata from the resourceVersion it was read
+/// at.
+async fn patch_meta(
+    ctx: &Context,
+    cr: &KmsDynamicSecret,
+    meta: serde_json::Value,
+) -> Result<(), SyncError> {
+    let ns = cr.namespace().unwrap_or_default();
+    let mut meta = meta;
+    meta["resourceVersion"] = json!(cr.resource_version());
+    match Api::<KmsDynamicSecret>::namespaced(ctx.client.clone(), &ns)
+        .patch(
+            &cr.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": meta})),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(SyncError::kube("updating the finalizers", e)),
+    }
+}
+
+/// Write the status. With `precondition`, only from the resourceVersion the
+/// resource was read at (a lease is recorded only on the object it was
+/// created for).
+async fn write_status(
+    ctx: &Context,
+    cr: &KmsDynamicSecret,
+    status: &KmsDynamicSecretStatus,
+    precondition: bool,
+) -> Result<(), SyncError> {
+    if !precondition && cr.status.as_ref() == Some(status) {
+        return Ok(());
+    }
+    let ns = cr.namespace().unwrap_or_default();
+    let mut body = json!({"status": status});
+    if precondition {
+        body["metadata"] = json!({"resourceVersion": cr.resource_version()});
+    }
+    Api::<KmsDynamicSecret>::namespaced(ctx.client.clone(), &ns)
+        .patch_status(
+            &cr.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&body),
+        )
+        .await
+        .map(|_| ())
+        .map_err(|e| SyncError::kube("writing the status", e))
+}
+
+async fn event(ctx: &Context, cr: &KmsDynamicSecret, type_: EventType, reason: &str, note: &str) {
+    let e = Event {
+        type_,
+        reason: reason.to_owned(),
+        note: Some(note.to_owned()),
+        action: "Lease".to_owned(),
+        secondary: None,
+    };
+    if let Err(err) = ctx.recorder.publish(&e, &cr.object_ref(&())).await {
+        tracing::warn!(error = %err, "could not publish an Event");
+    }
+}
+
+async fn publish_ready_change(
+    ctx: &Context,
+    cr: &KmsDynamicSecret,
+    status: &KmsDynamicSecretStatus,
+    error: Option<&SyncError>,
+) {
+    let before = cr.status.clone().unwrap_or_default();
+    publish_ready_change_from(ctx, cr, &before, status, error).await;
+}
+
+async fn publish_ready_change_from(
+    ctx: &Context,
+    cr: &KmsDynamicSecret,
+    before: &KmsDynamicSecretStatus,
+    after: &KmsDynamicSecretStatus,
+    error: Option<&SyncError>,
+) {
+    let pick = |s: &KmsDynamicSecretStatus| {
+        conditions::get(&s.conditions, ct::READY).map(|c| (c.status.clone(), c.reason.clone()))
+    };
+    if pick(before) == pick(after) {
+        return;
+    }
+    match error {
+        Some(e) => {
+            event(
+                ctx,
+                cr,
+                EventType::Warning,
+                e.reason(),
+                &conditions::bounded(&e.to_string()),
+            )
+            .await
+        }
+        None => {
+            event(
+                ctx,
+                cr,
+                EventType::Normal,
+                "LeaseActive",
+                "The Secret holds an active lease",
+            )
+            .await
+        }
     }
 }

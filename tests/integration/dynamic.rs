@@ -1,0 +1,388 @@
+//! KmsDynamicSecret on a real API server with the dev KMS: leases created
+//! once, renewed in time without touching the Secret, replaced at max TTL,
+//! revoked on deletion, never leaked (also across crashes and failed status
+//! writes).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+
+use crate::harness::{self, TestNamespace, wait_for};
+use crate::support::{CLIENT_ID, CLIENT_SECRET, DevServer, Operator};
+
+fn api(client: &Client, ns: &str) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("secrets.hanzo.ai", "v1alpha1", "KmsDynamicSecret"),
+        "kmsdynamicsecrets",
+    );
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+fn seed(default_ttl: &str, max_ttl: &str) -> String {
+    format!(
+        "projects:\n  - slug: demo\n    name: Demo\n    environments: [dev]\n    dynamicSecrets:\n      - name: db-creds\n        environment: dev\n        path: /\n        defaultTTL: {default_ttl}\n        maxTTL: {max_ttl}\n\
+         identities:\n  - name: operator\n    universalAuth: {{clientId: {CLIENT_ID}, clientSecret: {CLIENT_SECRET}}}\n    projects: [demo]\n"
+    )
+}
+
+async fn dev_server(default_ttl: &str, max_ttl: &str) -> DevServer {
+    DevServer::start_with(&seed(default_ttl, max_ttl), &["--min-lease-ttl", "1s"]).await
+}
+
+async fn credentials(client: &Client, ns: &str) {
+    let s: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "creds"}, "stringData": {"clientId": CLIENT_ID, "clientSecret": CLIENT_SECRET}
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &s)
+        .await
+        .unwrap();
+}
+
+async fn create(client: &Client, ns: &str, name: &str, host: &str, ttl: &str, revoke: bool) {
+    let o: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "secrets.hanzo.ai/v1alpha1", "kind": "KmsDynamicSecret",
+        "metadata": {"name": name},
+        "spec": {
+            "hostAPI": host,
+            "authentication": {"universalAuth": {"credentialsRef": {"secretName": "creds"}}},
+            "dynamicSecret": {"secretName": "db-creds", "projectSlug": "demo", "environmentSlug": "dev", "secretsPath": "/"},
+            "leaseTTL": ttl,
+            "leaseRevocationPolicy": if revoke { "Revoke" } else { "None" },
+            "managedSecretReference": {"secretName": format!("{name}-creds"), "creationPolicy": "Owner"}
+        }
+    }))
+    .unwrap();
+    api(client, ns)
+        .create(&PostParams::default(), &o)
+        .await
+        .expect("create KmsDynamicSecret");
+}
+
+async fn lease_of(client: &Client, ns: &str, name: &str) -> Option<(String, String)> {
+    let o = api(client, ns).get(name).await.ok()?;
+    let l = &o.data["status"]["lease"];
+    Some((
+        l["id"].as_str()?.to_owned(),
+        l["expiresAt"].as_str()?.to_owned(),
+    ))
+}
+
+fn data_of(s: &Secret) -> BTreeMap<String, String> {
+    s.data
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, String::from_utf8(v.0).unwrap()))
+        .collect()
+}
+
+async fn secret(client: &Client, ns: &str, name: &str) -> Option<Secret> {
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .ok()
+        .flatten()
+}
+
+fn active_ids(leases: &[Value]) -> Vec<String> {
+    leases
+        .iter()
+        .filter_map(|l| l["id"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_lease_is_created_once_and_renewed_without_touching_the_secret() {
+    let client = harness::client().await;
+    let ns = TestNamespace::new(&client, "dyn-renew").await;
+    let kms = dev_server("1h", "24h").await;
+    credentials(&client, &ns.name).await;
+    let _op = Operator::start(&ns.name, &[&ns.name], &[]);
+    create(&client, &ns.name, "db", &kms.api(), "6s", true).await;
+
+    let s = wait_for(Duration::from_secs(30), || async {
+        secret(&client, &ns.name, "db-creds")
+            .await
+            .filter(|s| data_of(s).contains_key("DB_PASSWORD"))
+    })
+    .await
+    .expect("the Secret did not receive credentials");
+    let (id, first_expiry) = lease_of(&client, &ns.name, "db")
+        .await
+        .expect("lease in status");
+    assert_eq!(
+        active_ids(&kms.leases(false).await),
+        vec![id.clone()],
+        "exactly one active lease"
+    );
+    let data = data_of(&s);
+    assert!(data["DB_USERNAME"].starts_with("dev-"));
+    assert_eq!(
+        s.metadata
+            .annotations
+            .clone()
+            .unwrap_or_default()
+            .get("secrets.hanzo.ai/version"),
+        Some(&format!("{id}-1"))
+    );
+
+    // Two renewals (6 s period, renewed at 50–70 %, never later than 2 s
+    // before expiry): the expiry moves, the lease and the Secret do not.
+    let renewed_twice = wait_for(Duration::from_secs(30), || async {
+        let (lid, exp) = lease_of(&client, &ns.name, "db").await?;
+        let gained = exp
+            .parse::<k8s_openapi::jiff::Timestamp>()
+            .ok()?
+            .as_second()
+            - first_expiry
+                .parse::<k8s_openapi::jiff::Timestamp>()
+                .ok()?
+                .as_second();
+        (lid == id && gained >= 12).then_some(())
+    })
+    .await;
+    assert!(
+        renewed_twice.is_some(),
+        "the lease was not renewed twice: {:?}",
+        lease_of(&client, &ns.name, "db").await
+    );
+    assert_eq!(
+        active_ids(&kms.leases(false).await),
+        vec![id.clone()],
+        "still one lease, the same"
+    );
+    let now = secret(&client, &ns.name, "db-creds").await.unwrap();
+    assert_eq!(
+        now.metadata.resource_version, s.metadata.resource_version,
+        "renewal touched the Secret"
+    );
+    let o = api(&client, &ns.name).get("db").await.unwrap();
+    let renewal = o.data["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "secrets.hanzo.ai/LeaseRenewal")
+        .cloned()
+        .expect("LeaseRenewal condition");
+    assert_eq!(renewal["status"], "True");
+}
+
+#[tokio::test]
+async fn max_ttl_replaces_the_lease_and_revokes_the_old_one() {
+    let client = harness::client().await;
+    let ns = TestNamespace::new(&client, "dyn-max").await;
+    let kms = dev_server("4s", "10s").await;
+    credentials(&client, &ns.name).await;
+    let op = Operator::start(&ns.name, &[&ns.name], &[]);
+    create(&client, &ns.name, "db", &kms.api(), "4s", true).await;
+    let first = wait_for(Duration::from_secs(30), || async {
+        lease_of(&client, &ns.name, "db").await
+    })
+    .await
+    .expect("first lease");
+    let first_data = wait_for(Duration::from_secs(10), || async {
+        secret(&client, &ns.name, "db-creds")
+            .await
+            .map(|s| data_of(&s))
+            .filter(|d| !d.is_empty())
+    })
+    .await
+    .unwrap();
+    // Max TTL 10 s: before it, a new lease replaces the first.
+    let second = wait_for(Duration::from_secs(30), || async {
+        lease_of(&client, &ns.name, "db")
+            .await
+            .filter(|(id, _)| *id != first.0)
+    })
+    .await
+    .expect("the lease was not replaced at max TTL");
+    let updated = wait_for(Duration::from_secs(10), || async {
+        secret(&client, &ns.name, "db-creds")
+            .await
+            .map(|s| data_of(&s))
+            .filter(|d| *d != first_data)
+    })
+    .await;
+    assert!(
+        updated.is_some(),
+        "the Secret did not get the new lease's credentials"
+    );
+    // The old lease is revoked after its grace: exactly one active lease.
+    let one = wait_for(Duration::from_secs(20), || async {
+        let active = active_ids(&kms.leases(false).await);
+        (!active.contains(&first.0) && active.len() == 1).then_some(active)
+    })
+    .await;
+    assert!(
+        one.is_some(),
+        "active leases: {:?}",
+        kms.leases(false).await
+    );
+    let all = kms.leases(true).await;
+    let old = all
+        .iter()
+        .find(|l| l["id"] == first.0.as_str())
+        .expect("old lease known");
+    assert_eq!(
+        old["state"],
+        "revoked",
+        "the old lease was left to expire, not revoked: {old}\n{}",
+        op.output.text()
+    );
+    let _ = second;
+}
+
+#[tokio::test]
+async fn deletion_revokes_even_after_an_outage_and_crashes_never_reissue() {
+    let client = harness::client().await;
+    let ns = TestNamespace::new(&client, "dyn-del").await;
+    let kms = dev_server("1h", "24h").await;
+    credentials(&client, &ns.name).await;
+    let mut op = Some(Operator::start(&ns.name, &[&ns.name], &[]));
+    create(&client, &ns.name, "db", &kms.api(), "20s", true).await;
+    let (id, _) = wait_for(Duration::from_secs(30), || async {
+        lease_of(&client, &ns.name, "db").await
+    })
+    .await
+    .expect("lease");
+
+    // Kill -9 and restart ten times: the lease is reused, never re-issued.
+    for _ in 0..10 {
+        drop(op.take());
+        op = Some(Operator::start(&ns.name, &[&ns.name], &[]));
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let active = active_ids(&kms.leases(false).await);
+        assert!(active.len() <= 1, "leases re-issued: {active:?}");
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        lease_of(&client, &ns.name, "db").await.map(|l| l.0),
+        Some(id.clone()),
+        "the lease changed"
+    );
+    assert_eq!(active_ids(&kms.leases(false).await), vec![id.clone()]);
+
+    // Delete while the KMS is down: the resource waits for the KMS.
+    kms.fault(json!({"outage": true})).await;
+    api(&client, &ns.name)
+        .delete("db", &DeleteParams::default())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(
+        api(&client, &ns.name)
+            .get_opt("db")
+            .await
+            .unwrap()
+            .is_some(),
+        "deleted before the lease was revoked"
+    );
+    kms.clear_faults().await;
+    let gone = wait_for(Duration::from_secs(40), || async {
+        api(&client, &ns.name)
+            .get_opt("db")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(
+        gone.is_some(),
+        "the resource was not released after the KMS came back"
+    );
+    assert!(
+        kms.leases(false).await.is_empty(),
+        "leases left: {:?}",
+        kms.leases(false).await
+    );
+}
+
+#[tokio::test]
+async fn a_failed_status_write_revokes_the_new_lease() {
+    let client = harness::client().await;
+    let ns = TestNamespace::new(&client, "dyn-vap").await;
+    let kms = dev_server("1h", "24h").await;
+    credentials(&client, &ns.name).await;
+    // An admission policy refuses any status that records a lease.
+    let policy = format!("deny-lease-{}", ns.name);
+    let vap: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": policy},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": ["secrets.hanzo.ai"], "apiVersions": ["v1alpha1"],
+                "operations": ["UPDATE"], "resources": ["kmsdynamicsecrets/status"]
+            }]},
+            "validations": [{"expression": "!has(object.status) || !has(object.status.lease)", "message": "test: lease status refused"}]
+        }
+    }))
+    .unwrap();
+    let binding: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": policy},
+        "spec": {
+            "policyName": policy,
+            "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns.name}}}
+        }
+    }))
+    .unwrap();
+    let gvk = |kind: &str| {
+        ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "admissionregistration.k8s.io",
+            "v1",
+            kind,
+        ))
+    };
+    let vaps: Api<DynamicObject> = Api::all_with(client.clone(), &gvk("ValidatingAdmissionPolicy"));
+    let bindings: Api<DynamicObject> =
+        Api::all_with(client.clone(), &gvk("ValidatingAdmissionPolicyBinding"));
+    vaps.create(&PostParams::default(), &vap)
+        .await
+        .expect("policy");
+    bindings
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("binding");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let _op = Operator::start(&ns.name, &[&ns.name], &[]);
+    create(&client, &ns.name, "db", &kms.api(), "1h", true).await;
+    // Several attempts (with backoff) each create a lease and revoke it
+    // right away: none stays active.
+    let attempted = wait_for(Duration::from_secs(30), || async {
+        let all = kms.leases(true).await;
+        (all.len() >= 2 && all.iter().all(|l| l["state"] == "revoked")).then_some(())
+    })
+    .await;
+    assert!(
+        attempted.is_some(),
+        "leases not revoked: {:?}",
+        kms.leases(true).await
+    );
+    assert!(
+        secret(&client, &ns.name, "db-creds").await.is_none(),
+        "credentials reached the Secret"
+    );
+
+    let _ = vaps.delete(&policy, &Default::default()).await;
+    let _ = bindings.delete(&policy, &Default::default()).await;
+    let _ = api(&client, &ns.name)
+        .patch(
+            "db",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"secrets.hanzo.ai/skip-cleanup": "true"}}}),
+            ),
+        )
+        .await;
+}

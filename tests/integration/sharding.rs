@@ -1,0 +1,564 @@
+//! Several operator replicas (separate processes) on one real API server:
+//! shards split evenly, every resource synced by exactly one replica,
+//! failover within the bounds of the design, sticky restarts, fencing of a
+//! paused replica, and refusal to mix shard counts.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::PostParams;
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::watcher;
+use kube::{Api, Client};
+use serde_json::json;
+
+use crate::harness::{self, TestNamespace, wait_for};
+use crate::support::{CLIENT_ID, CLIENT_SECRET, DevServer, Operator, seed};
+
+const FAST: [&str; 6] = [
+    "--lease-duration",
+    "3",
+    "--renew-deadline",
+    "2",
+    "--retry-period",
+    "1",
+];
+
+fn replica(name: &str, pod_ns: &str, watched: &[&str], extra: &[&str]) -> Operator {
+    let mut args = vec!["--pod-name", name];
+    args.extend_from_slice(&FAST);
+    args.extend_from_slice(extra);
+    Operator::start(pod_ns, watched, &args)
+}
+
+/// Holder of each shard Lease in `ns`.
+async fn holders(client: &Client, ns: &str) -> BTreeMap<u32, Option<String>> {
+    Api::<Lease>::namespaced(client.clone(), ns)
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|l| {
+            let name = l.metadata.name.clone()?;
+            let shard: u32 = name.strip_prefix("kms-operator-shard-")?.parse().ok()?;
+            let holder = l
+                .spec
+                .and_then(|s| s.holder_identity)
+                .filter(|h| !h.is_empty());
+            Some((shard, holder))
+        })
+        .collect()
+}
+
+fn shards_of(h: &BTreeMap<u32, Option<String>>, who: &str) -> BTreeSet<u32> {
+    h.iter()
+        .filter(|(_, v)| v.as_deref() == Some(who))
+        .map(|(k, _)| *k)
+        .collect()
+}
+
+/// Records every shard Lease change; fails on two holders at once.
+#[derive(Clone, Default)]
+struct LeaseLog(Arc<Mutex<Vec<(Instant, u32, Option<String>)>>>);
+
+impl LeaseLog {
+    fn watch(client: &Client, ns: &str) -> (Self, tokio::task::JoinHandle<()>) {
+        let me = Self::default();
+        let log = me.0.clone();
+        let api = Api::<Lease>::namespaced(client.clone(), ns);
+        let task = tokio::spawn(async move {
+            let mut stream = std::pin::pin!(watcher(api, Default::default()));
+            while let Some(Ok(ev)) = stream.next().await {
+                let (watcher::Event::Apply(l) | watcher::Event::InitApply(l)) = ev else {
+                    continue;
+                };
+                let Some(shard) = l
+                    .metadata
+                    .name
+                    .as_deref()
+                    .and_then(|n| n.strip_prefix("kms-operator-shard-"))
+                    .and_then(|n| n.parse::<u32>().ok())
+                else {
+                    continue;
+                };
+                let holder = l
+                    .spec
+                    .and_then(|s| s.holder_identity)
+                    .filter(|h| !h.is_empty());
+                log.lock().unwrap().push((Instant::now(), shard, holder));
+            }
+        });
+        (me, task)
+    }
+
+    /// The longest time any shard had no holder between `from` and `to`, and
+    /// whether a holder ever changed directly to another holder faster than
+    /// `min_takeover` (which would mean two owners).
+    fn check(&self, from: Instant, to: Instant, min_takeover: Duration) -> (Duration, Vec<String>) {
+        let log = self.0.lock().unwrap().clone();
+        let mut worst = Duration::ZERO;
+        let mut violations = Vec::new();
+        let mut state: BTreeMap<u32, (Instant, Option<String>)> = BTreeMap::new();
+        for (at, shard, holder) in log {
+            if let Some((since, prev)) = state.get(&shard).cloned() {
+                if prev.is_none() && at > from {
+                    worst = worst.max(at.min(to) - since.max(from));
+                }
+                if let (Some(a), Some(b)) = (&prev, &holder)
+                    && a != b
+                    && at - since < min_takeover
+                {
+                    violations.push(format!("shard {shard}: {a} → {b} after {:?}", at - since));
+                }
+                if prev == holder {
+                    continue;
+                }
+            }
+            state.insert(shard, (at, holder));
+        }
+        for (since, holder) in state.values() {
+            if holder.is_none() && *since < to {
+                worst = worst.max(to - (*since).max(from));
+            }
+        }
+        (worst, violations)
+    }
+}
+
+async fn setup(client: &Client, namespaces: &[TestNamespace], per_ns: usize, host: &str) {
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("secrets.hanzo.ai", "v1alpha1", "KmsSecret"),
+        "kmssecrets",
+    );
+    for ns in namespaces {
+        let creds: Secret = serde_json::from_value(json!({
+            "metadata": {"name": "creds"}, "stringData": {"clientId": CLIENT_ID, "clientSecret": CLIENT_SECRET}
+        }))
+        .unwrap();
+        Api::<Secret>::namespaced(client.clone(), &ns.name)
+            .create(&PostParams::default(), &creds)
+            .await
+            .unwrap();
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns.name, &ar);
+        for i in 0..per_ns {
+            let o: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": "secrets.hanzo.ai/v1alpha1", "kind": "KmsSecret",
+                "metadata": {"name": format!("cr{i}")},
+                "spec": {
+                    "hostAPI": host,
+                    "syncConfig": {"resyncInterval": "1h"},
+                    "authentication": {"universalAuth": {
+                        "credentialsRef": {"secretName": "creds"},
+                        "secretsScope": {"projectSlug": "demo", "envSlug": "dev", "secretsPath": "/"}
+                    }},
+                    "managedKubeSecretReferences": [{"secretName": format!("out{i}")}]
+                }
+            }))
+            .unwrap();
+            api.create(&PostParams::default(), &o).await.unwrap();
+        }
+    }
+}
+
+async fn synced_count(client: &Client, namespaces: &[TestNamespace]) -> usize {
+    let mut n = 0;
+    for ns in namespaces {
+        let list = Api::<Secret>::namespaced(client.clone(), &ns.name)
+            .list(&Default::default())
+            .await
+            .unwrap();
+        n += list
+            .items
+            .iter()
+            .filter(|s| {
+                s.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with("out"))
+            })
+            .count();
+    }
+    n
+}
+
+/// Resources each replica wrote (from its log).
+fn writers(logs: &[(String, String)]) -> BTreeMap<String, BTreeSet<String>> {
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (who, log) in logs {
+        for line in log.lines() {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            if v["fields"]["message"] == "target written"
+                && let Some(r) = v["fields"]["resource"].as_str()
+            {
+                out.entry(r.to_owned()).or_default().insert(who.clone());
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn three_replicas_split_the_shards_and_sync_everything_once() {
+    let client = harness::client().await;
+    let home = TestNamespace::new(&client, "shard-home").await;
+    let mut namespaces = Vec::new();
+    for _ in 0..60 {
+        namespaces.push(TestNamespace::new(&client, "shard-ns").await);
+    }
+    let watched: Vec<&str> = namespaces.iter().map(|n| n.name.as_str()).collect();
+    let kms = DevServer::start(&seed(&[("A", "1")])).await;
+    let names = ["replica-0", "replica-1", "replica-2"];
+    let mut ops: Vec<Operator> = names
+        .iter()
+        .map(|n| replica(n, &home.name, &watched, &[]))
+        .collect();
+
+    let balanced = wait_for(Duration::from_secs(30), || async {
+        let h = holders(&client, &home.name).await;
+        let counts: Vec<usize> = names.iter().map(|n| shards_of(&h, n).len()).collect();
+        (h.len() == 16
+            && h.values().all(Option::is_some)
+            && counts.iter().all(|c| (5..=6).contains(c)))
+        .then_some(counts)
+    })
+    .await;
+    assert!(
+        balanced.is_some(),
+        "shards not balanced: {:?}",
+        holders(&client, &home.name).await
+    );
+
+    let started = Instant::now();
+    setup(&client, &namespaces, 5, &kms.api()).await;
+    let all = wait_for(Duration::from_secs(120), || async {
+        (synced_count(&client, &namespaces).await == 300).then_some(())
+    })
+    .await;
+    assert!(
+        all.is_some(),
+        "only {} of 300 synced",
+        synced_count(&client, &namespaces).await
+    );
+    println!(
+        "300 KmsSecrets over 60 namespaces synced by 3 replicas in {:?}",
+        started.elapsed()
+    );
+    for op in &mut ops {
+        op.stop();
+    }
+    let logs: Vec<(String, String)> = names
+        .iter()
+        .zip(&ops)
+        .map(|(n, o)| ((*n).to_owned(), o.output.text()))
+        .collect();
+    let w = writers(&logs);
+    assert_eq!(w.len(), 300, "every resource written once");
+    let twice: Vec<_> = w.iter().filter(|(_, who)| who.len() > 1).collect();
+    assert!(
+        twice.is_empty(),
+        "resources written by two replicas: {twice:?}"
+    );
+    let per: BTreeMap<&String, usize> = logs
+        .iter()
+        .map(|(n, _)| (n, w.values().filter(|who| who.contains(n)).count()))
+        .collect();
+    assert!(
+        per.values().all(|c| *c > 0),
+        "a replica did no work: {per:?}"
+    );
+    let lists = kms.count("GET /api/v3/secrets/raw", None).await;
+    assert!(lists <= 300, "{lists} list requests for 300 resources");
+}
+
+#[tokio::test]
+async fn failover_is_fast_sticky_and_fenced() {
+    let client = harness::client().await;
+    let home = TestNamespace::new(&client, "shard-fo").await;
+    let work = TestNamespace::new(&client, "shard-fo-ns").await;
+    let kms = DevServer::start(&seed(&[("A", "1")])).await;
+    let (log, watch) = LeaseLog::watch(&client, &home.name);
+    let names = ["r-a", "r-b", "r-c"];
+    let mut ops: BTreeMap<&str, Operator> = names
+        .iter()
+        .map(|n| (*n, replica(n, &home.name, &[&work.name], &[])))
+        .collect();
+    // The steady state is the assignment of the member set.
+    let expected: BTreeMap<u32, Option<String>> = shard::assign(&names.map(str::to_owned), 16)
+        .into_iter()
+        .map(|(s, m)| (s, Some(m)))
+        .collect();
+    let stable = wait_for(Duration::from_secs(30), || async {
+        let h = holders(&client, &home.name).await;
+        (h == expected).then_some(h)
+    })
+    .await
+    .expect("shards not assigned as the member set says");
+    let b_shards = shards_of(&stable, "r-b");
+
+    // Graceful stop: its shards have new owners within a second.
+    let t0 = Instant::now();
+    ops.get_mut("r-a").unwrap().stop();
+    let a_shards = shards_of(&stable, "r-a");
+    let moved = wait_for(Duration::from_secs(5), || async {
+        let h = holders(&client, &home.name).await;
+        a_shards
+            .iter()
+            .all(|s| h.get(s).cloned().flatten().is_some_and(|x| x != "r-a"))
+            .then_some(())
+    })
+    .await;
+    let graceful = t0.elapsed();
+    assert!(
+        moved.is_some(),
+        "shards of the stopped replica not taken over"
+    );
+    assert!(
+        graceful <= Duration::from_secs(2),
+        "graceful hand-over took {graceful:?}"
+    );
+
+    // Crash (kill -9): taken over within lease + retry period + 1 s.
+    let before = holders(&client, &home.name).await;
+    let b_now = shards_of(&before, "r-b");
+    let t1 = Instant::now();
+    drop(ops.remove("r-b"));
+    let taken = wait_for(Duration::from_secs(10), || async {
+        let h = holders(&client, &home.name).await;
+        b_now
+            .iter()
+            .all(|s| h.get(s).cloned().flatten().is_some_and(|x| x != "r-b"))
+            .then_some(())
+    })
+    .await;
+    let crash = t1.elapsed();
+    assert!(
+        taken.is_some(),
+        "shards of the crashed replica not taken over"
+    );
+    assert!(
+        crash <= Duration::from_secs(3 + 1 + 1) + Duration::from_millis(500),
+        "crash failover took {crash:?}"
+    );
+
+    // Restart under the same name: back to its shards once all three agree
+    // again (sticky: same member set, same assignment).
+    ops.insert("r-a", replica("r-a", &home.name, &[&work.name], &[]));
+    ops.insert("r-b", replica("r-b", &home.name, &[&work.name], &[]));
+    let back = wait_for(Duration::from_secs(30), || async {
+        let h = holders(&client, &home.name).await;
+        (shards_of(&h, "r-b") == b_shards && shards_of(&h, "r-a") == a_shards).then_some(())
+    })
+    .await;
+    assert!(
+        back.is_some(),
+        "restarted replicas did not get their shards back: {:?}",
+        holders(&client, &home.name).await
+    );
+
+    // A paused replica (SIGSTOP past its lease) writes nothing after it
+    // resumes: its shards moved, and it must notice before writing.
+    setup(&client, std::slice::from_ref(&work), 8, &kms.api()).await;
+    wait_for(Duration::from_secs(60), || async {
+        (synced_count(&client, std::slice::from_ref(&work)).await == 8).then_some(())
+    })
+    .await
+    .expect("resources not synced");
+    let paused = ops.get("r-c").unwrap();
+    let c_shards = shards_of(&holders(&client, &home.name).await, "r-c");
+    paused.signal("STOP");
+    // Its shards move to the others once its Leases expire.
+    let moved = wait_for(Duration::from_secs(15), || async {
+        let h = holders(&client, &home.name).await;
+        c_shards
+            .iter()
+            .all(|s| h.get(s).cloned().flatten().is_some_and(|x| x != "r-c"))
+            .then_some(())
+    })
+    .await;
+    assert!(
+        moved.is_some(),
+        "the paused replica's shards were not taken over"
+    );
+    // While it sleeps, the data changes and the new owners write it.
+    kms.set_secret("demo", "dev", "/", "A", "2").await;
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("secrets.hanzo.ai", "v1alpha1", "KmsSecret"),
+        "kmssecrets",
+    );
+    let crs: Api<DynamicObject> = Api::namespaced_with(client.clone(), &work.name, &ar);
+    for i in 0..8 {
+        crs.patch(
+            &format!("cr{i}"),
+            &Default::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"syncConfig": {"resyncInterval": "2h"}}})),
+        )
+        .await
+        .unwrap();
+    }
+    let secrets = Api::<Secret>::namespaced(client.clone(), &work.name);
+    let converged = wait_for(Duration::from_secs(30), || async {
+        let list = secrets.list(&Default::default()).await.ok()?;
+        let outs: Vec<_> = list
+            .items
+            .iter()
+            .filter(|s| {
+                s.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with("out"))
+            })
+            .collect();
+        outs.iter()
+            .all(|s| {
+                s.data
+                    .as_ref()
+                    .and_then(|d| d.get("A"))
+                    .is_some_and(|v| v.0 == b"2")
+            })
+            .then(|| {
+                outs.iter()
+                    .map(|s| {
+                        (
+                            s.metadata.name.clone().unwrap(),
+                            s.metadata.resource_version.clone().unwrap(),
+                        )
+                    })
+                    .collect::<BTreeMap<_, _>>()
+            })
+    })
+    .await
+    .expect("the new owners did not write the change");
+    // It wakes up: its old term is over, and anything it does now starts
+    // from the current state, so nothing is written.
+    let resumed_at_lines = paused.output.text().lines().count();
+    paused.signal("CONT");
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let after: Vec<String> = paused
+        .output
+        .text()
+        .lines()
+        .skip(resumed_at_lines)
+        .map(str::to_owned)
+        .collect();
+    let writes_after: Vec<&String> = after
+        .iter()
+        .filter(|l| l.contains("\"target written\""))
+        .collect();
+    assert!(
+        writes_after.is_empty(),
+        "the paused replica wrote after resuming: {writes_after:?}"
+    );
+    let now: BTreeMap<String, String> = secrets
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|s| {
+            s.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with("out"))
+        })
+        .map(|s| {
+            (
+                s.metadata.name.clone().unwrap(),
+                s.metadata.resource_version.clone().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        now, converged,
+        "a Secret was rewritten after the paused replica resumed"
+    );
+
+    for op in ops.values_mut() {
+        op.stop();
+    }
+    let (worst, violations) = log.check(t0, Instant::now(), Duration::from_secs(2));
+    assert!(violations.is_empty(), "two holders: {violations:?}");
+    println!(
+        "graceful hand-over {graceful:?}, crash failover {crash:?}, longest unowned gap {worst:?}"
+    );
+    watch.abort();
+}
+
+#[tokio::test]
+async fn scaling_keeps_every_shard_owned_and_mixed_shard_counts_are_refused() {
+    let client = harness::client().await;
+    let home = TestNamespace::new(&client, "shard-scale").await;
+    let work = TestNamespace::new(&client, "shard-scale-ns").await;
+    let (log, watch) = LeaseLog::watch(&client, &home.name);
+    let mut first = replica("s-0", &home.name, &[&work.name], &[]);
+    let owned_all = wait_for(Duration::from_secs(30), || async {
+        let h = holders(&client, &home.name).await;
+        (h.len() == 16 && h.values().all(|v| v.as_deref() == Some("s-0"))).then_some(())
+    })
+    .await;
+    assert!(
+        owned_all.is_some(),
+        "a single replica should own all 16 shards"
+    );
+    let t0 = Instant::now();
+    let mut more = vec![
+        replica("s-1", &home.name, &[&work.name], &[]),
+        replica("s-2", &home.name, &[&work.name], &[]),
+    ];
+    let spread = wait_for(Duration::from_secs(30), || async {
+        let h = holders(&client, &home.name).await;
+        ["s-0", "s-1", "s-2"]
+            .iter()
+            .all(|n| (5..=6).contains(&shards_of(&h, n).len()))
+            .then_some(())
+    })
+    .await;
+    assert!(
+        spread.is_some(),
+        "1 → 3 did not rebalance: {:?}",
+        holders(&client, &home.name).await
+    );
+    for op in &mut more {
+        op.stop();
+    }
+    let back = wait_for(Duration::from_secs(30), || async {
+        let h = holders(&client, &home.name).await;
+        h.values()
+            .all(|v| v.as_deref() == Some("s-0"))
+            .then_some(())
+    })
+    .await;
+    assert!(back.is_some(), "3 → 1 did not return every shard");
+    let (worst, violations) = log.check(t0, Instant::now(), Duration::from_secs(2));
+    assert!(violations.is_empty(), "two holders: {violations:?}");
+    assert!(
+        worst <= Duration::from_secs(3 + 1),
+        "a shard was unowned for {worst:?}"
+    );
+
+    // A replica with another shard count refuses to acquire and says why.
+    let mut odd = replica("s-odd", &home.name, &[&work.name], &["--shards", "8"]);
+    let said = wait_for(Duration::from_secs(20), || async {
+        odd.output
+            .text()
+            .contains("not acquiring shards")
+            .then_some(())
+    })
+    .await;
+    assert!(said.is_some(), "no mismatch report:\n{}", odd.output.text());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let h = holders(&client, &home.name).await;
+    assert!(
+        shards_of(&h, "s-odd").is_empty(),
+        "the mismatched replica acquired shards"
+    );
+    odd.stop();
+    first.stop();
+    watch.abort();
+}
