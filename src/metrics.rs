@@ -19,7 +19,7 @@ pub const RESULTS: [&str; 3] = ["success", "error", "requeue"];
 /// Workload kinds that can be reloaded.
 pub const RELOAD_KINDS: [&str; 3] = ["Deployment", "StatefulSet", "DaemonSet"];
 /// KMS routes, as metric label values.
-pub const KMS_ENDPOINTS: [&str; 14] = [
+pub const KMS_ENDPOINTS: [&str; 17] = [
     "POST /api/v1/auth/universal-auth/login",
     "POST /api/v1/auth/kubernetes-auth/login",
     "POST /api/v1/auth/ldap-auth/login",
@@ -29,6 +29,9 @@ pub const KMS_ENDPOINTS: [&str; 14] = [
     "POST /api/v3/secrets/raw/:secretName",
     "PATCH /api/v3/secrets/raw/:secretName",
     "DELETE /api/v3/secrets/raw/:secretName",
+    "POST /api/v3/secrets/batch/raw",
+    "PATCH /api/v3/secrets/batch/raw",
+    "DELETE /api/v3/secrets/batch/raw",
     "GET /api/v2/workspace/:slug",
     "GET /api/v1/workspace/:id",
     "POST /api/v1/dynamic-secrets/leases",

@@ -458,8 +458,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     // The global configuration ConfigMap.
     let (global_store, d) = {
-        let (queue, gate, global) = (queue.clone(), gate.clone(), global.clone());
-        let kms_secrets = kms_secrets.clone();
+        let (queues, gate, global) = (queues.clone(), gate.clone(), global.clone());
+        let (kms_secrets, push_store, dynamic_store) = (
+            kms_secrets.clone(),
+            push_resources.clone(),
+            dynamic_resources.clone(),
+        );
         stores::watch::<ConfigMap, _>(
             &client,
             std::slice::from_ref(&args.pod_namespace),
@@ -478,12 +482,26 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 };
                 if changed {
                     tracing::info!("global configuration {GLOBAL_CONFIG_NAME} changed");
+                    // Every resource without its own hostAPI uses it.
+                    let uses_global = |host: Option<&str>| host.is_none_or(str::is_empty);
+                    let add = |queue: &Queue<ObjectKey>, ns: Option<String>, name: String| {
+                        let key = ObjectKey::new(ns.unwrap_or_default(), name);
+                        let shard = gate.shard_of(&key.namespace);
+                        queue.add(key, shard);
+                    };
                     for o in kms_secrets.all() {
-                        if o.spec.host_api.as_deref().is_none_or(str::is_empty) {
-                            let key =
-                                ObjectKey::new(o.namespace().unwrap_or_default(), o.name_any());
-                            let shard = gate.shard_of(&key.namespace);
-                            queue.add(key, shard);
+                        if uses_global(o.spec.host_api.as_deref()) {
+                            add(&queues.kms_secret, o.namespace(), o.name_any());
+                        }
+                    }
+                    for o in push_store.all() {
+                        if uses_global(o.spec.host_api.as_deref()) {
+                            add(&queues.push, o.namespace(), o.name_any());
+                        }
+                    }
+                    for o in dynamic_store.all() {
+                        if uses_global(o.spec.host_api.as_deref()) {
+                            add(&queues.dynamic, o.namespace(), o.name_any());
                         }
                     }
                 }

@@ -167,6 +167,13 @@ pub struct PushGenerator {
     pub destination_secret_name: String,
     /// The ClusterGenerator that produces the value.
     pub generator_ref: GeneratorRef,
+    /// Replace the generated value with a new one when it is older than
+    /// this (`30d`, `720h`, or a bare number of seconds; at least 1 minute).
+    /// Without it the value is generated once, pushed, and kept: resyncs and
+    /// operator restarts never change it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = DURATION_PATTERN), length(max = 64))]
+    pub rotation_interval: Option<String>,
 }
 
 /// A reference to a ClusterGenerator.
@@ -213,4 +220,20 @@ pub struct KmsPushSecretStatus {
     /// The shard that owns this resource.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard: Option<i32>,
+    /// The keys whose values come from a generator, by key: which generator
+    /// made the value and when. A key listed here keeps its value until its
+    /// generator reference changes, its `rotationInterval` has passed, or
+    /// the key disappears from the KMS. Never holds the values.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generated_secrets: Option<BTreeMap<String, GeneratedSecret>>,
+}
+
+/// Where a generated value came from.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GeneratedSecret {
+    /// The generator, as `<kind>/<ClusterGenerator name>`.
+    pub generator: String,
+    /// When the value was generated.
+    pub generated_at: Time,
 }

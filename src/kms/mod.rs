@@ -18,6 +18,7 @@ pub mod flight;
 pub mod leases;
 pub mod limiter;
 pub mod model;
+pub mod push;
 
 pub use auth::{Credentials, Identity, IdentityKey};
 pub use client::{Fetch, Kms, KmsConfig, ProjectRef, Scope};

@@ -13,6 +13,7 @@ mod cache;
 mod crds;
 mod dynamic;
 mod kms_secret;
+mod push;
 mod reload;
 mod sharding;
 mod support;

@@ -160,7 +160,7 @@ async fn workloads_roll_exactly_when_a_secret_they_use_changes() {
         .create(&PostParams::default(), &creds)
         .await
         .unwrap();
-    let flags = ["--reload-debounce", "4"];
+    let flags = ["--reload-debounce", "6"];
     let (rollouts, watch) = Rollouts::watch(&client, &ns.name);
     let mut op = Operator::start(&ns.name, &[&ns.name], &flags);
 
@@ -265,8 +265,12 @@ async fn workloads_roll_exactly_when_a_secret_they_use_changes() {
         "a key outside the scope rolled something"
     );
 
-    // A changes: s1, s2, s3 all change; web and api roll once each.
+    // A changes: s1, s2, s3 all change together; web and api roll once
+    // each.
     kms.set_secret("demo", "dev", "/", "A", "a2").await;
+    for cr in ["one", "two", "three"] {
+        poke(&client, &ns.name, cr, "7s").await;
+    }
     let rolled = wait_for(Duration::from_secs(30), || async {
         (rollouts.count("web") == 1 && rollouts.count("api") == 2).then_some(())
     })

@@ -62,9 +62,12 @@ fn shards_of(h: &BTreeMap<u32, Option<String>>, who: &str) -> BTreeSet<u32> {
         .collect()
 }
 
+/// One observed shard Lease state: when, which shard, which holder.
+type LeaseChange = (Instant, u32, Option<String>);
+
 /// Records every shard Lease change; fails on two holders at once.
 #[derive(Clone, Default)]
-struct LeaseLog(Arc<Mutex<Vec<(Instant, u32, Option<String>)>>>);
+struct LeaseLog(Arc<Mutex<Vec<LeaseChange>>>);
 
 impl LeaseLog {
     fn watch(client: &Client, ns: &str) -> (Self, tokio::task::JoinHandle<()>) {

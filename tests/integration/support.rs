@@ -335,13 +335,6 @@ impl Operator {
         }
     }
 
-    /// Whether the process has exited.
-    pub fn exited(&mut self) -> bool {
-        self.child
-            .as_mut()
-            .is_none_or(|c| matches!(c.try_wait(), Ok(Some(_))))
-    }
-
     /// Stop with SIGTERM and wait.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
