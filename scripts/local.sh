@@ -10,14 +10,14 @@
 #   scripts/local.sh down     stop everything started here
 #
 # Everything keeps running in the background after the script returns. State
-# lives in .local/ at the repository root. REPLICAS (default 1) sets the number
+# lives in .local/ at the repository root. REPLICAS (default 3) sets the number
 # of operator replicas.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
 STATE=$ROOT/.local
 TESTENV=$ROOT/tests/testenv/testenv
-REPLICAS=${REPLICAS:-1}
+REPLICAS=${REPLICAS:-3}
 KMS_ADDR=127.0.0.1:8080
 OPERATOR_NS=kms-operator-system
 

@@ -98,6 +98,20 @@ pub struct RunArgs {
     /// Serve metrics over HTTPS with bearer-token authentication.
     #[arg(long, env = "KMS_OPERATOR_METRICS_TLS")]
     pub metrics_tls: bool,
+    /// Directory of the metrics server's certificate (with `--metrics-tls`);
+    /// without it a self-signed certificate is made at start.
+    #[arg(long, env = "KMS_OPERATOR_METRICS_CERT_PATH")]
+    pub metrics_cert_path: Option<PathBuf>,
+    /// File name of the certificate in `--metrics-cert-path`.
+    #[arg(
+        long,
+        default_value = "tls.crt",
+        env = "KMS_OPERATOR_METRICS_CERT_NAME"
+    )]
+    pub metrics_cert_name: String,
+    /// File name of the private key in `--metrics-cert-path`.
+    #[arg(long, default_value = "tls.key", env = "KMS_OPERATOR_METRICS_CERT_KEY")]
+    pub metrics_cert_key: String,
     /// Address of the health server (`/healthz`, `/readyz`).
     #[arg(long, alias = "health-probe-bind-address", default_value = "0.0.0.0:8081", value_parser = parse_bind_addr, env = "KMS_OPERATOR_HEALTH_ADDR")]
     pub health_addr: BindAddr,
@@ -166,9 +180,21 @@ pub struct DevServerArgs {
     /// Shortest lease TTL accepted for dynamic secrets.
     #[arg(long, default_value = "60s", value_parser = parse_duration_arg, env = "KMS_OPERATOR_MIN_LEASE_TTL")]
     pub min_lease_ttl: Duration,
-    /// Kubeconfig of the cluster that validates Kubernetes-auth logins.
+    /// Kubeconfig of the cluster whose API server reviews the tokens of
+    /// Kubernetes-auth logins (`TokenReview`); without it they are refused.
     #[arg(long, env = "KMS_OPERATOR_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
+    /// Requests allowed per minute and client on every route (more get
+    /// 429); absent or 0 leaves rate limits off.
+    #[arg(long, env = "KMS_OPERATOR_RATE_LIMIT_PER_MINUTE")]
+    pub rate_limit_per_minute: Option<u32>,
+    /// Certificate chain (PEM) to serve HTTPS with, together with
+    /// `--tls-key`.
+    #[arg(long, requires = "tls_key", env = "KMS_OPERATOR_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of `--tls-cert`.
+    #[arg(long, requires = "tls_cert", env = "KMS_OPERATOR_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
 }
 
 /// Output format of `kms-operator status`.

@@ -557,11 +557,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 && d.is_ready()
         })
     };
+    let tls = server::MetricsTls {
+        enabled: args.metrics_tls,
+        cert_dir: args.metrics_cert_path.clone(),
+        cert_name: args.metrics_cert_name.clone(),
+        key_name: args.metrics_cert_key.clone(),
+    };
     let servers = server::start(
         &args.health_addr,
         &args.metrics_addr,
         metrics.clone(),
         ready,
+        &tls,
+        client.clone(),
     )
     .await?;
 
@@ -620,7 +628,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             })
         }),
     ];
-    let stats = tokio::spawn(report_queue(ctx.clone(), counted));
+    let with_lease: Namespaces = {
+        let s = dynamic_resources.clone();
+        Box::new(move || {
+            s.all()
+                .iter()
+                .filter(|o| o.status.as_ref().is_some_and(|st| st.lease.is_some()))
+                .map(|o| o.namespace().unwrap_or_default())
+                .collect()
+        })
+    };
+    let stats = tokio::spawn(report_queue(ctx.clone(), counted, with_lease));
     let workers = tokio::spawn(controllers::run_workers(
         ctx.clone(),
         queue.clone(),
@@ -770,6 +788,31 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     let shard_task = {
         let (metrics, kms, budget) = (metrics.clone(), ctx.kms.clone(), reload_budget.clone());
+        let recorder = ctx.recorder.clone();
+        // Shard changes are Events on the operator's pod (repeats of one
+        // reason become one Event series).
+        let pod = k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some("v1".to_owned()),
+            kind: Some("Pod".to_owned()),
+            name: Some(pod_name.clone()),
+            namespace: Some(args.pod_namespace.clone()),
+            ..Default::default()
+        };
+        let publish = move |reason: &'static str, note: String| {
+            let (recorder, pod) = (recorder.clone(), pod.clone());
+            tokio::spawn(async move {
+                let event = kube::runtime::events::Event {
+                    type_: kube::runtime::events::EventType::Normal,
+                    reason: reason.to_owned(),
+                    note: Some(note),
+                    action: "Shard".to_owned(),
+                    secondary: None,
+                };
+                if let Err(e) = recorder.publish(&event, &pod).await {
+                    tracing::debug!(error = %e, "could not publish a shard Event");
+                }
+            });
+        };
         let mut events = shard_events;
         tokio::spawn(async move {
             loop {
@@ -780,6 +823,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                             .with_label_values(&[&s.to_string(), "gained"])
                             .inc();
                         full_pass(s);
+                        publish("ShardGained", format!("Owns shard {s}"));
                     }
                     Ok(shard::Event::Lost { shard, reason }) => {
                         metrics
@@ -787,6 +831,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                             .with_label_values(&[&shard.to_string(), "lost"])
                             .inc();
                         tracing::info!(shard, reason = reason.as_str(), "shard lost");
+                        publish(
+                            "ShardLost",
+                            format!("Gave up shard {shard} ({})", reason.as_str()),
+                        );
                     }
                     Ok(shard::Event::RenewFailed {
                         shard: Some(s),
@@ -899,10 +947,26 @@ type Namespaces = Box<dyn Fn() -> Vec<String> + Send + Sync>;
 async fn report_queue(
     ctx: Arc<Context>,
     controllers: Vec<(&'static str, Arc<Queue<ObjectKey>>, Namespaces)>,
+    leases: Namespaces,
 ) {
     let mut tick = tokio::time::interval(Duration::from_secs(5));
     loop {
         tick.tick().await;
+        let mut held: HashMap<u32, i64> = HashMap::new();
+        for ns in leases() {
+            *held.entry(ctx.gate.shard_of(&ns)).or_default() += 1;
+        }
+        for shard in 0..ctx.gate.shard_count() {
+            let n = if ctx.gate.owns(shard) {
+                held.get(&shard).copied().unwrap_or(0)
+            } else {
+                0
+            };
+            ctx.metrics
+                .dynamic_leases
+                .with_label_values(&[&shard.to_string()])
+                .set(n);
+        }
         for shard in 0..ctx.gate.shard_count() {
             let s = shard.to_string();
             ctx.metrics

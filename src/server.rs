@@ -2,20 +2,51 @@
 //! `/readyz` (the watches have synced; owning a shard is not required, so
 //! replicas beyond the shard count are still ready) and `/metrics`
 //! (Prometheus text format). Health and metrics may share one address.
+//!
+//! With `--metrics-tls`, `/metrics` is served over HTTPS (a certificate from
+//! `--metrics-cert-path`, or a self-signed one made at start) and requires a
+//! bearer token that the API server authenticates (TokenReview) and
+//! authorises for `get` on the non-resource URL `/metrics`
+//! (SubjectAccessReview), as kube-rbac-proxy does. Decisions are cached for a
+//! minute per token.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::Router;
+use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
-use axum::response::IntoResponse;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use k8s_openapi::api::authorization::v1::{
+    NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use kube::api::{Api, PostParams};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use crate::cli::BindAddr;
 use crate::metrics::Metrics;
 
 /// Readiness check.
 pub type ReadyFn = Arc<dyn Fn() -> bool + Send + Sync>;
+
+/// How `/metrics` is protected.
+#[derive(Clone, Debug, Default)]
+pub struct MetricsTls {
+    /// Serve HTTPS with token authentication.
+    pub enabled: bool,
+    /// Certificate directory; `None` makes a self-signed certificate.
+    pub cert_dir: Option<PathBuf>,
+    /// Certificate file name in the directory.
+    pub cert_name: String,
+    /// Key file name in the directory.
+    pub key_name: String,
+}
 
 fn health_routes(ready: ReadyFn) -> Router {
     Router::new()
@@ -54,29 +85,221 @@ fn metrics_routes(metrics: Metrics) -> Router {
     )
 }
 
+/// Token authentication and authorisation through the API server.
+#[derive(Clone)]
+pub struct TokenAuth {
+    client: kube::Client,
+    cache: Arc<Mutex<HashMap<[u8; 32], (Instant, bool)>>>,
+}
+
+impl TokenAuth {
+    /// Check tokens with the API server behind `client`.
+    pub fn new(client: kube::Client) -> Self {
+        Self {
+            client,
+            cache: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    /// Whether `token` belongs to a user who may `get /metrics`.
+    pub async fn allowed(&self, token: &str) -> bool {
+        let digest = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
+        let mut key = [0u8; 32];
+        key.copy_from_slice(digest.as_ref());
+        {
+            let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            cache.retain(|_, (at, _)| at.elapsed() < Duration::from_secs(60));
+            if let Some((_, allowed)) = cache.get(&key) {
+                return *allowed;
+            }
+        }
+        let allowed = self.review(token).await.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "could not review a metrics token");
+            false
+        });
+        self.cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, (Instant::now(), allowed));
+        allowed
+    }
+
+    async fn review(&self, token: &str) -> Result<bool, kube::Error> {
+        let review = TokenReview {
+            spec: TokenReviewSpec {
+                token: token.to_owned(),
+                audiences: None,
+            },
+            ..TokenReview::default()
+        };
+        let reviewed = Api::<TokenReview>::all(self.client.clone())
+            .create(&PostParams::default(), &review)
+            .await?;
+        let Some(status) = reviewed.status.filter(|s| s.authenticated == Some(true)) else {
+            return Ok(false);
+        };
+        let user = status.user.unwrap_or_default();
+        let sar = SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: user.username,
+                groups: user.groups,
+                uid: user.uid,
+                extra: user.extra,
+                non_resource_attributes: Some(NonResourceAttributes {
+                    path: Some("/metrics".to_owned()),
+                    verb: Some("get".to_owned()),
+                }),
+                ..SubjectAccessReviewSpec::default()
+            },
+            ..SubjectAccessReview::default()
+        };
+        let decided = Api::<SubjectAccessReview>::all(self.client.clone())
+            .create(&PostParams::default(), &sar)
+            .await?;
+        Ok(decided.status.is_some_and(|s| s.allowed))
+    }
+}
+
+async fn require_token(State(auth): State<TokenAuth>, request: Request, next: Next) -> Response {
+    let token = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(str::to_owned);
+    match token {
+        None => (StatusCode::UNAUTHORIZED, "a bearer token is required").into_response(),
+        Some(t) if auth.allowed(&t).await => next.run(request).await,
+        Some(_) => (StatusCode::FORBIDDEN, "the token may not get /metrics").into_response(),
+    }
+}
+
+/// A TLS server configuration from PEM files, or a self-signed one.
+fn tls_config(tls: &MetricsTls) -> anyhow::Result<rustls::ServerConfig> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let (certs, key) = match &tls.cert_dir {
+        Some(dir) => {
+            let cert_path = dir.join(&tls.cert_name);
+            let key_path = dir.join(&tls.key_name);
+            let certs = CertificateDer::pem_file_iter(&cert_path)
+                .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+                .map_err(|e| anyhow::anyhow!("reading {}: {e}", cert_path.display()))?;
+            let key = PrivateKeyDer::from_pem_file(&key_path)
+                .map_err(|e| anyhow::anyhow!("reading {}: {e}", key_path.display()))?;
+            (certs, key)
+        }
+        None => {
+            let key = rcgen::KeyPair::generate()?;
+            let names = vec!["localhost".to_owned(), "kms-operator".to_owned()];
+            let cert = rcgen::CertificateParams::new(names)?.self_signed(&key)?;
+            (
+                vec![cert.der().clone()],
+                PrivateKeyDer::try_from(key.serialize_der()).map_err(|e| anyhow::anyhow!("{e}"))?,
+            )
+        }
+    };
+    let mut config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// A listener that completes TLS handshakes off the accept loop.
+struct TlsListener {
+    local: std::net::SocketAddr,
+    rx: tokio::sync::mpsc::Receiver<(
+        tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
+        std::net::SocketAddr,
+    )>,
+}
+
+impl TlsListener {
+    fn new(
+        listener: tokio::net::TcpListener,
+        config: rustls::ServerConfig,
+    ) -> std::io::Result<Self> {
+        let local = listener.local_addr()?;
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, addr)) = listener.accept().await else {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                };
+                let (acceptor, tx) = (acceptor.clone(), tx.clone());
+                tokio::spawn(async move {
+                    if let Ok(Ok(tls)) =
+                        tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await
+                    {
+                        let _ = tx.send((tls, addr)).await;
+                    }
+                });
+            }
+        });
+        Ok(Self { local, rx })
+    }
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+    type Addr = std::net::SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.rx.recv().await {
+            Some(conn) => conn,
+            // The accept loop never ends while the listener lives.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        Ok(self.local)
+    }
+}
+
 /// Bind and serve. Returns a handle that serves until aborted.
 pub async fn start(
     health: &BindAddr,
     metrics_addr: &BindAddr,
     metrics: Metrics,
     ready: ReadyFn,
+    tls: &MetricsTls,
+    client: kube::Client,
 ) -> anyhow::Result<JoinHandle<()>> {
-    let mut routers: Vec<(std::net::SocketAddr, Router)> = Vec::new();
+    let protect = |router: Router| -> Router {
+        if tls.enabled {
+            let auth = TokenAuth::new(client.clone());
+            router.layer(middleware::from_fn_with_state(auth, require_token))
+        } else {
+            router
+        }
+    };
+    let mut plain: Vec<(std::net::SocketAddr, Router)> = Vec::new();
+    let mut secure: Option<(std::net::SocketAddr, Router)> = None;
     match (health, metrics_addr) {
-        (BindAddr::Addr(h), BindAddr::Addr(m)) if h == m => {
-            routers.push((*h, health_routes(ready).merge(metrics_routes(metrics))));
+        (BindAddr::Addr(h), BindAddr::Addr(m)) if h == m && !tls.enabled => {
+            plain.push((*h, health_routes(ready).merge(metrics_routes(metrics))));
         }
         _ => {
             if let BindAddr::Addr(h) = health {
-                routers.push((*h, health_routes(ready)));
+                plain.push((*h, health_routes(ready)));
             }
             if let BindAddr::Addr(m) = metrics_addr {
-                routers.push((*m, metrics_routes(metrics)));
+                if tls.enabled {
+                    secure = Some((*m, protect(metrics_routes(metrics))));
+                } else {
+                    plain.push((*m, metrics_routes(metrics)));
+                }
             }
         }
     }
     let mut tasks = Vec::new();
-    for (addr, router) in routers {
+    for (addr, router) in plain {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
@@ -84,6 +307,19 @@ pub async fn start(
         tasks.push(tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, router).await {
                 tracing::error!(error = %e, "health/metrics server stopped");
+            }
+        }));
+    }
+    if let Some((addr, router)) = secure {
+        let config = tls_config(tls)?;
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
+        let listener = TlsListener::new(listener, config)?;
+        tracing::info!(addr = %listener.local, "serving metrics over HTTPS with token authentication");
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, router).await {
+                tracing::error!(error = %e, "metrics server stopped");
             }
         }));
     }

@@ -17,3 +17,4 @@ mod push;
 mod reload;
 mod sharding;
 mod support;
+mod observability;

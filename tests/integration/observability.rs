@@ -1,0 +1,410 @@
+//! Metrics, the HTTPS metrics endpoint with token auth, and the `status`
+//! command, on a real API server with operator processes.
+
+use std::time::Duration;
+
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use kube::api::{DeleteParams, PostParams};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::{Api, Client};
+use serde_json::json;
+
+use crate::harness::{self, TestNamespace, wait_for};
+use crate::support::{CLIENT_ID, CLIENT_SECRET, DevServer, Operator, binary, seed};
+
+/// The addresses an operator process serves on, from its log.
+fn served(op: &Operator) -> Vec<String> {
+    op.output
+        .text()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| {
+            v["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("serving"))
+        })
+        .filter_map(|v| v["fields"]["addr"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Scrape `/metrics` over plain HTTP from whichever address serves it.
+async fn scrape(op: &Operator) -> Option<String> {
+    let http = reqwest::Client::new();
+    for addr in served(op) {
+        if let Ok(r) = http.get(format!("http://{addr}/metrics")).send().await
+            && r.status().is_success()
+        {
+            return r.text().await.ok();
+        }
+    }
+    None
+}
+
+/// Sum of the samples of `name` whose labels contain every `filter` pair.
+fn sum(text: &str, name: &str, filter: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+        .filter(|l| {
+            filter
+                .iter()
+                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+fn series(text: &str) -> usize {
+    text.lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .count()
+}
+
+fn kms_secret(name: &str, host: &str) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "secrets.hanzo.ai/v1alpha1", "kind": "KmsSecret",
+        "metadata": {"name": name},
+        "spec": {
+            "hostAPI": host,
+            "syncConfig": {"resyncInterval": "1h"},
+            "authentication": {"universalAuth": {
+                "credentialsRef": {"secretName": "creds"},
+                "secretsScope": {"projectSlug": "demo", "envSlug": "dev", "secretsPath": "/"}
+            }},
+            "managedKubeSecretReferences": [{"secretName": format!("{name}-out")}]
+        }
+    }))
+    .unwrap()
+}
+
+async fn credentials(client: &Client, ns: &str) {
+    let s: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "creds"}, "stringData": {"clientId": CLIENT_ID, "clientSecret": CLIENT_SECRET}
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &s)
+        .await
+        .unwrap();
+}
+
+fn crs(client: &Client, ns: &str) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("secrets.hanzo.ai", "v1alpha1", "KmsSecret"),
+        "kmssecrets",
+    );
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+#[tokio::test]
+async fn two_replicas_expose_consistent_metrics_and_status() {
+    let client = harness::client().await;
+    let home = TestNamespace::new(&client, "obs-home").await;
+    let work = TestNamespace::new(&client, "obs-work").await;
+    let kms = DevServer::start(&seed(&[("A", "1")])).await;
+    credentials(&client, &work.name).await;
+    let fast = [
+        "--lease-duration",
+        "3",
+        "--renew-deadline",
+        "2",
+        "--retry-period",
+        "1",
+    ];
+    let mut ops: Vec<Operator> = ["m-0", "m-1"]
+        .iter()
+        .map(|n| {
+            let mut args = vec!["--pod-name", n];
+            args.extend_from_slice(&fast);
+            Operator::start(&home.name, &[&work.name], &args)
+        })
+        .collect();
+
+    // Exactly S shards owned across the replicas (gauges refresh every 5 s).
+    let owned = wait_for(Duration::from_secs(30), || async {
+        let mut total = 0.0;
+        for op in &ops {
+            total += sum(&scrape(op).await?, "kms_operator_shard_owned", &[]);
+        }
+        (total == 16.0).then_some(())
+    })
+    .await;
+    assert!(
+        owned.is_some(),
+        "the replicas do not own exactly 16 shards between them"
+    );
+
+    // Activity moves the reconcile counters; KMS counters match the KMS.
+    kms.reset_stats().await;
+    for i in 0..6 {
+        crs(&client, &work.name)
+            .create(
+                &PostParams::default(),
+                &kms_secret(&format!("cr{i}"), &kms.api()),
+            )
+            .await
+            .unwrap();
+    }
+    let synced = wait_for(Duration::from_secs(30), || async {
+        let list = Api::<Secret>::namespaced(client.clone(), &work.name)
+            .list(&Default::default())
+            .await
+            .ok()?;
+        (list
+            .items
+            .iter()
+            .filter(|s| {
+                s.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.ends_with("-out"))
+            })
+            .count()
+            == 6)
+            .then_some(())
+    })
+    .await;
+    assert!(synced.is_some(), "resources did not sync");
+    let mut reconciles = 0.0;
+    let mut lists = 0.0;
+    let mut logins = 0.0;
+    for op in &ops {
+        let text = scrape(op).await.expect("metrics");
+        reconciles += sum(
+            &text,
+            "controller_runtime_reconcile_total",
+            &[("controller", "kmssecret"), ("result", "success")],
+        );
+        lists += sum(
+            &text,
+            "kms_operator_kms_requests_total",
+            &[("endpoint", "GET /api/v3/secrets/raw")],
+        );
+        logins += sum(&text, "kms_operator_kms_logins_total", &[]);
+    }
+    assert!(
+        reconciles >= 6.0,
+        "reconcile counters did not move: {reconciles}"
+    );
+    assert_eq!(
+        lists as u64,
+        kms.count("GET /api/v3/secrets/raw", None).await,
+        "list requests: operator vs KMS"
+    );
+    assert_eq!(
+        logins as u64,
+        kms.count("POST /api/v1/auth/universal-auth/login", None)
+            .await,
+        "logins: operator vs KMS"
+    );
+
+    // The status command: every shard with its owner, the objects, nothing
+    // not ready.
+    let status = |output: &'static str| {
+        let ns = home.name.clone();
+        async move {
+            let out = tokio::process::Command::new(binary())
+                .env("KUBECONFIG", harness::kubeconfig())
+                .args(["status", "--pod-namespace", &ns, "--output", output])
+                .output()
+                .await
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "status failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8(out.stdout).unwrap()
+        }
+    };
+    let report: serde_json::Value =
+        serde_json::from_str(&status("json").await).expect("status --output json");
+    let shards = report["shards"].as_array().unwrap();
+    assert_eq!(shards.len(), 16);
+    assert!(
+        shards
+            .iter()
+            .all(|s| s["holder"] == "m-0" || s["holder"] == "m-1"),
+        "{report}"
+    );
+    assert_eq!(report["members"], json!(["m-0", "m-1"]));
+    let table = status("table").await;
+    assert!(
+        table.contains("SHARD") && table.contains("m-0") && table.contains("m-1"),
+        "{table}"
+    );
+    // Objects are counted somewhere (the status of each resource names its shard).
+    let counted: u64 = shards.iter().filter_map(|s| s["objects"].as_u64()).sum();
+    assert!(counted >= 6, "{report}");
+
+    for op in &mut ops {
+        op.stop();
+    }
+}
+
+#[tokio::test]
+async fn series_do_not_grow_with_the_number_of_resources() {
+    let client = harness::client().await;
+    let home = TestNamespace::new(&client, "obs-card").await;
+    let mut namespaces = Vec::new();
+    for _ in 0..100 {
+        namespaces.push(TestNamespace::new(&client, "obs-card-ns").await);
+    }
+    let kms = DevServer::start(&seed(&[("A", "1")])).await;
+    for ns in &namespaces {
+        credentials(&client, &ns.name).await;
+    }
+    let watched: Vec<&str> = namespaces.iter().map(|n| n.name.as_str()).collect();
+    let op = Operator::start(&home.name, &watched, &[]);
+    // Warm up: a few resources so every kind of series has appeared.
+    for ns in namespaces.iter().take(2) {
+        crs(&client, &ns.name)
+            .create(&PostParams::default(), &kms_secret("warm", &kms.api()))
+            .await
+            .unwrap();
+    }
+    let warm = wait_for(Duration::from_secs(30), || async {
+        let t = scrape(&op).await?;
+        (sum(
+            &t,
+            "controller_runtime_reconcile_total",
+            &[("result", "success")],
+        ) >= 2.0)
+            .then_some(t)
+    })
+    .await
+    .expect("warm-up");
+    let before = series(&warm);
+    for ns in &namespaces {
+        for i in 0..5 {
+            crs(&client, &ns.name)
+                .create(
+                    &PostParams::default(),
+                    &kms_secret(&format!("cr{i}"), &kms.api()),
+                )
+                .await
+                .unwrap();
+        }
+    }
+    let after = wait_for(Duration::from_secs(120), || async {
+        let t = scrape(&op).await?;
+        (sum(
+            &t,
+            "kms_operator_managed_objects",
+            &[("controller", "kmssecret")],
+        ) >= 502.0)
+            .then_some(t)
+    })
+    .await
+    .expect("500 resources not counted");
+    assert_eq!(
+        series(&after),
+        before,
+        "series grew with the number of resources"
+    );
+    assert!(
+        !after.contains(&namespaces[0].name),
+        "a namespace appears in a label"
+    );
+}
+
+#[tokio::test]
+async fn https_metrics_require_a_token_allowed_to_get_metrics() {
+    let client = harness::client().await;
+    let home = TestNamespace::new(&client, "obs-tls").await;
+    let op = Operator::start(&home.name, &[&home.name], &["--metrics-tls"]);
+    let https = wait_for(Duration::from_secs(20), || async {
+        op.output
+            .text()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|v| {
+                v["fields"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("HTTPS"))
+            })
+            .and_then(|v| v["fields"]["addr"].as_str().map(str::to_owned))
+    })
+    .await
+    .expect("no HTTPS metrics address in the log");
+
+    // A ServiceAccount allowed to get /metrics, and one that is not.
+    let sas = Api::<ServiceAccount>::namespaced(client.clone(), &home.name);
+    for name in ["scraper", "nobody"] {
+        let sa: ServiceAccount =
+            serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+        sas.create(&PostParams::default(), &sa).await.unwrap();
+    }
+    let role_name = format!("{}-metrics-reader", home.name);
+    let role: ClusterRole = serde_json::from_value(json!({
+        "metadata": {"name": role_name},
+        "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    }))
+    .unwrap();
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": role_name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role_name},
+        "subjects": [{"kind": "ServiceAccount", "name": "scraper", "namespace": home.name}]
+    }))
+    .unwrap();
+    Api::<ClusterRole>::all(client.clone())
+        .create(&PostParams::default(), &role)
+        .await
+        .unwrap();
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    let token = |name: &'static str| {
+        let sas = sas.clone();
+        async move {
+            let tr: TokenRequest = serde_json::from_value(
+                json!({"spec": {"audiences": [], "expirationSeconds": 600}}),
+            )
+            .unwrap();
+            let out = sas
+                .create_token_request(name, &PostParams::default(), &tr)
+                .await
+                .expect("token request");
+            out.status.expect("token").token.expect("token")
+        }
+    };
+    let http = reqwest::Client::builder()
+        .tls_danger_accept_invalid_certs(true)
+        .build()
+        .unwrap();
+    let url = format!("https://{https}/metrics");
+    let code = |t: Option<String>| {
+        let (http, url) = (http.clone(), url.clone());
+        async move {
+            let mut req = http.get(&url);
+            if let Some(t) = t {
+                req = req.bearer_auth(t);
+            }
+            let resp = req.send().await.expect("HTTPS request");
+            let status = resp.status().as_u16();
+            (status, resp.text().await.unwrap_or_default())
+        }
+    };
+    let (allowed, body) = code(Some(token("scraper").await)).await;
+    assert_eq!(allowed, 200, "{body}");
+    assert!(body.contains("kms_operator_shard_owned"));
+    assert_eq!(code(None).await.0, 401);
+    assert_eq!(code(Some(token("nobody").await)).await.0, 403);
+    assert_eq!(code(Some("not-a-token".to_owned())).await.0, 403);
+    // Plain HTTP is not served on that port.
+    let plain = reqwest::get(format!("http://{https}/metrics")).await;
+    assert!(
+        !plain.is_ok_and(|r| r.status().is_success()),
+        "metrics were served over plain HTTP"
+    );
+
+    let _ = Api::<ClusterRoleBinding>::all(client.clone())
+        .delete(&role_name, &DeleteParams::default())
+        .await;
+    let _ = Api::<ClusterRole>::all(client.clone())
+        .delete(&role_name, &DeleteParams::default())
+        .await;
+}
