@@ -42,6 +42,10 @@ fn main() -> anyhow::Result<()> {
                 admin_token: args.admin_token.filter(|t| !t.is_empty()),
                 min_lease_ttl: args.min_lease_ttl,
                 kubeconfig: args.kubeconfig,
+                rate_limit_per_minute: args.rate_limit_per_minute,
+                tls_cert: args.tls_cert,
+                tls_key: args.tls_key,
+                ..kms_devserver::Config::default()
             };
             tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

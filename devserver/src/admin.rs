@@ -1,11 +1,14 @@
 //! The admin API under `/admin` (bearer `--admin-token`; open when none is
 //! set). Its requests are not counted and not subject to faults.
 //!
-//! - `GET /admin/stats`, `DELETE /admin/stats`: request counters.
+//! - `GET /admin/stats`, `DELETE /admin/stats`: request counters, and the
+//!   requests the rate limits refused.
 //! - `GET /admin/faults`, `POST /admin/faults`, `DELETE /admin/faults`.
+//! - `GET /admin/ratelimit`, `POST /admin/ratelimit`, `DELETE
+//!   /admin/ratelimit`: the per-client rate limits.
 //! - `GET /admin/leases` (`?all=true` adds expired and revoked ones).
 //! - `PUT /admin/secrets`, `DELETE /admin/secrets`: change a secret without
-//!   a token, for tests.
+//!   a token, for tests (announced to event streams like any change).
 
 use axum::Router;
 use axum::extract::{Request, State};
@@ -22,6 +25,7 @@ use crate::errors::{ApiError, ok};
 use crate::faults::FaultSpec;
 use crate::ids::random_uuid;
 use crate::model::{Project, Secret};
+use crate::ratelimit::{LimitSpec, Limits};
 use crate::seed::normalize_path;
 use crate::stats::Counts;
 use crate::store::{Kind, Record, State as Db, Tx};
@@ -33,6 +37,12 @@ pub(crate) fn router(app: App) -> Router {
     Router::new()
         .route("/stats", get(stats).delete(reset_stats))
         .route("/faults", get(faults).post(set_faults).delete(clear_faults))
+        .route(
+            "/ratelimit",
+            get(rate_limits)
+                .post(set_rate_limits)
+                .delete(clear_rate_limits),
+        )
         .route("/leases", get(leases))
         .route(
             "/secrets",
@@ -68,13 +78,17 @@ async fn unknown(req: Request) -> ApiError {
 }
 
 #[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
 struct StatsOut {
     requests: Counts,
+    rate_limited: std::collections::BTreeMap<String, u64>,
 }
 
 async fn stats(State(app): State<App>) -> Response {
+    let (requests, rate_limited) = app.stats.snapshot();
     ok(&StatsOut {
-        requests: app.stats.snapshot(),
+        requests,
+        rate_limited,
     })
 }
 
@@ -82,7 +96,37 @@ async fn reset_stats(State(app): State<App>) -> Response {
     app.stats.reset();
     ok(&StatsOut {
         requests: Counts::new(),
+        rate_limited: std::collections::BTreeMap::new(),
     })
+}
+
+#[derive(Serialize)]
+struct LimitsOut {
+    limits: Option<Limits>,
+}
+
+async fn rate_limits(State(app): State<App>) -> Response {
+    ok(&LimitsOut {
+        limits: app.limiter.limits(),
+    })
+}
+
+/// `POST /admin/ratelimit`: `{"perMinute": N}` for every route, and/or
+/// `secrets`, `read`, `write` per category. Every window starts again.
+async fn set_rate_limits(State(app): State<App>, req: Request) -> ApiResult {
+    let spec: LimitSpec = body(req).await?;
+    let limits = spec.limits().map_err(ApiError::bad_request)?;
+    app.limiter.set(limits);
+    tracing::info!(?limits, "rate limits set");
+    Ok(ok(&LimitsOut {
+        limits: app.limiter.limits(),
+    }))
+}
+
+async fn clear_rate_limits(State(app): State<App>) -> Response {
+    app.limiter.set(Limits::default());
+    tracing::info!("rate limits off");
+    ok(&LimitsOut { limits: None })
 }
 
 #[derive(Serialize)]

@@ -6,8 +6,11 @@ use std::time::Duration;
 
 use ring::hmac;
 
+use crate::events::Streams;
 use crate::faults::Faults;
 use crate::ids::fill;
+use crate::ratelimit::{Limiter, Limits};
+use crate::reviewer::Reviewer;
 use crate::stats::Stats;
 use crate::store::Store;
 use crate::token::Signer;
@@ -18,6 +21,9 @@ pub(crate) struct Settings {
     pub signing_key: Vec<u8>,
     pub admin_token: Option<String>,
     pub min_lease_ttl: Duration,
+    pub limits: Limits,
+    pub reviewer: Option<Reviewer>,
+    pub event_ping_interval: Duration,
 }
 
 /// A handle on the shared state (cheap to clone).
@@ -31,6 +37,9 @@ pub(crate) struct Inner {
     pub signer: Signer,
     pub stats: Stats,
     pub faults: Faults,
+    pub limiter: Limiter,
+    pub streams: Streams,
+    pub reviewer: Option<Reviewer>,
     pub admin_token: Option<String>,
     pub min_lease_ttl: Duration,
     compare_key: hmac::Key,
@@ -54,6 +63,9 @@ impl App {
             signer: Signer::new(&s.signing_key),
             stats: Stats::default(),
             faults: Faults::default(),
+            limiter: Limiter::new(s.limits),
+            streams: Streams::new(s.event_ping_interval),
+            reviewer: s.reviewer,
             admin_token: s.admin_token.filter(|t| !t.is_empty()),
             min_lease_ttl: s.min_lease_ttl,
             compare_key: hmac::Key::new(hmac::HMAC_SHA256, &compare),

@@ -137,6 +137,43 @@ impl ApiError {
         ApiError::envelope(StatusCode::UNAUTHORIZED, "UnauthorizedError", message)
     }
 
+    /// An envelope with an `error` name of its own (such as
+    /// `KubernetesTokenReviewError`).
+    pub fn named(status: StatusCode, error: &str, message: impl Into<String>) -> ApiError {
+        ApiError::envelope(status, error, message)
+    }
+
+    /// 403 `PermissionDenied`: the caller may not do `action` on `subject`
+    /// (a folder outside a path-scoped identity's or a service token's
+    /// scope, or a write with a read-only service token).
+    pub fn permission_denied(action: &str, subject: &str) -> ApiError {
+        ApiError::envelope(
+            StatusCode::FORBIDDEN,
+            "PermissionDenied",
+            format!("You are not allowed to {action} on {subject}"),
+        )
+    }
+
+    /// 403 for a route that does not accept the kind of token sent (a
+    /// service token where only identities are served, or the reverse):
+    /// the route is named in `error`, as on the real server.
+    pub fn unauthorized_access(path_and_query: &str) -> ApiError {
+        ApiError::envelope(
+            StatusCode::FORBIDDEN,
+            &format!("{path_and_query} Unauthorized Access"),
+            "You are not allowed to access this resource",
+        )
+    }
+
+    /// 429 for a sixth event stream of one actor on one project.
+    pub fn too_many_streams() -> ApiError {
+        ApiError::envelope(
+            StatusCode::TOO_MANY_REQUESTS,
+            "RateLimitError",
+            "Too many active event streams for this project; at most 5 may be open at once",
+        )
+    }
+
     /// 403 `TokenError`: the bearer token is not a valid JWT of this server.
     pub fn token_error(message: impl Into<String>) -> ApiError {
         ApiError::envelope(StatusCode::FORBIDDEN, "TokenError", message)

@@ -1,8 +1,8 @@
 //! Secret references: `${KEY}` names a secret of the same folder,
 //! `${env.a.b.KEY}` the secret `KEY` of folder `/a/b` of environment `env`
 //! (`${env.KEY}` its root). References are expanded recursively up to a
-//! depth of 10; a reference to a secret that does not exist expands to an
-//! empty string.
+//! depth of 10; a reference to a secret that does not exist — or that the
+//! reader may not read — expands to an empty string.
 
 use crate::seed::normalize_path;
 use crate::store::State;
@@ -10,16 +10,30 @@ use crate::store::State;
 /// Deepest chain of references followed.
 const MAX_DEPTH: usize = 10;
 
+/// Which folders (environment, path) a reader may read.
+pub(crate) type Visible<'a> = &'a dyn Fn(&str, &str) -> bool;
+
 /// Expands references within one project.
 pub(crate) struct Expander<'a> {
     st: &'a State,
     project_id: &'a str,
+    visible: Option<Visible<'a>>,
 }
 
 impl<'a> Expander<'a> {
     /// An expander for a project.
     pub fn new(st: &'a State, project_id: &'a str) -> Expander<'a> {
-        Expander { st, project_id }
+        Expander {
+            st,
+            project_id,
+            visible: None,
+        }
+    }
+
+    /// Only follow references to folders `visible` allows.
+    pub fn with_filter(mut self, visible: Visible<'a>) -> Expander<'a> {
+        self.visible = Some(visible);
+        self
     }
 
     /// `raw`, a value of a secret in (`environment`, `path`), with its
@@ -55,6 +69,9 @@ impl<'a> Expander<'a> {
             [env, middle @ .., key] => (*env, normalize_path(&middle.join("/")), *key),
             [] => return String::new(),
         };
+        if self.visible.is_some_and(|visible| !visible(env, &folder)) {
+            return String::new();
+        }
         match self.st.find_secret(self.project_id, env, &folder, key) {
             Some(secret) => self.expand_at(env, &folder, &secret.value, depth + 1),
             None => String::new(),
@@ -114,5 +131,11 @@ mod tests {
         assert_eq!(x.expand("dev", "/", "open ${API_KEY"), "open ${API_KEY");
         assert_eq!(x.expand("dev", "/", "${LOOP}"), "${LOOP}");
         assert_eq!(x.expand("dev", "/backend", "${BACKEND_TOKEN}"), "tok-1");
+        let only_root = |_: &str, path: &str| path == "/";
+        let x = Expander::new(&st, "p").with_filter(&only_root);
+        assert_eq!(
+            x.expand("dev", "/", "${API_KEY}|${dev.backend.BACKEND_TOKEN}"),
+            "abc456|"
+        );
     }
 }

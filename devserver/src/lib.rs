@@ -3,13 +3,17 @@
 //! (`kms-operator dev-server`).
 //!
 //! It answers the routes the operator uses with the real server's shapes,
-//! status codes and error bodies: universal-auth logins and access tokens,
-//! projects and environments, secrets (v3 raw, single and batch, with
-//! imports, references, `ETag` and `304`), and dynamic secrets whose built-in
-//! provider mints a username and password per lease. State lives in sled,
-//! and every acknowledged write is flushed before the response is sent. A
-//! seed file creates projects, secrets and identities at start. An admin API
-//! under `/admin` counts requests and injects faults.
+//! status codes and error bodies: universal, Kubernetes (reviewed by a real
+//! cluster) and LDAP logins, access tokens and legacy service tokens,
+//! identities scoped to some folders, projects and environments, secrets (v3
+//! raw, single and batch, and the v4 list, with imports, references, `ETag`
+//! and `304`), dynamic secrets whose built-in provider mints a username and
+//! password per lease, the project-events stream, and per-client rate
+//! limits. It serves HTTP or, with a certificate, HTTPS. State lives in
+//! sled, and every acknowledged write is flushed before the response is
+//! sent. A seed file creates projects, secrets, identities and service
+//! tokens at start. An admin API under `/admin` counts requests, injects
+//! faults and sets rate limits.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), kms_devserver::Error> {
@@ -32,15 +36,20 @@ mod app;
 mod clock;
 mod durations;
 mod errors;
+mod events;
 mod expand;
 mod faults;
 mod ids;
 mod middleware;
 mod model;
+mod ratelimit;
+mod reviewer;
+mod scope;
 mod seed;
 mod server;
 mod stats;
 mod store;
+mod tls;
 mod token;
 mod validate;
 mod views;
@@ -54,8 +63,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use seed::{
-    Seed, SeedDuration, SeedDynamicSecret, SeedEnvironment, SeedIdentity, SeedImport, SeedProject,
-    SeedSecretValue, SeedUniversalAuth,
+    Seed, SeedDuration, SeedDynamicSecret, SeedEnvironment, SeedIdentity, SeedImport,
+    SeedKubernetesAuth, SeedLdapAuth, SeedList, SeedMembership, SeedProject, SeedSecretValue,
+    SeedServiceToken, SeedUniversalAuth,
 };
 pub use store::SeededObject;
 
@@ -107,9 +117,18 @@ pub struct Config {
     pub admin_token: Option<String>,
     /// Shortest lease TTL accepted for dynamic secrets.
     pub min_lease_ttl: Duration,
-    /// Kubeconfig of the cluster that validates Kubernetes-auth logins
-    /// (accepted now, used once Kubernetes auth is served).
+    /// Kubeconfig of the cluster whose API server reviews the tokens of
+    /// Kubernetes-auth logins; without it such logins are refused.
     pub kubeconfig: Option<PathBuf>,
+    /// Requests allowed per minute and client on every route; `None` or 0
+    /// leaves rate limits off (the admin API can still set them).
+    pub rate_limit_per_minute: Option<u32>,
+    /// PEM certificate chain to serve HTTPS with (together with `tls_key`).
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of `tls_cert`.
+    pub tls_key: Option<PathBuf>,
+    /// How often event streams send a ping (15 s, as the real server).
+    pub event_ping_interval: Duration,
 }
 
 impl Default for Config {
@@ -121,6 +140,10 @@ impl Default for Config {
             admin_token: None,
             min_lease_ttl: Duration::from_secs(60),
             kubeconfig: None,
+            rate_limit_per_minute: None,
+            tls_cert: None,
+            tls_key: None,
+            event_ping_interval: Duration::from_secs(15),
         }
     }
 }
@@ -142,6 +165,12 @@ pub enum Error {
         /// The cause.
         source: std::io::Error,
     },
+    /// The certificate or key could not be read or used.
+    #[error("tls: {0}")]
+    Tls(String),
+    /// The kubeconfig could not be read or used.
+    #[error("kubeconfig {0}")]
+    Kube(String),
     /// Another I/O failure (signals, files).
     #[error("{0}")]
     Io(#[from] std::io::Error),
@@ -151,6 +180,7 @@ pub enum Error {
 /// waiting; [`Running::shutdown`] waits until everything is closed.
 pub struct Running {
     addr: SocketAddr,
+    https: bool,
     seeded: Vec<SeededObject>,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
@@ -170,9 +200,10 @@ impl Running {
         self.addr
     }
 
-    /// The base URL, `http://ADDR`.
+    /// The base URL, `http://ADDR`, or `https://ADDR` when serving HTTPS.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.https { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// Every project, environment, identity and dynamic secret in the
@@ -198,12 +229,19 @@ impl Running {
 /// Open the database, apply the seed and start serving. Returns once the
 /// listener is bound.
 pub async fn start(config: Config) -> Result<Running, Error> {
-    if let Some(path) = &config.kubeconfig {
-        tracing::info!(
-            kubeconfig = %path.display(),
-            "a kubeconfig was given; Kubernetes-auth logins are not served yet"
-        );
-    }
+    let tls = match (&config.tls_cert, &config.tls_key) {
+        (Some(cert), Some(key)) => Some(tls::acceptor(cert, key)?),
+        (None, None) => None,
+        _ => {
+            return Err(Error::Tls(
+                "a certificate and its key are given together (--tls-cert and --tls-key)".into(),
+            ));
+        }
+    };
+    let reviewer = match &config.kubeconfig {
+        Some(path) => Some(reviewer::Reviewer::connect(path).await?),
+        None => None,
+    };
     let seed = match &config.seed {
         Some(source) => Some(source.load()?),
         None => None,
@@ -219,6 +257,13 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         signing_key,
         admin_token: config.admin_token.clone(),
         min_lease_ttl: config.min_lease_ttl,
+        limits: config
+            .rate_limit_per_minute
+            .filter(|n| *n > 0)
+            .map(ratelimit::Limits::all)
+            .unwrap_or_default(),
+        reviewer,
+        event_ping_interval: config.event_ping_interval,
     });
     let listener = tokio::net::TcpListener::bind(config.addr)
         .await
@@ -229,10 +274,19 @@ pub async fn start(config: Config) -> Result<Running, Error> {
     let addr = listener.local_addr()?;
     let (stop, stopped) = watch::channel(false);
     let router = Arc::new(api::router(app.clone()));
-    let task = tokio::spawn(server::serve(listener, router, stopped));
-    tracing::info!(%addr, "dev-server started");
+    let https = tls.is_some();
+    let streams = app.clone();
+    let task = tokio::spawn(server::serve(
+        listener,
+        router,
+        tls,
+        stopped,
+        Box::new(move || streams.streams.close_all()),
+    ));
+    tracing::info!(%addr, https, "dev-server started");
     Ok(Running {
         addr,
+        https,
         seeded,
         stop,
         task,
@@ -240,8 +294,9 @@ pub async fn start(config: Config) -> Result<Running, Error> {
     })
 }
 
-/// Start the server, print `dev-server listening on http://ADDR` and the ids
-/// of the seeded objects to stdout, and serve until SIGTERM or SIGINT.
+/// Start the server, print `dev-server listening on http://ADDR` (`https://`
+/// when serving HTTPS) and the ids of the seeded objects to stdout, and serve
+/// until SIGTERM or SIGINT.
 pub async fn run(config: Config) -> Result<(), Error> {
     // Catch the signals before announcing the address, so that a signal sent
     // as soon as the address is read stops the server gracefully.

@@ -1,15 +1,23 @@
 //! The layers around every API route, outermost first: counting answers for
-//! the admin API, injecting faults, and turning a `200` whose `ETag` the
-//! client already has (`If-None-Match`) into `304 Not Modified`.
+//! the admin API, injecting faults, admitting requests (the kind of token a
+//! route accepts, then the rate limits), and turning a `200` whose `ETag`
+//! the client already has (`If-None-Match`) into `304 Not Modified`.
+
+use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{HeaderName, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use crate::api::auth::{authenticates, bearer, is_service_token};
+use crate::api::{Accepts, route_info};
 use crate::app::App;
+use crate::errors::ApiError;
 use crate::faults::Action;
+use crate::ratelimit::{Category, Verdict};
+use crate::server::Peer;
 
 /// Marks a response that must not be sent: the connection is closed instead.
 #[derive(Debug, Clone, Copy)]
@@ -69,17 +77,91 @@ pub(crate) async fn inject(State(app): State<App>, req: Request, next: Next) -> 
     }
     let mut resp = next.run(req).await;
     if let Some((limit, remaining, reset)) = decision.rate_headers {
-        for (name, value) in [
-            ("x-ratelimit-limit", limit.to_string()),
-            ("x-ratelimit-remaining", remaining.to_string()),
-            ("x-ratelimit-reset", reset.to_string()),
-        ] {
-            if let Ok(v) = HeaderValue::from_str(&value) {
-                resp.headers_mut().insert(HeaderName::from_static(name), v);
-            }
-        }
+        rate_headers(resp.headers_mut(), limit, remaining, reset);
     }
     resp
+}
+
+fn rate_headers(headers: &mut HeaderMap, limit: u32, remaining: u32, reset: u64) {
+    for (name, value) in [
+        ("x-ratelimit-limit", limit.to_string()),
+        ("x-ratelimit-remaining", remaining.to_string()),
+        ("x-ratelimit-reset", reset.to_string()),
+    ] {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            headers.insert(HeaderName::from_static(name), v);
+        }
+    }
+}
+
+/// Refuse a kind of token the route does not accept (403, as the real
+/// server's route guard), then apply the rate limits to requests that
+/// authenticate.
+pub(crate) async fn admit(State(app): State<App>, req: Request, next: Next) -> Response {
+    let key = route_key(&req);
+    let info = route_info(&key);
+    if let Some(token) = bearer(req.headers()) {
+        let service = is_service_token(token);
+        let refused = match info.accepts {
+            Accepts::Identity => service,
+            Accepts::ServiceToken => !service,
+            Accepts::Nothing | Accepts::IdentityOrServiceToken => false,
+        };
+        if refused {
+            let target = req
+                .uri()
+                .path_and_query()
+                .map_or_else(|| req.uri().path().to_owned(), |pq| pq.as_str().to_owned());
+            return ApiError::unauthorized_access(&target).into_response();
+        }
+    }
+    if info.category == Category::Exempt || !app.limiter.enabled() {
+        return next.run(req).await;
+    }
+    if info.accepts != Accepts::Nothing && !authenticates(&app, req.headers()).await {
+        // Refused by the handler before any rate limit, as on the real
+        // server.
+        return next.run(req).await;
+    }
+    let client = client_of(&req);
+    match app
+        .limiter
+        .check(&client, &key, info.category, Instant::now())
+    {
+        None => next.run(req).await,
+        Some(Verdict::Limited { limit, retry_after }) => {
+            app.stats.record_limited(key);
+            ApiError::rate_limited(limit, retry_after).into_response()
+        }
+        Some(Verdict::Allowed {
+            limit,
+            remaining,
+            reset,
+        }) => {
+            let mut resp = next.run(req).await;
+            rate_headers(resp.headers_mut(), limit, remaining, reset);
+            resp
+        }
+    }
+}
+
+/// The client of a request: the first address of `X-Forwarded-For`, else
+/// the peer's IP.
+fn client_of(req: &Request) -> String {
+    let forwarded = req
+        .headers()
+        .get("x-forwarded-for")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(',').next())
+        .map(str::trim)
+        .filter(|v| !v.is_empty());
+    match forwarded {
+        Some(addr) => addr.to_owned(),
+        None => req
+            .extensions()
+            .get::<Peer>()
+            .map_or_else(String::new, |p| p.0.ip().to_string()),
+    }
 }
 
 /// Answer `304` (same headers, no body) to a `GET` whose `If-None-Match`

@@ -1,8 +1,13 @@
 //! The records the dev server keeps: projects with their environments,
-//! folders, secrets, secret imports, identities, access tokens, dynamic
-//! secrets and leases. Each is stored as JSON under `<kind>/<id>` in sled.
+//! folders, secrets, secret imports, identities, access tokens, service
+//! tokens, dynamic secrets and leases. Each is stored as JSON under
+//! `<kind>/<id>` in sled.
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+
+use crate::scope::glob_matches;
 
 /// A project (the real API also calls it a workspace).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -80,7 +85,27 @@ pub(crate) struct Identity {
     pub name: String,
     /// Ids of the projects the identity is a member of.
     pub projects: Vec<String>,
+    /// For the projects where the identity may only use some folders: the
+    /// project id → folder-path globs. A member project without an entry is
+    /// open in full.
+    #[serde(default)]
+    pub path_scopes: BTreeMap<String, Vec<String>>,
     pub universal_auth: Option<UniversalAuth>,
+    #[serde(default)]
+    pub kubernetes_auth: Option<KubernetesAuth>,
+    #[serde(default)]
+    pub ldap_auth: Option<LdapAuth>,
+}
+
+impl Identity {
+    /// Whether the identity may use the folder `path` of a project it is a
+    /// member of (`path` may itself be a glob, matched as text).
+    pub fn may_use(&self, project_id: &str, path: &str) -> bool {
+        match self.path_scopes.get(project_id) {
+            None => true,
+            Some(globs) => globs.iter().any(|g| glob_matches(g, path)),
+        }
+    }
 }
 
 /// Universal-auth settings of an identity.
@@ -92,6 +117,63 @@ pub(crate) struct UniversalAuth {
     pub access_token_ttl: u64,
     /// Access-token lifetime cap in seconds; 0 means no cap.
     pub access_token_max_ttl: u64,
+}
+
+/// Kubernetes-auth settings of an identity: which service accounts may log
+/// in. Empty lists allow any.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub(crate) struct KubernetesAuth {
+    /// Namespace globs.
+    pub allowed_namespaces: Vec<String>,
+    /// Service-account name globs.
+    pub allowed_names: Vec<String>,
+    /// The audience a token must have, if any.
+    pub allowed_audience: Option<String>,
+    pub access_token_ttl: u64,
+    pub access_token_max_ttl: u64,
+}
+
+/// LDAP-auth settings of an identity: the dev server is the directory and
+/// knows one user.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub(crate) struct LdapAuth {
+    pub username: String,
+    pub password: String,
+    pub access_token_ttl: u64,
+    pub access_token_max_ttl: u64,
+}
+
+/// A legacy service token (`st.<id>.<secret>.<key>`), scoped to one
+/// environment and folder glob of one project.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub(crate) struct ServiceToken {
+    /// The second dot-part of the token.
+    pub id: String,
+    pub name: String,
+    /// The third dot-part, compared with what a client sends.
+    pub secret: String,
+    pub project_id: String,
+    pub environment: String,
+    /// A folder path or a glob.
+    pub path: String,
+    /// `read`, `write`.
+    pub permissions: Vec<String>,
+    pub created_at: i64,
+}
+
+impl ServiceToken {
+    /// Whether the token may use the folder (`path` may itself be a glob,
+    /// matched as text).
+    pub fn covers(&self, project_id: &str, environment: &str, path: &str) -> bool {
+        self.project_id == project_id
+            && self.environment == environment
+            && glob_matches(&self.path, path)
+    }
+
+    /// Whether the token has a permission.
+    pub fn can(&self, permission: &str) -> bool {
+        self.permissions.iter().any(|p| p == permission)
+    }
 }
 
 /// An identity access token (the JWT handed out only names it).

@@ -1,6 +1,7 @@
 //! The seed file: projects with environments, secrets, imports and dynamic
-//! secrets, and machine identities, created at start. Parsing and checks
-//! live here; applying the seed to the database is in `store`.
+//! secrets, machine identities with their auth methods and memberships, and
+//! service tokens, created at start. Parsing and checks live here; applying
+//! the seed to the database is in `store`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -24,6 +25,9 @@ pub struct Seed {
     /// Machine identities to create.
     #[serde(default)]
     pub identities: Vec<SeedIdentity>,
+    /// Legacy service tokens to create.
+    #[serde(default)]
+    pub service_tokens: Vec<SeedServiceToken>,
 }
 
 /// A project of the seed.
@@ -243,9 +247,174 @@ pub struct SeedIdentity {
     /// Universal-auth credentials.
     #[serde(default)]
     pub universal_auth: Option<SeedUniversalAuth>,
-    /// Projects (slugs or ids) the identity is a member of.
+    /// Kubernetes auth: which service accounts may log in.
     #[serde(default)]
-    pub projects: Vec<String>,
+    pub kubernetes_auth: Option<SeedKubernetesAuth>,
+    /// LDAP auth: the one user of the dev server's directory.
+    #[serde(default)]
+    pub ldap_auth: Option<SeedLdapAuth>,
+    /// Projects the identity is a member of: slugs or ids, or
+    /// `{slug, paths}` to allow only some folders.
+    #[serde(default)]
+    pub projects: Vec<SeedMembership>,
+}
+
+/// A membership of an identity: a project slug or id (`demo`), or
+/// `{slug: demo, paths: ["/backend/**"]}` to allow only the folders the
+/// globs match.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(from = "RawMembership")]
+pub struct SeedMembership {
+    /// Project slug or id.
+    pub project: String,
+    /// Folder-path globs the identity may use; all folders when absent.
+    pub paths: Option<Vec<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawMembership {
+    Project(String),
+    Scoped {
+        #[serde(alias = "project", alias = "id")]
+        slug: String,
+        #[serde(default)]
+        paths: Option<Vec<String>>,
+    },
+}
+
+impl From<RawMembership> for SeedMembership {
+    fn from(raw: RawMembership) -> Self {
+        match raw {
+            RawMembership::Project(project) => SeedMembership {
+                project,
+                paths: None,
+            },
+            RawMembership::Scoped { slug, paths } => SeedMembership {
+                project: slug,
+                paths,
+            },
+        }
+    }
+}
+
+impl From<&str> for SeedMembership {
+    fn from(project: &str) -> Self {
+        SeedMembership {
+            project: project.to_owned(),
+            paths: None,
+        }
+    }
+}
+
+/// A list given as a YAML list or as one comma-separated string.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(from = "RawList")]
+pub struct SeedList(pub Vec<String>);
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawList {
+    Many(Vec<String>),
+    One(String),
+}
+
+impl From<RawList> for SeedList {
+    fn from(raw: RawList) -> Self {
+        let items = match raw {
+            RawList::Many(items) => items,
+            RawList::One(text) => text.split(',').map(str::to_owned).collect(),
+        };
+        SeedList(
+            items
+                .into_iter()
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())
+                .collect(),
+        )
+    }
+}
+
+/// Kubernetes-auth settings of an identity. A login's service-account
+/// token is reviewed by the cluster of `--kubeconfig`, then its namespace,
+/// name and audience are checked against these.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct SeedKubernetesAuth {
+    /// Namespaces (globs allowed) whose service accounts may log in; any
+    /// when empty.
+    #[serde(rename = "allowedNamespaces", default)]
+    pub allowed_namespaces: SeedList,
+    /// Service-account names (globs allowed) that may log in; any when
+    /// empty.
+    #[serde(rename = "allowedNames", default)]
+    pub allowed_names: SeedList,
+    /// The audience tokens must carry (reviewed for it); none when absent.
+    #[serde(rename = "allowedAudience", default)]
+    pub allowed_audience: Option<String>,
+    /// Access-token TTL in seconds (0 = none; default 30 days).
+    #[serde(rename = "accessTokenTTL", default = "default_token_ttl")]
+    pub access_token_ttl: u64,
+    /// Access-token lifetime cap in seconds (0 = none; default 30 days).
+    #[serde(rename = "accessTokenMaxTTL", default = "default_token_ttl")]
+    pub access_token_max_ttl: u64,
+}
+
+/// LDAP-auth settings of an identity: the dev server plays the directory,
+/// with this one user.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct SeedLdapAuth {
+    /// The user name a login must send.
+    pub username: String,
+    /// Its password.
+    pub password: String,
+    /// Access-token TTL in seconds (0 = none; default 30 days).
+    #[serde(rename = "accessTokenTTL", default = "default_token_ttl")]
+    pub access_token_ttl: u64,
+    /// Access-token lifetime cap in seconds (0 = none; default 30 days).
+    #[serde(rename = "accessTokenMaxTTL", default = "default_token_ttl")]
+    pub access_token_max_ttl: u64,
+}
+
+/// A legacy service token, scoped to one environment and folder (or
+/// folder glob) of a project.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct SeedServiceToken {
+    /// The full token, `st.<id>.<secret>.<key>`; clients send
+    /// `st.<id>.<secret>` as the bearer.
+    pub token: String,
+    /// Display name; `service-token-<id>` when absent.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Project slug or id.
+    pub project: String,
+    /// Environment slug of the scope.
+    pub environment: String,
+    /// Folder path or glob of the scope (default `/`).
+    #[serde(default = "root")]
+    pub path: String,
+    /// `read` and/or `write` (default `[read]`).
+    #[serde(default)]
+    pub permissions: Option<Vec<String>>,
+}
+
+impl SeedServiceToken {
+    /// The id (second dot-part) and secret (third) of the token.
+    pub fn parts(&self) -> Option<(&str, &str)> {
+        let mut parts = self.token.trim().split('.');
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some("st"), Some(id), Some(secret)) if !id.is_empty() && !secret.is_empty() => {
+                Some((id, secret))
+            }
+            _ => None,
+        }
+    }
+
+    /// The permissions, with the default.
+    pub fn permission_list(&self) -> Vec<String> {
+        self.permissions
+            .clone()
+            .unwrap_or_else(|| vec!["read".to_owned()])
+    }
 }
 
 /// Universal-auth credentials of an identity.
@@ -437,14 +606,35 @@ impl Seed {
             {
                 problems.push(format!("{at}: invalid id {id:?}"));
             }
-            for p in &i.projects {
-                let known = self
-                    .projects
-                    .iter()
-                    .any(|sp| &sp.slug == p || sp.id.as_ref() == Some(p));
-                if !known {
+            for m in &i.projects {
+                let p = &m.project;
+                if self.find_project(p).is_none() {
                     problems.push(format!("{at}: unknown project {p:?}"));
                 }
+                if let Some(paths) = &m.paths {
+                    if paths.is_empty() {
+                        problems.push(format!("{at}: project {p:?} has an empty paths list"));
+                    }
+                    for path in paths {
+                        if !path.trim().starts_with('/') {
+                            problems.push(format!(
+                                "{at}: path {path:?} of project {p:?} does not start with '/'"
+                            ));
+                        }
+                    }
+                }
+            }
+            if let Some(k) = &i.kubernetes_auth
+                && k.allowed_audience
+                    .as_ref()
+                    .is_some_and(|a| a.trim().is_empty())
+            {
+                problems.push(format!("{at}: empty kubernetesAuth.allowedAudience"));
+            }
+            if let Some(l) = &i.ldap_auth
+                && (l.username.trim().is_empty() || l.password.trim().is_empty())
+            {
+                problems.push(format!("{at}: empty ldapAuth username or password"));
             }
             if let Some(ua) = &i.universal_auth {
                 if ua.client_secret.is_empty() {
@@ -457,11 +647,48 @@ impl Seed {
                 }
             }
         }
+        let mut token_ids = BTreeSet::new();
+        for (n, t) in self.service_tokens.iter().enumerate() {
+            let at = format!("service token #{}", n + 1);
+            match t.parts() {
+                Some((id, _)) => {
+                    if !valid_id(id) || !token_ids.insert(id.to_owned()) {
+                        problems.push(format!("{at}: invalid or duplicate id {id:?}"));
+                    }
+                }
+                None => problems.push(format!(
+                    "{at}: a token is st.<id>.<secret>.<key> (at least the first three parts)"
+                )),
+            }
+            match self.find_project(&t.project) {
+                None => problems.push(format!("{at}: unknown project {:?}", t.project)),
+                Some(p) => {
+                    if !p.environment_list().iter().any(|e| e.slug == t.environment) {
+                        problems.push(format!("{at}: unknown environment {:?}", t.environment));
+                    }
+                }
+            }
+            if !t.path.trim().starts_with('/') {
+                problems.push(format!("{at}: path {:?} does not start with '/'", t.path));
+            }
+            for perm in t.permission_list() {
+                if perm != "read" && perm != "write" {
+                    problems.push(format!("{at}: unknown permission {perm:?} (read, write)"));
+                }
+            }
+        }
         if problems.is_empty() {
             Ok(())
         } else {
             Err(Error::Seed(problems.join("; ")))
         }
+    }
+
+    /// The project of the seed with this slug or id.
+    fn find_project(&self, slug_or_id: &str) -> Option<&SeedProject> {
+        self.projects
+            .iter()
+            .find(|p| p.slug == slug_or_id || p.id.as_deref() == Some(slug_or_id))
     }
 }
 
@@ -533,7 +760,7 @@ identities:
         assert_eq!(ua.client_id.as_deref(), Some("op-client"));
         assert_eq!(ua.access_token_ttl, 3600);
         assert_eq!(ua.access_token_max_ttl, 86400);
-        assert_eq!(seed.identities[0].projects, ["demo"]);
+        assert_eq!(seed.identities[0].projects, [SeedMembership::from("demo")]);
     }
 
     #[test]
@@ -622,6 +849,86 @@ identities:
                 "unknown project",
             ),
             ("projects: {slug: a}", ""),
+        ] {
+            let err = Seed::from_yaml(yaml).expect_err(yaml).to_string();
+            assert!(err.contains(want), "{yaml}: {err}");
+        }
+    }
+
+    #[test]
+    fn auth_methods_scopes_and_service_tokens() {
+        let seed = Seed::from_yaml(
+            r#"
+projects: [{slug: demo, environments: [dev]}]
+identities:
+  - name: k8s
+    kubernetesAuth:
+      allowedNamespaces: [team-a, "team-*"]
+      allowedNames: "app, worker"
+      allowedAudience: kms
+      accessTokenTTL: 600
+    ldapAuth: {username: alice, password: pw}
+    projects: [{slug: demo, paths: ["/backend/**"]}]
+  - name: plain
+    projects: [demo]
+serviceTokens:
+  - {token: st.demo.abc.def, project: demo, environment: dev, path: /backend}
+"#,
+        )
+        .expect("seed");
+        let k = seed.identities[0].kubernetes_auth.as_ref().expect("k8s");
+        assert_eq!(k.allowed_namespaces.0, ["team-a", "team-*"]);
+        assert_eq!(k.allowed_names.0, ["app", "worker"]);
+        assert_eq!(k.allowed_audience.as_deref(), Some("kms"));
+        assert_eq!(k.access_token_ttl, 600);
+        assert_eq!(k.access_token_max_ttl, DEFAULT_TOKEN_TTL);
+        let l = seed.identities[0].ldap_auth.as_ref().expect("ldap");
+        assert_eq!((l.username.as_str(), l.password.as_str()), ("alice", "pw"));
+        assert_eq!(
+            seed.identities[0].projects,
+            [SeedMembership {
+                project: "demo".into(),
+                paths: Some(vec!["/backend/**".into()])
+            }]
+        );
+        assert_eq!(seed.identities[1].projects, [SeedMembership::from("demo")]);
+        let t = &seed.service_tokens[0];
+        assert_eq!(t.parts(), Some(("demo", "abc")));
+        assert_eq!(t.permission_list(), ["read"]);
+        assert_eq!(t.path, "/backend");
+    }
+
+    #[test]
+    fn bad_extras_are_reported() {
+        for (yaml, want) in [
+            (
+                "projects: [{slug: a}]\nserviceTokens: [{token: st.x, project: a, environment: dev}]",
+                "st.<id>.<secret>.<key>",
+            ),
+            (
+                "projects: [{slug: a}]\nserviceTokens: [{token: st.x.y.z, project: b, environment: dev}]",
+                "unknown project",
+            ),
+            (
+                "projects: [{slug: a}]\nserviceTokens: [{token: st.x.y.z, project: a, environment: qa}]",
+                "unknown environment",
+            ),
+            (
+                "projects: [{slug: a}]\nserviceTokens: [{token: st.x.y.z, project: a, environment: dev, permissions: [admin]}]",
+                "unknown permission",
+            ),
+            (
+                "projects: [{slug: a}]\nserviceTokens: [{token: st.x.y.z, project: a, environment: dev}, {token: st.x.q.z, project: a, environment: dev}]",
+                "duplicate id",
+            ),
+            (
+                "projects: [{slug: a}]\nidentities: [{name: i, projects: [{slug: a, paths: [backend]}]}]",
+                "does not start with '/'",
+            ),
+            (
+                "projects: [{slug: a}]\nidentities: [{name: i, ldapAuth: {username: u, password: ''}}]",
+                "ldapAuth",
+            ),
         ] {
             let err = Seed::from_yaml(yaml).expect_err(yaml).to_string();
             assert!(err.contains(want), "{yaml}: {err}");

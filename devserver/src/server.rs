@@ -1,6 +1,7 @@
-//! The accept loop: HTTP/1.1 connections served by hyper with the axum
-//! router, trailing slashes ignored as on the real server, connections
-//! closed without an answer when a fault says so, and a graceful stop.
+//! The accept loop: HTTP/1.1 connections (over TLS when the server has a
+//! certificate) served by hyper with the axum router, trailing slashes
+//! ignored as on the real server, connections closed without an answer when
+//! a fault says so, and a graceful stop.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -15,10 +16,12 @@ use futures_util::FutureExt as _;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt as _;
 
 use crate::errors::ApiError;
@@ -26,6 +29,8 @@ use crate::middleware::DropConnection;
 
 /// How long requests in flight may take to finish at shutdown.
 const GRACE: Duration = Duration::from_secs(5);
+/// How long a TLS handshake may take.
+const HANDSHAKE: Duration = Duration::from_secs(10);
 
 /// The error that makes hyper close a connection without answering.
 #[derive(Debug)]
@@ -41,19 +46,17 @@ impl std::error::Error for Dropped {}
 
 /// The peer of a connection, available to handlers as an extension.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Peer(
-    #[expect(
-        dead_code,
-        reason = "read by per-client rate limits, which are not served yet"
-    )]
-    pub SocketAddr,
-);
+pub(crate) struct Peer(pub SocketAddr);
 
-/// Serve until `stop` turns true or its sender is dropped.
+/// Serve until `stop` turns true or its sender is dropped; `on_stop` runs
+/// when the listener closes, before waiting for requests in flight (it ends
+/// the event streams, which would otherwise hold their connections).
 pub(crate) async fn serve(
     listener: TcpListener,
     router: Arc<Router>,
+    tls: Option<TlsAcceptor>,
     mut stop: watch::Receiver<bool>,
+    on_stop: Box<dyn FnOnce() + Send>,
 ) {
     let graceful = GracefulShutdown::new();
     let mut connections = JoinSet::new();
@@ -78,43 +81,23 @@ pub(crate) async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let router = router.clone();
-        let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-            let router = router.clone();
-            async move {
-                let mut req = req.map(Body::new);
-                strip_trailing_slash(&mut req);
-                req.extensions_mut().insert(Peer(peer));
-                // A bug must not cost the client its connection: a panic
-                // becomes the real server's 500.
-                let served = std::panic::AssertUnwindSafe((*router).clone().oneshot(req))
-                    .catch_unwind()
-                    .await;
-                let resp = match served {
-                    Ok(Ok(resp)) => resp,
-                    Ok(Err(never)) => match never {},
-                    Err(_) => {
-                        tracing::error!("a request handler panicked");
-                        ApiError::internal().into_response()
-                    }
-                };
-                if resp.extensions().get::<DropConnection>().is_some() {
-                    return Err(Dropped);
-                }
-                Ok::<_, Dropped>(resp)
-            }
-        });
-        let conn = http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(Duration::from_secs(30))
-            .serve_connection(TokioIo::new(stream), service);
-        let conn = graceful.watch(conn);
+        let watcher = graceful.watcher();
+        let tls = tls.clone();
         connections.spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "connection ended with an error");
+            match tls {
+                None => serve_io(stream, router, peer, watcher).await,
+                Some(acceptor) => {
+                    match tokio::time::timeout(HANDSHAKE, acceptor.accept(stream)).await {
+                        Ok(Ok(stream)) => serve_io(stream, router, peer, watcher).await,
+                        Ok(Err(e)) => tracing::debug!(error = %e, %peer, "TLS handshake failed"),
+                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                    }
+                }
             }
         });
     }
     drop(listener);
+    on_stop();
     tokio::select! {
         () = graceful.shutdown() => {}
         () = tokio::time::sleep(GRACE) => {
@@ -122,6 +105,45 @@ pub(crate) async fn serve(
         }
     }
     connections.shutdown().await;
+}
+
+/// Serve the requests of one connection.
+async fn serve_io<I>(io: I, router: Arc<Router>, peer: SocketAddr, watcher: Watcher)
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+        let router = router.clone();
+        async move {
+            let mut req = req.map(Body::new);
+            strip_trailing_slash(&mut req);
+            req.extensions_mut().insert(Peer(peer));
+            // A bug must not cost the client its connection: a panic
+            // becomes the real server's 500.
+            let served = std::panic::AssertUnwindSafe((*router).clone().oneshot(req))
+                .catch_unwind()
+                .await;
+            let resp = match served {
+                Ok(Ok(resp)) => resp,
+                Ok(Err(never)) => match never {},
+                Err(_) => {
+                    tracing::error!("a request handler panicked");
+                    ApiError::internal().into_response()
+                }
+            };
+            if resp.extensions().get::<DropConnection>().is_some() {
+                return Err(Dropped);
+            }
+            Ok::<_, Dropped>(resp)
+        }
+    });
+    let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(30))
+        .serve_connection(TokioIo::new(io), service);
+    if let Err(e) = watcher.watch(conn).await {
+        tracing::debug!(error = %e, "connection ended with an error");
+    }
 }
 
 /// `/a/b/` → `/a/b` (the real server ignores trailing slashes).

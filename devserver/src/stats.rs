@@ -1,6 +1,7 @@
 //! Request counters of the admin API: for each route template
 //! (`GET /api/v3/secrets/raw/:secretName`) the number of answers per status
-//! code, faulted and refused requests included.
+//! code, faulted and refused requests included, and the number of requests
+//! the rate limits refused, per route.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -11,31 +12,46 @@ pub(crate) type Counts = BTreeMap<String, BTreeMap<String, u64>>;
 /// The counters.
 #[derive(Debug, Default)]
 pub(crate) struct Stats {
-    counts: Mutex<Counts>,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    counts: Counts,
+    limited: BTreeMap<String, u64>,
 }
 
 impl Stats {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Counts> {
-        self.counts.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Count one answer.
     pub fn record(&self, route: String, status: String) {
         *self
             .lock()
+            .counts
             .entry(route)
             .or_default()
             .entry(status)
             .or_default() += 1;
     }
 
-    /// The counts so far.
-    pub fn snapshot(&self) -> Counts {
-        self.lock().clone()
+    /// Count one request refused by the rate limits.
+    pub fn record_limited(&self, route: String) {
+        *self.lock().limited.entry(route).or_default() += 1;
+    }
+
+    /// The counts so far, and the rate-limited requests per route.
+    pub fn snapshot(&self) -> (Counts, BTreeMap<String, u64>) {
+        let inner = self.lock();
+        (inner.counts.clone(), inner.limited.clone())
     }
 
     /// Start again from zero.
     pub fn reset(&self) {
-        self.lock().clear();
+        let mut inner = self.lock();
+        inner.counts.clear();
+        inner.limited.clear();
     }
 }

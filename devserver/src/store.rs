@@ -3,22 +3,24 @@
 //! flushes it to disk before the in-memory state changes and before the
 //! response is sent, so an acknowledged write survives `kill -9`. Also
 //! here: applying the seed (create-if-absent, remembering what it created
-//! so objects deleted through the API stay deleted).
+//! so objects deleted through the API stay deleted). Every committed change
+//! of a secret or an import is also announced to the events stream.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use tokio::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard, broadcast};
 
 use crate::Error;
 use crate::clock::now_ms;
 use crate::durations;
+use crate::events::{self, ProjectEvent};
 use crate::ids::{derived, fill};
 use crate::model::{
-    AccessToken, DynamicSecret, Environment, Folder, Identity, Import, Lease, Project, Secret,
-    UniversalAuth,
+    AccessToken, DynamicSecret, Environment, Folder, Identity, Import, KubernetesAuth, LdapAuth,
+    Lease, Project, Secret, ServiceToken, UniversalAuth,
 };
 use crate::seed::{Seed, environment_name, normalize_path};
 
@@ -26,6 +28,8 @@ use crate::seed::{Seed, environment_name, normalize_path};
 const SIGNING_KEY: &[u8] = b"meta/signing-key";
 /// Default TTL of a dynamic secret whose seed gives none.
 const DEFAULT_LEASE_TTL: &str = "1h";
+/// Events kept for a subscriber that is slow to read them.
+const EVENT_BACKLOG: usize = 1024;
 
 /// A write that could not be made durable.
 #[derive(Debug)]
@@ -46,6 +50,7 @@ pub(crate) enum Kind {
     Import,
     Identity,
     Token,
+    ServiceToken,
     DynamicSecret,
     Lease,
     Seeded,
@@ -60,6 +65,7 @@ impl Kind {
             Kind::Import => "import",
             Kind::Identity => "identity",
             Kind::Token => "token",
+            Kind::ServiceToken => "service-token",
             Kind::DynamicSecret => "dynamic-secret",
             Kind::Lease => "lease",
             Kind::Seeded => "seeded",
@@ -80,6 +86,7 @@ pub(crate) enum Record {
     Import(Import),
     Identity(Identity),
     Token(AccessToken),
+    ServiceToken(ServiceToken),
     DynamicSecret(DynamicSecret),
     Lease(Lease),
     /// A marker: the seed created the object with this marker once.
@@ -95,6 +102,7 @@ impl Record {
             Record::Import(r) => (Kind::Import, &r.id),
             Record::Identity(r) => (Kind::Identity, &r.id),
             Record::Token(r) => (Kind::Token, &r.id),
+            Record::ServiceToken(r) => (Kind::ServiceToken, &r.id),
             Record::DynamicSecret(r) => (Kind::DynamicSecret, &r.id),
             Record::Lease(r) => (Kind::Lease, &r.id),
             Record::Seeded(marker) => (Kind::Seeded, marker),
@@ -109,6 +117,7 @@ impl Record {
             Record::Import(r) => serde_json::to_vec(r),
             Record::Identity(r) => serde_json::to_vec(r),
             Record::Token(r) => serde_json::to_vec(r),
+            Record::ServiceToken(r) => serde_json::to_vec(r),
             Record::DynamicSecret(r) => serde_json::to_vec(r),
             Record::Lease(r) => serde_json::to_vec(r),
             Record::Seeded(_) => Ok(Vec::new()),
@@ -146,6 +155,11 @@ impl Tx {
     pub fn delete(&mut self, kind: Kind, id: &str) {
         self.changes.push(Change::Delete(kind, id.to_owned()));
     }
+
+    /// The changes, in order.
+    pub fn changes(&self) -> &[Change] {
+        &self.changes
+    }
 }
 
 /// Everything the server knows, in memory. Maps are keyed by id, so
@@ -159,6 +173,7 @@ pub(crate) struct State {
     pub imports: BTreeMap<String, Import>,
     pub identities: BTreeMap<String, Identity>,
     pub tokens: BTreeMap<String, AccessToken>,
+    pub service_tokens: BTreeMap<String, ServiceToken>,
     pub dynamic_secrets: BTreeMap<String, DynamicSecret>,
     pub leases: BTreeMap<String, Lease>,
     pub seeded: BTreeSet<String>,
@@ -185,6 +200,9 @@ impl State {
                 }
                 Record::Token(r) => {
                     self.tokens.insert(r.id.clone(), r);
+                }
+                Record::ServiceToken(r) => {
+                    self.service_tokens.insert(r.id.clone(), r);
                 }
                 Record::DynamicSecret(r) => {
                     self.dynamic_secrets.insert(r.id.clone(), r);
@@ -215,6 +233,9 @@ impl State {
                 Kind::Token => {
                     self.tokens.remove(&id);
                 }
+                Kind::ServiceToken => {
+                    self.service_tokens.remove(&id);
+                }
                 Kind::DynamicSecret => {
                     self.dynamic_secrets.remove(&id);
                 }
@@ -241,6 +262,7 @@ impl State {
             "import" => Record::Import(serde_json::from_slice(value).map_err(bad)?),
             "identity" => Record::Identity(serde_json::from_slice(value).map_err(bad)?),
             "token" => Record::Token(serde_json::from_slice(value).map_err(bad)?),
+            "service-token" => Record::ServiceToken(serde_json::from_slice(value).map_err(bad)?),
             "dynamic-secret" => Record::DynamicSecret(serde_json::from_slice(value).map_err(bad)?),
             "lease" => Record::Lease(serde_json::from_slice(value).map_err(bad)?),
             "seeded" => Record::Seeded(id.to_owned()),
@@ -402,6 +424,7 @@ impl fmt::Display for SeededObject {
 pub(crate) struct Store {
     db: sled::Db,
     state: RwLock<State>,
+    events: broadcast::Sender<std::sync::Arc<ProjectEvent>>,
 }
 
 impl Store {
@@ -450,7 +473,13 @@ impl Store {
         Ok(Store {
             db,
             state: RwLock::new(state),
+            events: broadcast::channel(EVENT_BACKLOG).0,
         })
+    }
+
+    /// Receive the events of every commit from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<std::sync::Arc<ProjectEvent>> {
+        self.events.subscribe()
     }
 
     /// Read access to the state.
@@ -463,11 +492,17 @@ impl Store {
         self.state.write().await
     }
 
-    /// Make the changes durable, then apply them to `state`.
+    /// Make the changes durable, apply them to `state`, then announce the
+    /// changes of secrets and imports.
     pub async fn commit(&self, state: &mut State, tx: Tx) -> Result<(), StorageError> {
         self.persist(&tx).await?;
+        let announced = events::of_changes(state, &tx);
         for change in tx.changes {
             state.apply(change);
+        }
+        for event in announced {
+            // Nobody listening is fine.
+            let _ = self.events.send(std::sync::Arc::new(event));
         }
         Ok(())
     }
@@ -561,14 +596,35 @@ impl Store {
             }
         }
         for i in st.identities.values() {
+            let mut methods = Vec::new();
+            if let Some(ua) = &i.universal_auth {
+                methods.push(format!("clientId={}", ua.client_id));
+            }
+            if i.kubernetes_auth.is_some() {
+                methods.push("kubernetesAuth".to_owned());
+            }
+            if let Some(l) = &i.ldap_auth {
+                methods.push(format!("ldapUser={}", l.username));
+            }
             out.push(SeededObject {
                 kind: "identity".into(),
                 name: i.name.clone(),
                 id: i.id.clone(),
-                detail: i
-                    .universal_auth
-                    .as_ref()
-                    .map(|ua| format!("clientId={}", ua.client_id)),
+                detail: (!methods.is_empty()).then(|| methods.join(" ")),
+            });
+        }
+        for t in st.service_tokens.values() {
+            let project = st.project(&t.project_id).map_or("", |p| p.slug.as_str());
+            out.push(SeededObject {
+                kind: "service-token".into(),
+                name: t.name.clone(),
+                id: t.id.clone(),
+                detail: Some(format!(
+                    "scope={project}/{}:{} permissions={}",
+                    t.environment,
+                    t.path,
+                    t.permissions.join(",")
+                )),
             });
         }
         out
@@ -589,6 +645,9 @@ impl Store {
             }
             for i in &seed.identities {
                 seed_identity(st, &mut tx, i, &slug_to_id);
+            }
+            for t in &seed.service_tokens {
+                seed_service_token(st, &mut tx, t, &slug_to_id, now);
             }
             self.persist(&tx)
                 .await
@@ -813,6 +872,7 @@ fn seed_identity(
                 id: iid.clone(),
                 name: i.name.clone(),
                 projects: Vec::new(),
+                path_scopes: BTreeMap::new(),
                 universal_auth: i.universal_auth.as_ref().map(|ua| UniversalAuth {
                     client_id: ua
                         .client_id
@@ -822,12 +882,28 @@ fn seed_identity(
                     access_token_ttl: ua.access_token_ttl,
                     access_token_max_ttl: ua.access_token_max_ttl,
                 }),
+                kubernetes_auth: i.kubernetes_auth.as_ref().map(|k| KubernetesAuth {
+                    allowed_namespaces: k.allowed_namespaces.0.clone(),
+                    allowed_names: k.allowed_names.0.clone(),
+                    allowed_audience: k.allowed_audience.as_ref().map(|a| a.trim().to_owned()),
+                    access_token_ttl: k.access_token_ttl,
+                    access_token_max_ttl: k.access_token_max_ttl,
+                }),
+                ldap_auth: i.ldap_auth.as_ref().map(|l| LdapAuth {
+                    username: l.username.trim().to_owned(),
+                    password: l.password.trim().to_owned(),
+                    access_token_ttl: l.access_token_ttl,
+                    access_token_max_ttl: l.access_token_max_ttl,
+                }),
             }),
         );
     }
     // Memberships added to the seed later are added to the identity.
-    for p in &i.projects {
-        let pid = slug_to_id.get(p).cloned().unwrap_or_else(|| p.clone());
+    for m in &i.projects {
+        let pid = slug_to_id
+            .get(&m.project)
+            .cloned()
+            .unwrap_or_else(|| m.project.clone());
         if !first_time(st, tx, format!("membership:{iid}:{pid}")) {
             continue;
         }
@@ -835,10 +911,51 @@ fn seed_identity(
             && !identity.projects.contains(&pid)
         {
             let mut identity = identity.clone();
-            identity.projects.push(pid);
+            identity.projects.push(pid.clone());
+            if let Some(paths) = &m.paths {
+                identity
+                    .path_scopes
+                    .insert(pid, paths.iter().map(|p| normalize_path(p)).collect());
+            }
             stage(st, tx, Record::Identity(identity));
         }
     }
+}
+
+fn seed_service_token(
+    st: &mut State,
+    tx: &mut Tx,
+    t: &crate::seed::SeedServiceToken,
+    slug_to_id: &BTreeMap<String, String>,
+    now: i64,
+) {
+    let Some((id, secret)) = t.parts() else {
+        return;
+    };
+    if !first_time(st, tx, format!("service-token:{id}")) || st.service_tokens.contains_key(id) {
+        return;
+    }
+    let project_id = slug_to_id
+        .get(&t.project)
+        .cloned()
+        .unwrap_or_else(|| t.project.clone());
+    stage(
+        st,
+        tx,
+        Record::ServiceToken(ServiceToken {
+            id: id.to_owned(),
+            name: t
+                .name
+                .clone()
+                .unwrap_or_else(|| format!("service-token-{id}")),
+            secret: secret.to_owned(),
+            project_id,
+            environment: t.environment.clone(),
+            path: normalize_path(&t.path),
+            permissions: t.permission_list(),
+            created_at: now,
+        }),
+    );
 }
 
 #[cfg(test)]
@@ -852,6 +969,58 @@ mod tests {
         assert!(is_below("/a/b", "/a"));
         assert!(!is_below("/ab", "/a"));
         assert!(!is_below("/a", "/a"));
+    }
+
+    #[tokio::test]
+    async fn auth_methods_scopes_and_service_tokens_are_kept() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let seed = Seed::from_yaml(
+            "projects: [{slug: p, environments: [dev]}]\n\
+             identities: [{name: i, kubernetesAuth: {allowedNames: [app]}, \
+               ldapAuth: {username: u, password: ' pw '}, projects: [{slug: p, paths: ['/a/**/']}]}]\n\
+             serviceTokens: [{token: st.tid.sec.key, project: p, environment: dev, path: /a}]",
+        )
+        .expect("seed");
+        let pid = derived("project", &["p"]);
+        {
+            let store = Store::open(Some(dir.path()), Duration::from_secs(5))
+                .await
+                .expect("open");
+            let objects = store.apply_seed(&seed).await.expect("seed");
+            assert!(
+                objects
+                    .iter()
+                    .any(|o| o.kind == "service-token" && o.id == "tid"),
+                "{objects:?}"
+            );
+            store.close().await;
+        }
+        let store = Store::open(Some(dir.path()), Duration::from_secs(5))
+            .await
+            .expect("reopen");
+        let st = store.read().await;
+        let identity = st.identities.values().next().expect("identity");
+        assert_eq!(identity.path_scopes[&pid], ["/a/**"]);
+        assert!(identity.may_use(&pid, "/a/b"));
+        assert!(!identity.may_use(&pid, "/b"));
+        assert!(identity.may_use("another-project", "/b"));
+        let k8s = identity.kubernetes_auth.as_ref().expect("kubernetes auth");
+        assert_eq!(k8s.allowed_names, ["app"]);
+        assert!(k8s.allowed_namespaces.is_empty());
+        assert_eq!(
+            identity.ldap_auth.as_ref().map(|l| l.password.as_str()),
+            Some("pw")
+        );
+        let token = &st.service_tokens["tid"];
+        assert_eq!(
+            (
+                token.secret.as_str(),
+                token.project_id.as_str(),
+                token.path.as_str()
+            ),
+            ("sec", pid.as_str(), "/a")
+        );
+        assert_eq!(token.permissions, ["read"]);
     }
 
     #[tokio::test]

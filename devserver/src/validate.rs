@@ -36,6 +36,17 @@ pub(crate) enum Issue {
         path: Vec<Value>,
         message: String,
     },
+    /// An array longer than allowed.
+    TooBig {
+        code: &'static str,
+        maximum: u32,
+        #[serde(rename = "type")]
+        kind: &'static str,
+        inclusive: bool,
+        exact: bool,
+        message: String,
+        path: Vec<Value>,
+    },
     /// An empty string or array where one is needed.
     TooSmall {
         code: &'static str,
@@ -378,6 +389,43 @@ impl<'a> Fields<'a> {
     /// A query flag: the string `true` or `false`, `false` when absent.
     pub fn flag(&mut self, key: &str) -> bool {
         self.one_of(key, &["true", "false"], "false") == "true"
+    }
+
+    /// A query flag that may be absent (`None`).
+    pub fn optional_flag(&mut self, key: &str) -> Option<bool> {
+        self.get(key)?;
+        Some(self.flag(key))
+    }
+
+    /// An optional object (absent, not null), to check with
+    /// [`Fields::nested`].
+    pub fn optional_object(&mut self, key: &str) -> Option<&'a Value> {
+        match self.get(key) {
+            None => None,
+            Some(v @ Value::Object(_)) => Some(v),
+            other => {
+                self.type_issue(vec![json!(key)], "object", other);
+                None
+            }
+        }
+    }
+
+    /// A required array of 1 to `max` elements.
+    pub fn array_up_to(&mut self, key: &str, max: u32) -> Vec<&'a Value> {
+        let list = self.non_empty_array(key);
+        if list.len() > max as usize {
+            let path = self.path(&[json!(key)]);
+            self.issues.push(Issue::TooBig {
+                code: "too_big",
+                maximum: max,
+                kind: "array",
+                inclusive: true,
+                exact: false,
+                message: format!("Array must contain at most {max} element(s)"),
+                path,
+            });
+        }
+        list
     }
 
     /// One of `options`, `default` when absent.

@@ -5,7 +5,8 @@ use serde::Serialize;
 use serde::ser::SerializeMap;
 
 use crate::clock::iso;
-use crate::model::{DynamicSecret, Lease, Project, Secret};
+use crate::ids::derived;
+use crate::model::{DynamicSecret, Lease, Project, Secret, ServiceToken};
 use crate::store::State;
 
 /// Where a secret is shown, which decides its fields.
@@ -156,6 +157,93 @@ impl<'a> ProjectView<'a> {
                     id: &e.id,
                 })
                 .collect(),
+        }
+    }
+}
+
+/// The scope of a service token.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ScopeView<'a> {
+    environment: &'a str,
+    secret_path: &'a str,
+}
+
+/// The user a service token was made by: the dev server has one.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct TokenUserView {
+    id: String,
+    email: &'static str,
+    username: &'static str,
+    first_name: &'static str,
+    last_name: &'static str,
+    #[serde(rename = "_id")]
+    legacy_id: String,
+    #[serde(rename = "__v")]
+    legacy_version: u32,
+}
+
+/// A service token as `GET /api/v2/service-token` shows it: the record
+/// (without its secret hash), `workspace` (the project id), the user who
+/// made it, and the legacy `_id`/`__v`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ServiceTokenView<'a> {
+    id: &'a str,
+    name: &'a str,
+    scopes: [ScopeView<'a>; 1],
+    permissions: &'a [String],
+    last_used: (),
+    expires_at: (),
+    encrypted_key: &'static str,
+    iv: &'static str,
+    tag: &'static str,
+    created_at: String,
+    updated_at: String,
+    created_by: String,
+    project_id: &'a str,
+    workspace: &'a str,
+    user: TokenUserView,
+    #[serde(rename = "_id")]
+    legacy_id: &'a str,
+    #[serde(rename = "__v")]
+    legacy_version: u32,
+}
+
+impl<'a> ServiceTokenView<'a> {
+    /// The view of `t`.
+    pub fn new(t: &'a ServiceToken) -> ServiceTokenView<'a> {
+        let user = derived("user", &["dev-server"]);
+        ServiceTokenView {
+            id: &t.id,
+            name: &t.name,
+            scopes: [ScopeView {
+                environment: &t.environment,
+                secret_path: &t.path,
+            }],
+            permissions: &t.permissions,
+            last_used: (),
+            expires_at: (),
+            encrypted_key: "",
+            iv: "",
+            tag: "",
+            created_at: iso(t.created_at),
+            updated_at: iso(t.created_at),
+            created_by: user.clone(),
+            project_id: &t.project_id,
+            workspace: &t.project_id,
+            user: TokenUserView {
+                id: user.clone(),
+                email: "dev@dev-server.local",
+                username: "dev@dev-server.local",
+                first_name: "Dev",
+                last_name: "Server",
+                legacy_id: user,
+                legacy_version: 0,
+            },
+            legacy_id: &t.id,
+            legacy_version: 0,
         }
     }
 }

@@ -1,10 +1,10 @@
-//! Authentication: universal-auth login, token renew and revoke, the
-//! Kubernetes-auth login (which answers as for an identity without
-//! Kubernetes auth until that method is served), and the check of the
-//! bearer token every other route makes.
+//! Authentication: the logins (universal, Kubernetes and LDAP auth), token
+//! renew and revoke, and the check of the bearer token every other route
+//! makes — an identity access token (a JWT of this server) or a legacy
+//! service token (`st.<id>.<secret>`).
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use serde::Serialize;
 
 use super::ApiResult;
@@ -12,21 +12,69 @@ use crate::app::App;
 use crate::clock::now_ms;
 use crate::errors::{ApiError, ok};
 use crate::ids::random_uuid;
-use crate::model::{AccessToken, Identity};
-use crate::store::{Kind, Record, Tx};
+use crate::model::{AccessToken, Identity, ServiceToken};
+use crate::scope::glob_matches;
+use crate::store::{Kind, Record, State as Db, Tx};
 use crate::token::JwtError;
 use crate::validate::{Fields, read_json};
 
-/// The identity a request is made as.
+/// Who a request is made by.
+#[derive(Debug, Clone)]
+pub(crate) enum Actor {
+    /// A machine identity, with an access token.
+    Identity(Identity),
+    /// A legacy service token.
+    ServiceToken(ServiceToken),
+}
+
+/// The actor of a request.
 #[derive(Debug, Clone)]
 pub(crate) struct Caller {
-    pub identity: Identity,
+    pub actor: Actor,
 }
 
 impl Caller {
-    /// Whether the identity is a member of the project.
+    /// The identity's id, or the service token's.
+    pub fn id(&self) -> &str {
+        match &self.actor {
+            Actor::Identity(i) => &i.id,
+            Actor::ServiceToken(t) => &t.id,
+        }
+    }
+
+    /// Whether the actor belongs to the project (a service token belongs to
+    /// its own project only).
     pub fn member_of(&self, project_id: &str) -> bool {
-        self.identity.projects.iter().any(|p| p == project_id)
+        match &self.actor {
+            Actor::Identity(i) => i.projects.iter().any(|p| p == project_id),
+            Actor::ServiceToken(t) => t.project_id == project_id,
+        }
+    }
+
+    /// Whether the actor may read the folder (`path` may be a glob, matched
+    /// as text): a member identity within its path scope, or a service
+    /// token whose scope covers it.
+    pub fn may_read(&self, project_id: &str, environment: &str, path: &str) -> bool {
+        match &self.actor {
+            Actor::Identity(i) => self.member_of(project_id) && i.may_use(project_id, path),
+            Actor::ServiceToken(t) => t.can("read") && t.covers(project_id, environment, path),
+        }
+    }
+
+    /// Whether the actor may write the folder.
+    pub fn may_write(&self, project_id: &str, environment: &str, path: &str) -> bool {
+        match &self.actor {
+            Actor::Identity(i) => self.member_of(project_id) && i.may_use(project_id, path),
+            Actor::ServiceToken(t) => t.can("write") && t.covers(project_id, environment, path),
+        }
+    }
+
+    /// The service token, when the actor is one.
+    pub fn service_token(&self) -> Option<&ServiceToken> {
+        match &self.actor {
+            Actor::ServiceToken(t) => Some(t),
+            Actor::Identity(_) => None,
+        }
     }
 }
 
@@ -45,19 +93,84 @@ struct MessageOut {
     message: &'static str,
 }
 
-/// The identity of the bearer token of a request.
+/// The token of the `Authorization` header: the real server drops the first
+/// seven characters ("Bearer ") whatever they are. `None` when there is no
+/// token.
+pub(crate) fn bearer(headers: &HeaderMap) -> Option<&[u8]> {
+    let value = headers.get(header::AUTHORIZATION)?;
+    let token = value.as_bytes().get(7..).unwrap_or_default();
+    let token = token.trim_ascii();
+    (!token.is_empty()).then_some(token)
+}
+
+/// Whether a bearer token is a service token.
+pub(crate) fn is_service_token(token: &[u8]) -> bool {
+    token.starts_with(b"st.")
+}
+
+/// The actor of the bearer token of a request.
 pub(crate) async fn caller(app: &App, headers: &HeaderMap) -> Result<Caller, ApiError> {
-    let Some(value) = headers.get(header::AUTHORIZATION) else {
+    let Some(token) = bearer(headers) else {
         return Err(ApiError::unauthorized("Token missing"));
     };
-    // The real server drops the first seven characters ("Bearer ").
-    let token = value.as_bytes().get(7..).unwrap_or_default();
-    if token.iter().all(u8::is_ascii_whitespace) {
-        return Err(ApiError::unauthorized("Token missing"));
-    }
     let token = std::str::from_utf8(token).map_err(|_| JwtError::Malformed)?;
-    let (_, identity) = live_token(app, token.trim(), "authenticate identity access token").await?;
-    Ok(Caller { identity })
+    if is_service_token(token.as_bytes()) {
+        let st = app.store.read().await;
+        let service_token = service_token(app, &st, token)?.clone();
+        return Ok(Caller {
+            actor: Actor::ServiceToken(service_token),
+        });
+    }
+    let (_, identity) = live_token(app, token, "authenticate identity access token").await?;
+    Ok(Caller {
+        actor: Actor::Identity(identity),
+    })
+}
+
+/// The service token `st.<id>.<secret>[.<key>]`, as the real server checks
+/// it: an unknown id is 404, a wrong secret 401.
+fn service_token<'s>(app: &App, st: &'s Db, token: &str) -> Result<&'s ServiceToken, ApiError> {
+    let mut parts = token.split('.').skip(1);
+    let id = parts.next().unwrap_or_default();
+    let secret = parts.next().unwrap_or_default();
+    let found = st
+        .service_tokens
+        .get(id)
+        .ok_or_else(|| ApiError::not_found(format!("Service token with ID '{id}' not found")))?;
+    if st.project(&found.project_id).is_none() {
+        return Err(ApiError::not_found(format!(
+            "Project with ID '{}' not found",
+            found.project_id
+        )));
+    }
+    if !app.secret_matches(&found.secret, secret) {
+        return Err(ApiError::unauthorized("Invalid service token"));
+    }
+    Ok(found)
+}
+
+/// Whether the bearer token of a request would authenticate, without the
+/// side effects of a full check (an expired token record is left for the
+/// handler to remove and report).
+pub(crate) async fn authenticates(app: &App, headers: &HeaderMap) -> bool {
+    let Some(token) = bearer(headers).and_then(|t| std::str::from_utf8(t).ok()) else {
+        return false;
+    };
+    let st = app.store.read().await;
+    if is_service_token(token.as_bytes()) {
+        return service_token(app, &st, token).is_ok();
+    }
+    let now = now_ms();
+    let Ok(claims) = app.signer.verify(token, now / 1000) else {
+        return false;
+    };
+    st.tokens
+        .get(&claims.identity_access_token_id)
+        .is_some_and(|t| {
+            t.ttl_expiry().is_none_or(|e| now <= e)
+                && t.max_expiry().is_none_or(|e| now <= e)
+                && st.identities.contains_key(&t.identity_id)
+        })
 }
 
 /// The access-token record and identity of a JWT, if both are alive; an
@@ -96,6 +209,36 @@ async fn live_token(app: &App, jwt: &str, verb: &str) -> Result<(AccessToken, Id
     Ok((token, identity))
 }
 
+/// Issue an access token for an identity (the record is committed with
+/// `st`).
+async fn issue(
+    app: &App,
+    st: &mut Db,
+    identity_id: &str,
+    ttl: u64,
+    max_ttl: u64,
+) -> Result<TokenOut, ApiError> {
+    let now = now_ms();
+    let token = AccessToken {
+        id: random_uuid(),
+        identity_id: identity_id.to_owned(),
+        created_at: now,
+        last_renewed_at: None,
+        ttl,
+        max_ttl,
+    };
+    let iat = now / 1000;
+    let exp = (max_ttl > 0).then(|| iat.saturating_add(i64::try_from(max_ttl).unwrap_or(i64::MAX)));
+    let jwt = app.signer.issue(identity_id, &token.id, iat, exp);
+    app.store.commit(st, Tx::one(Record::Token(token))).await?;
+    Ok(TokenOut {
+        access_token: jwt,
+        expires_in: ttl,
+        access_token_max_ttl: max_ttl,
+        token_type: "Bearer",
+    })
+}
+
 /// `POST /api/v1/auth/universal-auth/login`.
 pub(crate) async fn universal_login(State(app): State<App>, req: Request) -> ApiResult {
     let (parts, body) = req.into_parts();
@@ -121,30 +264,174 @@ pub(crate) async fn universal_login(State(app): State<App>, req: Request) -> Api
     if !app.secret_matches(&ua.client_secret, &client_secret) {
         return Err(ApiError::unauthorized("Invalid credentials"));
     }
-    let now = now_ms();
-    let token = AccessToken {
-        id: random_uuid(),
-        identity_id: identity.id.clone(),
-        created_at: now,
-        last_renewed_at: None,
-        ttl: ua.access_token_ttl,
-        max_ttl: ua.access_token_max_ttl,
-    };
-    let iat = now / 1000;
-    let exp = (ua.access_token_max_ttl > 0)
-        .then(|| iat.saturating_add(i64::try_from(ua.access_token_max_ttl).unwrap_or(i64::MAX)));
-    let jwt = app.signer.issue(&identity.id, &token.id, iat, exp);
-    let out = TokenOut {
-        access_token: jwt,
-        expires_in: ua.access_token_ttl,
-        access_token_max_ttl: ua.access_token_max_ttl,
-        token_type: "Bearer",
-    };
-    app.store
-        .commit(&mut st, Tx::one(Record::Token(token)))
-        .await?;
+    let out = issue(
+        &app,
+        &mut st,
+        &identity.id,
+        ua.access_token_ttl,
+        ua.access_token_max_ttl,
+    )
+    .await?;
     tracing::debug!(identity = %identity.name, "universal-auth login");
     Ok(ok(&out))
+}
+
+/// `POST /api/v1/auth/ldap-auth/login`: the dev server is the directory;
+/// the identity's seeded user name and password must match.
+pub(crate) async fn ldap_login(State(app): State<App>, req: Request) -> ApiResult {
+    let (parts, body) = req.into_parts();
+    let body = read_json(&parts.headers, body).await?;
+    let mut f = Fields::of(body.as_ref());
+    let identity_id = f.required_name("identityId");
+    let username = f.required_name("username");
+    let password = f.required_name("password");
+    f.finish()?;
+    let mut st = app.store.write().await;
+    let identity = st
+        .identities
+        .get(&identity_id)
+        .filter(|i| i.ldap_auth.is_some())
+        .cloned()
+        .ok_or_else(|| {
+            ApiError::not_found(
+                "LDAP auth method not found for identity, did you configure LDAP auth?",
+            )
+        })?;
+    let Some(ldap) = identity.ldap_auth.as_ref() else {
+        return Err(ApiError::internal());
+    };
+    // Both compared in full, whatever the first result, so the time taken
+    // does not tell which one was wrong.
+    let user_ok = app.secret_matches(&ldap.username, &username);
+    let password_ok = app.secret_matches(&ldap.password, &password);
+    if !(user_ok && password_ok) {
+        return Err(ApiError::unauthorized("LDAP authentication failed"));
+    }
+    let out = issue(
+        &app,
+        &mut st,
+        &identity.id,
+        ldap.access_token_ttl,
+        ldap.access_token_max_ttl,
+    )
+    .await?;
+    tracing::debug!(identity = %identity.name, "ldap-auth login");
+    Ok(ok(&out))
+}
+
+/// `POST /api/v1/auth/kubernetes-auth/login`: the service-account token is
+/// reviewed by the cluster of `--kubeconfig` (a `TokenReview`, for the
+/// identity's audience if it has one), then its namespace, name and
+/// audience are checked against the identity's Kubernetes-auth settings.
+pub(crate) async fn kubernetes_login(State(app): State<App>, req: Request) -> ApiResult {
+    let (parts, body) = req.into_parts();
+    let body = read_json(&parts.headers, body).await?;
+    let mut f = Fields::of(body.as_ref());
+    let identity_id = f.required_string("identityId").trim().to_owned();
+    let jwt = f.required_string("jwt").trim().to_owned();
+    f.finish()?;
+    let identity = app
+        .store
+        .read()
+        .await
+        .identities
+        .get(&identity_id)
+        .filter(|i| i.kubernetes_auth.is_some())
+        .cloned()
+        .ok_or_else(|| {
+            ApiError::not_found(
+                "Kubernetes auth method not found for identity, did you configure Kubernetes auth?",
+            )
+        })?;
+    let Some(k8s) = identity.kubernetes_auth.as_ref() else {
+        return Err(ApiError::internal());
+    };
+    let Some(reviewer) = app.reviewer.as_ref() else {
+        return Err(ApiError::bad_request(
+            "The dev server has no cluster to review Kubernetes service-account tokens with; \
+             start it with --kubeconfig",
+        ));
+    };
+    let review = reviewer
+        .review(&jwt, k8s.allowed_audience.as_deref())
+        .await
+        .map_err(|e| {
+            tracing::warn!(error = %e, "a TokenReview failed");
+            ApiError::named(
+                StatusCode::BAD_REQUEST,
+                "KubernetesTokenReviewRequestError",
+                format!("Failed to validate the token with the Kubernetes API server: {e}"),
+            )
+        })?;
+    let review_error = |message: String| {
+        ApiError::named(
+            StatusCode::UNAUTHORIZED,
+            "KubernetesTokenReviewError",
+            message,
+        )
+    };
+    if let Some(error) = review.error.filter(|e| !e.is_empty()) {
+        return Err(review_error(error));
+    }
+    if !review.authenticated {
+        return Err(review_error("Kubernetes token not authenticated".into()));
+    }
+    let Some((namespace, name)) = service_account_of(&review.username) else {
+        return Err(ApiError::unauthorized("Invalid username format"));
+    };
+    let allowed = |globs: &[String], value: &str| {
+        globs.is_empty() || globs.iter().any(|g| g == value || glob_matches(g, value))
+    };
+    if !allowed(&k8s.allowed_namespaces, namespace) {
+        return Err(ApiError::unauthorized(
+            "Access denied: K8s namespace not allowed.",
+        ));
+    }
+    if !allowed(&k8s.allowed_names, name) {
+        return Err(ApiError::unauthorized(
+            "Access denied: K8s name not allowed.",
+        ));
+    }
+    if let Some(audience) = &k8s.allowed_audience
+        && !review.audiences.iter().any(|a| a == audience)
+    {
+        return Err(ApiError::unauthorized(
+            "Access denied: K8s audience not allowed.",
+        ));
+    }
+    let mut st = app.store.write().await;
+    if !st.identities.contains_key(&identity.id) {
+        return Err(ApiError::unauthorized("Identity not found"));
+    }
+    let out = issue(
+        &app,
+        &mut st,
+        &identity.id,
+        k8s.access_token_ttl,
+        k8s.access_token_max_ttl,
+    )
+    .await?;
+    tracing::debug!(identity = %identity.name, %namespace, service_account = %name, "kubernetes-auth login");
+    Ok(ok(&out))
+}
+
+/// `system:serviceaccount:<namespace>:<name>` → (namespace, name).
+fn service_account_of(username: &str) -> Option<(&str, &str)> {
+    let mut parts = username.split(':');
+    match (
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+    ) {
+        (Some("system"), Some("serviceaccount"), Some(ns), Some(name), None)
+            if !ns.is_empty() && !name.is_empty() =>
+        {
+            Some((ns, name))
+        }
+        _ => None,
+    }
 }
 
 /// `POST /api/v1/auth/token/renew`: the same token, with its TTL counted
@@ -202,17 +489,34 @@ pub(crate) async fn revoke(State(app): State<App>, req: Request) -> ApiResult {
     }))
 }
 
-/// `POST /api/v1/auth/kubernetes-auth/login`: no identity has Kubernetes
-/// auth yet, so every well-formed login gets the real server's answer for
-/// an identity without it.
-pub(crate) async fn kubernetes_login(State(_app): State<App>, req: Request) -> ApiResult {
-    let (parts, body) = req.into_parts();
-    let body = read_json(&parts.headers, body).await?;
-    let mut f = Fields::of(body.as_ref());
-    f.required_string("identityId");
-    f.required_string("jwt");
-    f.finish()?;
-    Err(ApiError::not_found(
-        "Kubernetes auth method not found for identity, did you configure Kubernetes auth?",
-    ))
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn service_account_usernames() {
+        assert_eq!(
+            service_account_of("system:serviceaccount:team-a:app"),
+            Some(("team-a", "app"))
+        );
+        assert_eq!(service_account_of("system:serviceaccount:team-a"), None);
+        assert_eq!(service_account_of("system:serviceaccount::app"), None);
+        assert_eq!(service_account_of("alice"), None);
+        assert_eq!(service_account_of("system:serviceaccount:a:b:c"), None);
+    }
+
+    #[test]
+    fn bearer_tokens() {
+        let mut h = HeaderMap::new();
+        assert_eq!(bearer(&h), None);
+        h.insert(header::AUTHORIZATION, "Bearer  ".parse().expect("header"));
+        assert_eq!(bearer(&h), None);
+        h.insert(
+            header::AUTHORIZATION,
+            "Bearer st.a.b ".parse().expect("header"),
+        );
+        assert_eq!(bearer(&h), Some(&b"st.a.b"[..]));
+        assert!(is_service_token(b"st.a.b"));
+        assert!(!is_service_token(b"eyJ.a.b"));
+    }
 }

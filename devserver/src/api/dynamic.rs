@@ -66,7 +66,8 @@ impl Place {
         }
     }
 
-    /// The project, if the caller is a member and the folder exists.
+    /// The project, if the caller is a member that may use the folder and
+    /// the folder exists.
     fn project<'s>(&self, st: &'s Db, caller: &Caller) -> Result<&'s Project, ApiError> {
         let project = super::project_for(
             st,
@@ -75,6 +76,9 @@ impl Place {
             Some(&self.project_slug),
             "Missing project slug",
         )?;
+        if !caller.may_read(&project.id, &self.environment, &self.path) {
+            return Err(ApiError::permission_denied("read", "dynamic-secrets"));
+        }
         if project.environment(&self.environment).is_none()
             || !st.folder_exists(&project.id, &self.environment, &self.path)
         {

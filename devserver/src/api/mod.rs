@@ -1,11 +1,13 @@
 //! The API routes, under `/api`, with the layers of `middleware` around
 //! them, and what the handlers share: path parameters, the caller's
-//! project, and the 404 of unknown routes.
+//! project, which tokens and rate-limit category each route has, and the 404
+//! of unknown routes.
 
 pub(crate) mod auth;
 pub(crate) mod dynamic;
 pub(crate) mod projects;
 pub(crate) mod secrets;
+pub(crate) mod subscribe;
 
 use axum::Router;
 use axum::extract::{FromRequestParts, Path, Request};
@@ -20,6 +22,7 @@ use crate::clock::{iso, now_ms};
 use crate::errors::{ApiError, ok};
 use crate::middleware;
 use crate::model::Project;
+use crate::ratelimit::Category;
 use crate::store::State;
 
 pub(crate) use auth::Caller;
@@ -33,10 +36,15 @@ pub(crate) const ROUTES: &[&str] = &[
     "GET /api/status",
     "POST /api/v1/auth/universal-auth/login",
     "POST /api/v1/auth/kubernetes-auth/login",
+    "POST /api/v1/auth/ldap-auth/login",
     "POST /api/v1/auth/token/renew",
     "POST /api/v1/auth/token/revoke",
+    "GET /api/v2/service-token",
     "GET /api/v2/workspace/:slug",
     "GET /api/v1/workspace/:workspaceId",
+    "GET /api/v1/projects/slug/:slug",
+    "POST /api/v1/events/subscribe/project-events",
+    "GET /api/v4/secrets",
     "GET /api/v3/secrets/raw",
     "GET /api/v3/secrets/raw/:secretName",
     "POST /api/v3/secrets/raw/:secretName",
@@ -54,6 +62,69 @@ pub(crate) const ROUTES: &[&str] = &[
     "POST /api/v1/dynamic-secrets/leases/:leaseId/renew",
 ];
 
+/// The kinds of bearer token a route accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Accepts {
+    /// No token (logins, `/api/status`).
+    Nothing,
+    /// Identity access tokens only.
+    Identity,
+    /// Identity access tokens and service tokens (the secret routes).
+    IdentityOrServiceToken,
+    /// Service tokens only (`GET /api/v2/service-token`).
+    ServiceToken,
+}
+
+/// What the admission layer needs to know of a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RouteInfo {
+    /// Its rate-limit category.
+    pub category: Category,
+    /// The tokens it accepts.
+    pub accepts: Accepts,
+}
+
+/// The category and accepted tokens of a route key (`METHOD /template`, or
+/// `METHOD *` for an unknown route). As on the real server, every secret
+/// route is in the `secrets` category, logins and lease writes are writes,
+/// and the events subscription is a read.
+pub(crate) fn route_info(key: &str) -> RouteInfo {
+    let (method, path) = key.split_once(' ').unwrap_or((key, ""));
+    let exempt = RouteInfo {
+        category: Category::Exempt,
+        accepts: Accepts::Nothing,
+    };
+    if path == "*" || path == "/api/status" || !path.starts_with("/api/") {
+        return exempt;
+    }
+    if path.starts_with("/api/v1/auth/") {
+        return RouteInfo {
+            category: Category::Write,
+            accepts: Accepts::Nothing,
+        };
+    }
+    if path.starts_with("/api/v3/secrets/") || path.starts_with("/api/v4/secrets") {
+        return RouteInfo {
+            category: Category::Secrets,
+            accepts: Accepts::IdentityOrServiceToken,
+        };
+    }
+    let accepts = if path == "/api/v2/service-token" {
+        Accepts::ServiceToken
+    } else {
+        Accepts::Identity
+    };
+    let read = method == "GET" || method == "HEAD" || path.starts_with("/api/v1/events/");
+    RouteInfo {
+        category: if read {
+            Category::Read
+        } else {
+            Category::Write
+        },
+        accepts,
+    }
+}
+
 /// The whole router: the API with its layers, and the admin API.
 pub(crate) fn router(app: App) -> Router {
     let api = Router::new()
@@ -66,10 +137,18 @@ pub(crate) fn router(app: App) -> Router {
             "/api/v1/auth/kubernetes-auth/login",
             post(auth::kubernetes_login),
         )
+        .route("/api/v1/auth/ldap-auth/login", post(auth::ldap_login))
         .route("/api/v1/auth/token/renew", post(auth::renew))
         .route("/api/v1/auth/token/revoke", post(auth::revoke))
+        .route("/api/v2/service-token", get(projects::service_token))
         .route("/api/v2/workspace/{slug}", get(projects::by_slug))
         .route("/api/v1/workspace/{workspaceId}", get(projects::by_id))
+        .route("/api/v1/projects/slug/{slug}", get(projects::by_slug))
+        .route(
+            "/api/v1/events/subscribe/project-events",
+            post(subscribe::subscribe),
+        )
+        .route("/api/v4/secrets", get(secrets::list_v4))
         .route("/api/v3/secrets/raw", get(secrets::list))
         .route(
             "/api/v3/secrets/raw/{secretName}",
@@ -105,6 +184,7 @@ pub(crate) fn router(app: App) -> Router {
         .fallback(route_not_found)
         .method_not_allowed_fallback(route_not_found)
         .layer(from_fn(middleware::not_modified))
+        .layer(from_fn_with_state(app.clone(), middleware::admit))
         .layer(from_fn_with_state(app.clone(), middleware::inject))
         .layer(from_fn_with_state(app.clone(), middleware::count))
         .with_state(app.clone());
@@ -171,9 +251,89 @@ pub(crate) fn project_for<'s>(
     Ok(project)
 }
 
+/// Refuse a read of a folder the caller may not read (outside a path-scoped
+/// identity's folders or a service token's scope).
+pub(crate) fn check_read(
+    caller: &Caller,
+    project_id: &str,
+    environment: &str,
+    path: &str,
+) -> Result<(), ApiError> {
+    if caller.may_read(project_id, environment, path) {
+        Ok(())
+    } else {
+        Err(ApiError::permission_denied("read", "secrets"))
+    }
+}
+
+/// Refuse a write to a folder the caller may not write.
+pub(crate) fn check_write(
+    caller: &Caller,
+    project_id: &str,
+    environment: &str,
+    path: &str,
+    action: &str,
+) -> Result<(), ApiError> {
+    if caller.may_write(project_id, environment, path) {
+        Ok(())
+    } else {
+        Err(ApiError::permission_denied(action, "secrets"))
+    }
+}
+
 /// The 404 of a folder that does not exist.
 pub(crate) fn folder_not_found(path: &str, environment: &str) -> ApiError {
     ApiError::not_found(format!(
         "Folder with path '{path}' in environment with slug '{environment}' not found"
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_have_categories_and_tokens() {
+        let info = |k: &str| {
+            let i = route_info(k);
+            (i.category, i.accepts)
+        };
+        assert_eq!(
+            info("GET /api/v3/secrets/raw"),
+            (Category::Secrets, Accepts::IdentityOrServiceToken)
+        );
+        assert_eq!(
+            info("PATCH /api/v3/secrets/batch/raw"),
+            (Category::Secrets, Accepts::IdentityOrServiceToken)
+        );
+        assert_eq!(
+            info("GET /api/v4/secrets"),
+            (Category::Secrets, Accepts::IdentityOrServiceToken)
+        );
+        assert_eq!(
+            info("POST /api/v1/auth/universal-auth/login"),
+            (Category::Write, Accepts::Nothing)
+        );
+        assert_eq!(
+            info("GET /api/v2/workspace/:slug"),
+            (Category::Read, Accepts::Identity)
+        );
+        assert_eq!(
+            info("POST /api/v1/dynamic-secrets/leases"),
+            (Category::Write, Accepts::Identity)
+        );
+        assert_eq!(
+            info("POST /api/v1/events/subscribe/project-events"),
+            (Category::Read, Accepts::Identity)
+        );
+        assert_eq!(
+            info("GET /api/v2/service-token"),
+            (Category::Read, Accepts::ServiceToken)
+        );
+        assert_eq!(info("GET /api/status").0, Category::Exempt);
+        assert_eq!(info("GET *").0, Category::Exempt);
+        for route in ROUTES {
+            assert!(route.contains(" /api/"), "{route}");
+        }
+    }
 }

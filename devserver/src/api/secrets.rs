@@ -1,7 +1,15 @@
-//! Secrets, v3 raw: list (with sub-folders, imports and expanded
-//! references), get, create, update, delete, and the batch forms. Folders a
-//! write needs are created on the way; a list of a folder or environment
-//! that does not exist is empty, as on the real server.
+//! Secrets: the v3 raw routes — list (with sub-folders, imports and
+//! expanded references), get, create, update, delete, and the batch forms —
+//! and the v4 list. Folders a write needs are created on the way; a list of
+//! a folder or environment that does not exist is empty, as on the real
+//! server.
+//!
+//! Access: a path-scoped identity, or a service token, may only use the
+//! folders its globs match. A plain list, a get or a write of another folder
+//! is refused with 403 `PermissionDenied`; a recursive list leaves out the
+//! secrets of such folders, and so do import blocks and expanded references.
+//! A service token whose scope is one folder (no glob) lists and gets that
+//! folder whatever the query names, as on the real server.
 
 use std::collections::BTreeSet;
 
@@ -10,19 +18,21 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::auth::caller;
-use super::{ApiResult, Caller, Param, folder_not_found, project_for};
+use super::{ApiResult, Caller, Param, check_read, check_write, folder_not_found, project_for};
 use crate::app::App;
 use crate::clock::now_ms;
 use crate::errors::{ApiError, ok};
 use crate::expand::Expander;
 use crate::ids::random_uuid;
 use crate::model::{Project, Secret};
+use crate::scope::is_glob;
 use crate::seed::normalize_path;
 use crate::store::{Kind, Record, State as Db, Tx};
 use crate::validate::{Fields, clean_value, query_object, read_json};
 use crate::views::{ImportView, SecretView, Shape};
 
 const MISSING_READ: &str = "Missing workspace id or environment";
+const MISSING_READ_V4: &str = "Missing project id or environment";
 const MISSING_WRITE: &str = "Missing workspace id or project slug";
 
 #[derive(Serialize)]
@@ -66,15 +76,21 @@ impl Target {
         }
     }
 
-    /// The project, which must have the environment.
-    fn project(&self, st: &Db, caller: &Caller) -> Result<Project, ApiError> {
+    /// The project, which must have the environment, if the caller may
+    /// `action` (create, edit, delete) in the folder.
+    fn project(&self, st: &Db, caller: &Caller, action: &str) -> Result<Project, ApiError> {
+        let workspace_id = self
+            .workspace_id
+            .clone()
+            .or_else(|| own_project(caller, self.project_slug.as_deref()));
         let project = project_for(
             st,
             caller,
-            self.workspace_id.as_deref(),
+            workspace_id.as_deref(),
             self.project_slug.as_deref(),
             MISSING_WRITE,
         )?;
+        check_write(caller, &project.id, &self.environment, &self.path, action)?;
         if project.environment(&self.environment).is_none() {
             return Err(folder_not_found(&self.path, &self.environment));
         }
@@ -82,13 +98,48 @@ impl Target {
     }
 }
 
+/// A service token's project when the request names none.
+fn own_project(caller: &Caller, slug: Option<&str>) -> Option<String> {
+    match (caller.service_token(), slug) {
+        (Some(t), None) => Some(t.project_id.clone()),
+        _ => None,
+    }
+}
+
+/// Project, environment and folder of a read. A service token scoped to one
+/// folder reads that folder, whatever the query says.
+struct ReadPlace {
+    project_id: Option<String>,
+    project_slug: Option<String>,
+    environment: Option<String>,
+    path: String,
+}
+
+impl ReadPlace {
+    fn resolve(mut self, caller: &Caller) -> ReadPlace {
+        if let Some(t) = caller.service_token() {
+            if !is_glob(&t.path) {
+                self.project_id = Some(t.project_id.clone());
+                self.project_slug = None;
+                self.environment = Some(t.environment.clone());
+                self.path = t.path.clone();
+            } else if self.project_id.is_none() && self.project_slug.is_none() {
+                self.project_id = Some(t.project_id.clone());
+            }
+        }
+        self
+    }
+}
+
 fn secret_not_found(key: &str) -> ApiError {
     ApiError::not_found(format!("Secret with name '{key}' not found"))
 }
 
-/// The import blocks of a folder.
+/// The import blocks of a folder, without the secrets the caller may not
+/// read.
 fn import_blocks(
     st: &Db,
+    caller: &Caller,
     project_id: &str,
     environment: &str,
     path: &str,
@@ -103,6 +154,7 @@ fn import_blocks(
             secrets: st
                 .secrets_in(project_id, &i.import_environment, &i.import_path, false)
                 .into_iter()
+                .filter(|s| caller.may_read(project_id, &s.environment, &s.path))
                 .map(|s| {
                     let value = expander.map(|x| x.expand(&s.environment, &s.path, &s.value));
                     SecretView::new(s, Shape::Imported, value)
@@ -112,30 +164,33 @@ fn import_blocks(
         .collect()
 }
 
-/// `GET /api/v3/secrets/raw`.
-pub(crate) async fn list(State(app): State<App>, req: Request) -> ApiResult {
-    let caller = caller(&app, req.headers()).await?;
-    let query = query_object(req.uri().query());
-    let mut f = Fields::of(Some(&query));
-    let workspace_id = f.optional_trimmed("workspaceId");
-    let workspace_slug = f.optional_trimmed("workspaceSlug");
-    let environment = f.optional_trimmed("environment");
-    let path = f.secret_path("secretPath");
-    let recursive = f.flag("recursive");
-    let include_imports = f.flag("include_imports");
-    let expand = f.flag("expandSecretReferences");
-    f.finish()?;
-    let Some(environment) = environment else {
-        return Err(ApiError::bad_request(MISSING_READ));
+/// What a list asks for.
+struct ListQuery {
+    place: ReadPlace,
+    recursive: bool,
+    include_imports: bool,
+    expand: bool,
+    missing: &'static str,
+}
+
+/// A list, v3 or v4.
+async fn list_secrets(app: &App, caller: &Caller, q: ListQuery) -> ApiResult {
+    let place = q.place.resolve(caller);
+    let Some(environment) = place.environment else {
+        return Err(ApiError::bad_request(q.missing));
     };
+    let path = place.path;
     let st = app.store.read().await;
     let project = project_for(
         &st,
-        &caller,
-        workspace_id.as_deref(),
-        workspace_slug.as_deref(),
-        MISSING_READ,
+        caller,
+        place.project_id.as_deref(),
+        place.project_slug.as_deref(),
+        q.missing,
     )?;
+    if !q.recursive {
+        check_read(caller, &project.id, &environment, &path)?;
+    }
     if project.environment(&environment).is_none()
         || !st.folder_exists(&project.id, &environment, &path)
     {
@@ -144,10 +199,14 @@ pub(crate) async fn list(State(app): State<App>, req: Request) -> ApiResult {
             imports: [],
         }));
     }
-    let expander = expand.then(|| Expander::new(&st, &project.id));
+    let visible = |env: &str, folder: &str| caller.may_read(&project.id, env, folder);
+    let expander = q
+        .expand
+        .then(|| Expander::new(&st, &project.id).with_filter(&visible));
     let secrets = st
-        .secrets_in(&project.id, &environment, &path, recursive)
+        .secrets_in(&project.id, &environment, &path, q.recursive)
         .into_iter()
+        .filter(|s| visible(&s.environment, &s.path))
         .map(|s| {
             let value = expander
                 .as_ref()
@@ -155,9 +214,83 @@ pub(crate) async fn list(State(app): State<App>, req: Request) -> ApiResult {
             SecretView::new(s, Shape::List, value)
         })
         .collect();
-    let imports = include_imports
-        .then(|| import_blocks(&st, &project.id, &environment, &path, expander.as_ref()));
+    let imports = q.include_imports.then(|| {
+        import_blocks(
+            &st,
+            caller,
+            &project.id,
+            &environment,
+            &path,
+            expander.as_ref(),
+        )
+    });
     Ok(ok(&ListOut { secrets, imports }))
+}
+
+/// `GET /api/v3/secrets/raw`.
+pub(crate) async fn list(State(app): State<App>, req: Request) -> ApiResult {
+    let caller = caller(&app, req.headers()).await?;
+    let query = query_object(req.uri().query());
+    let mut f = Fields::of(Some(&query));
+    let place = ReadPlace {
+        project_id: f.optional_trimmed("workspaceId"),
+        project_slug: f.optional_trimmed("workspaceSlug"),
+        environment: f.optional_trimmed("environment"),
+        path: f.secret_path("secretPath"),
+    };
+    let recursive = f.flag("recursive");
+    let include_imports = f.flag("include_imports");
+    let expand = f.flag("expandSecretReferences");
+    f.finish()?;
+    list_secrets(
+        &app,
+        &caller,
+        ListQuery {
+            place,
+            recursive,
+            include_imports,
+            expand,
+            missing: MISSING_READ,
+        },
+    )
+    .await
+}
+
+/// `GET /api/v4/secrets`, as newer servers serve it: `projectId` (no slug),
+/// imports and expanded references by default, `includeImports` or
+/// `include_imports` to choose. `viewSecretValue`, `tagSlugs` and
+/// `metadataFilter` are accepted and have no effect.
+pub(crate) async fn list_v4(State(app): State<App>, req: Request) -> ApiResult {
+    let caller = caller(&app, req.headers()).await?;
+    let query = query_object(req.uri().query());
+    let mut f = Fields::of(Some(&query));
+    let place = ReadPlace {
+        project_id: f.optional_trimmed("projectId"),
+        project_slug: None,
+        environment: f.optional_trimmed("environment"),
+        path: f.secret_path("secretPath"),
+    };
+    let recursive = f.flag("recursive");
+    let new_spelling = f.optional_flag("includeImports");
+    let old_spelling = f.optional_flag("include_imports");
+    let expand = f.optional_flag("expandSecretReferences").unwrap_or(true);
+    f.optional_flag("viewSecretValue");
+    f.optional_flag("includePersonalOverrides");
+    f.optional_string("tagSlugs");
+    f.optional_string("metadataFilter");
+    f.finish()?;
+    list_secrets(
+        &app,
+        &caller,
+        ListQuery {
+            place,
+            recursive,
+            include_imports: new_spelling.or(old_spelling).unwrap_or(true),
+            expand,
+            missing: MISSING_READ_V4,
+        },
+    )
+    .await
 }
 
 /// `GET /api/v3/secrets/raw/:secretName`.
@@ -165,32 +298,39 @@ pub(crate) async fn get_one(State(app): State<App>, Param(name): Param, req: Req
     let caller = caller(&app, req.headers()).await?;
     let query = query_object(req.uri().query());
     let mut f = Fields::of(Some(&query));
-    let workspace_id = f.optional_trimmed("workspaceId");
-    let workspace_slug = f.optional_trimmed("workspaceSlug");
-    let environment = f.optional_trimmed("environment");
-    let path = f.secret_path("secretPath");
+    let place = ReadPlace {
+        project_id: f.optional_trimmed("workspaceId"),
+        project_slug: f.optional_trimmed("workspaceSlug"),
+        environment: f.optional_trimmed("environment"),
+        path: f.secret_path("secretPath"),
+    };
     let kind = f.one_of("type", &["shared", "personal"], "shared");
     let version = f.optional_trimmed("version");
     let expand = f.flag("expandSecretReferences");
     let include_imports = f.flag("include_imports");
     f.finish()?;
-    let Some(environment) = environment else {
+    let place = place.resolve(&caller);
+    let Some(environment) = place.environment else {
         return Err(ApiError::bad_request(MISSING_READ));
     };
+    let path = place.path;
     let key = name.trim();
     let st = app.store.read().await;
     let project = project_for(
         &st,
         &caller,
-        workspace_id.as_deref(),
-        workspace_slug.as_deref(),
+        place.project_id.as_deref(),
+        place.project_slug.as_deref(),
         MISSING_READ,
     )?;
+    check_read(&caller, &project.id, &environment, &path)?;
+    let visible = |env: &str, folder: &str| caller.may_read(&project.id, env, folder);
     let mut found = st.find_secret(&project.id, &environment, &path, key);
     if found.is_none() && include_imports {
         found = st
             .imports_of(&project.id, &environment, &path)
             .into_iter()
+            .filter(|i| visible(&i.import_environment, &i.import_path))
             .find_map(|i| st.find_secret(&project.id, &i.import_environment, &i.import_path, key));
     }
     let secret = found
@@ -198,7 +338,9 @@ pub(crate) async fn get_one(State(app): State<App>, Param(name): Param, req: Req
         .filter(|s| version.as_ref().is_none_or(|v| *v == s.version.to_string()))
         .ok_or_else(|| secret_not_found(key))?;
     let value = expand.then(|| {
-        Expander::new(&st, &project.id).expand(&secret.environment, &secret.path, &secret.value)
+        Expander::new(&st, &project.id)
+            .with_filter(&visible)
+            .expand(&secret.environment, &secret.path, &secret.value)
     });
     Ok(ok(&OneOut {
         secret: SecretView::new(secret, Shape::Get, value),
@@ -229,7 +371,7 @@ pub(crate) async fn create(State(app): State<App>, Param(name): Param, req: Requ
         ));
     }
     let mut st = app.store.write().await;
-    let project = target.project(&st, &caller)?;
+    let project = target.project(&st, &caller, "create")?;
     if st
         .find_secret(&project.id, &target.environment, &target.path, &key)
         .is_some()
@@ -285,7 +427,7 @@ pub(crate) async fn update(State(app): State<App>, Param(name): Param, req: Requ
     let reminder_note = f.nullable_string("secretReminderNote");
     f.finish()?;
     let mut st = app.store.write().await;
-    let project = target.project(&st, &caller)?;
+    let project = target.project(&st, &caller, "edit")?;
     let existing = st
         .find_secret(&project.id, &target.environment, &target.path, &key)
         .filter(|_| kind == "shared")
@@ -336,7 +478,7 @@ pub(crate) async fn delete(State(app): State<App>, Param(name): Param, req: Requ
     let kind = f.one_of("type", &["shared", "personal"], "shared");
     f.finish()?;
     let mut st = app.store.write().await;
-    let project = target.project(&st, &caller)?;
+    let project = target.project(&st, &caller, "delete")?;
     let existing = st
         .find_secret(&project.id, &target.environment, &target.path, &key)
         .filter(|_| kind == "shared")
@@ -447,7 +589,7 @@ pub(crate) async fn batch_create(State(app): State<App>, req: Request) -> ApiRes
     f.finish()?;
     no_duplicates(items.iter().map(|i| (target.path.as_str(), i.key.as_str())))?;
     let mut st = app.store.write().await;
-    let project = target.project(&st, &caller)?;
+    let project = target.project(&st, &caller, "create")?;
     let existing: Vec<&str> = items
         .iter()
         .filter(|i| {
@@ -507,8 +649,11 @@ pub(crate) async fn batch_update(State(app): State<App>, req: Request) -> ApiRes
             .zip(items.iter().map(|i| i.key.as_str())),
     )?;
     let mut st = app.store.write().await;
-    let project = target.project(&st, &caller)?;
+    let project = target.project(&st, &caller, "edit")?;
     let env = target.environment.as_str();
+    for path in &paths {
+        check_write(&caller, &project.id, env, path, "edit")?;
+    }
     let now = now_ms();
     let mut missing = Vec::new();
     let mut results = Vec::new();
@@ -598,7 +743,7 @@ pub(crate) async fn batch_delete(State(app): State<App>, req: Request) -> ApiRes
     f.finish()?;
     no_duplicates(keys.iter().map(|k| (target.path.as_str(), k.as_str())))?;
     let mut st = app.store.write().await;
-    let project = target.project(&st, &caller)?;
+    let project = target.project(&st, &caller, "delete")?;
     let mut missing = Vec::new();
     let mut deleted = Vec::new();
     for key in &keys {

@@ -1,9 +1,10 @@
 //! A standalone runner of the dev server, with the flags of
-//! `kms-operator dev-server` that need no cluster: `--addr`, `--data-dir`,
-//! `--seed`, `--admin-token` and `--min-lease-ttl` (seconds, or `30s`, `2m`,
-//! `1h`). The crate's tests run it as a separate process to check that
-//! acknowledged writes survive `kill -9`; `kms-operator dev-server` is the
-//! supported entry point.
+//! `kms-operator dev-server`: `--addr`, `--data-dir`, `--seed`,
+//! `--admin-token`, `--min-lease-ttl` (seconds, or `30s`, `2m`, `1h`),
+//! `--kubeconfig`, `--rate-limit-per-minute`, `--tls-cert` and `--tls-key`
+//! (no environment variables). The crate's tests run it as a separate
+//! process to check that acknowledged writes survive `kill -9`;
+//! `kms-operator dev-server` is the supported entry point.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -33,6 +34,16 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Config, String> {
             "--data-dir" => config.data_dir = Some(PathBuf::from(value()?)),
             "--seed" => config.seed = Some(SeedSource::File(PathBuf::from(value()?))),
             "--admin-token" => config.admin_token = Some(value()?).filter(|t| !t.is_empty()),
+            "--kubeconfig" => config.kubeconfig = Some(PathBuf::from(value()?)),
+            "--rate-limit-per-minute" => {
+                let v = value()?;
+                config.rate_limit_per_minute = Some(
+                    v.parse()
+                        .map_err(|e| format!("--rate-limit-per-minute {v:?}: {e}"))?,
+                );
+            }
+            "--tls-cert" => config.tls_cert = Some(PathBuf::from(value()?)),
+            "--tls-key" => config.tls_key = Some(PathBuf::from(value()?)),
             "--min-lease-ttl" => {
                 let v = value()?;
                 config.min_lease_ttl = SeedDuration::parse(&v)
@@ -41,7 +52,9 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Config, String> {
             }
             "-h" | "--help" => {
                 return Err(
-                    "usage: kms-devserver [--addr A] [--data-dir D] [--seed S] [--admin-token T] [--min-lease-ttl 60s]"
+                    "usage: kms-devserver [--addr A] [--data-dir D] [--seed S] [--admin-token T] \
+                     [--min-lease-ttl 60s] [--kubeconfig K] [--rate-limit-per-minute N] \
+                     [--tls-cert C --tls-key K]"
                         .to_owned(),
                 );
             }
@@ -56,6 +69,8 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Config, String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // One TLS provider for the Kubernetes client.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let config = match parse(std::env::args().skip(1)) {
         Ok(c) => c,
         Err(e) => {

@@ -33,16 +33,29 @@ pub async fn start_with(
     data_dir: Option<&Path>,
     min_lease_ttl: Duration,
 ) -> Running {
-    kms_devserver::start(Config {
-        addr: "127.0.0.1:0".parse().expect("addr"),
+    start_config(Config {
         data_dir: data_dir.map(Path::to_path_buf),
-        seed: Some(seed),
-        admin_token: Some(ADMIN.to_owned()),
         min_lease_ttl,
-        kubeconfig: None,
+        ..config(seed)
     })
     .await
-    .expect("dev server starts")
+}
+
+/// The settings of a test server: a free port, the admin token, `seed`.
+pub fn config(seed: SeedSource) -> Config {
+    Config {
+        addr: "127.0.0.1:0".parse().expect("addr"),
+        seed: Some(seed),
+        admin_token: Some(ADMIN.to_owned()),
+        ..Config::default()
+    }
+}
+
+/// Start a server with these settings.
+pub async fn start_config(config: Config) -> Running {
+    kms_devserver::start(config)
+        .await
+        .expect("dev server starts")
 }
 
 /// An answer.
@@ -213,4 +226,118 @@ pub fn iso_ms(s: &str) -> i64 {
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     let days = era * 146_097 + doe - 719_468;
     ((days * 86_400 + hh * 3600 + mm * 60 + ss) * 1000) + ms
+}
+
+/// A unique suffix for names made by a test (time and process).
+pub fn unique() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    format!("{:x}{:x}", std::process::id(), nanos % 0xffff_ffff)
+}
+
+/// A message of an event stream.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Message {
+    pub event: String,
+    pub id: Option<String>,
+    pub data: Option<Value>,
+}
+
+/// An open `text/event-stream` answer, read message by message.
+pub struct EventStream {
+    pub status: u16,
+    pub headers: hyper::HeaderMap,
+    body: hyper::body::Incoming,
+    buf: String,
+}
+
+impl EventStream {
+    /// `POST /api/v1/events/subscribe/project-events` with `body`; the
+    /// stream when the server answers 200, else the answer.
+    pub async fn open(addr: SocketAddr, token: &str, body: &Value) -> Result<EventStream, Resp> {
+        let stream = TcpStream::connect(addr).await.expect("connect");
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .expect("handshake");
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let req = Request::builder()
+            .method("POST")
+            .uri("/api/v1/events/subscribe/project-events")
+            .header("host", addr.to_string())
+            .header("content-type", "application/json")
+            .header("authorization", format!("Bearer {token}"))
+            .body(Full::new(Bytes::from(
+                serde_json::to_vec(body).expect("json"),
+            )))
+            .expect("request");
+        let resp = sender.send_request(req).await.expect("answer");
+        let (parts, body) = resp.into_parts();
+        if parts.status != 200 {
+            let body = body.collect().await.expect("body").to_bytes();
+            return Err(Resp {
+                status: parts.status.as_u16(),
+                headers: parts.headers,
+                body,
+            });
+        }
+        Ok(EventStream {
+            status: parts.status.as_u16(),
+            headers: parts.headers,
+            body,
+            buf: String::new(),
+        })
+    }
+
+    /// The next message, or `None` when none comes within `wait` (or the
+    /// stream ended).
+    pub async fn next(&mut self, wait: Duration) -> Option<Message> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            if let Some(end) = self.buf.find("\n\n") {
+                let raw: String = self.buf.drain(..end + 2).collect();
+                return Some(parse_message(&raw));
+            }
+            let frame = tokio::time::timeout_at(deadline, self.body.frame())
+                .await
+                .ok()??
+                .ok()?;
+            if let Ok(data) = frame.into_data() {
+                self.buf.push_str(&String::from_utf8_lossy(&data));
+            }
+        }
+    }
+
+    /// The next message that is not a ping.
+    pub async fn next_event(&mut self, wait: Duration) -> Option<Message> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let m = self.next(left).await?;
+            if m.event != "ping" {
+                return Some(m);
+            }
+        }
+    }
+}
+
+fn parse_message(raw: &str) -> Message {
+    let mut m = Message {
+        event: String::new(),
+        id: None,
+        data: None,
+    };
+    for line in raw.lines() {
+        if let Some(v) = line.strip_prefix("event: ") {
+            m.event = v.to_owned();
+        } else if let Some(v) = line.strip_prefix("id: ") {
+            m.id = Some(v.to_owned());
+        } else if let Some(v) = line.strip_prefix("data: ") {
+            m.data = Some(serde_json::from_str(v).expect("event data is JSON"));
+        }
+    }
+    m
 }

@@ -340,7 +340,7 @@ async fn login_list_update_lease_and_count() {
     assert_eq!(c.admin("DELETE", "/admin/stats", None).await.status, 200);
     assert_eq!(
         c.admin("GET", "/admin/stats", None).await.json(),
-        json!({"requests": {}})
+        json!({"requests": {}, "rateLimited": {}})
     );
     server.shutdown().await;
 }
