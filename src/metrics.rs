@@ -19,11 +19,13 @@ pub const RESULTS: [&str; 3] = ["success", "error", "requeue"];
 /// Workload kinds that can be reloaded.
 pub const RELOAD_KINDS: [&str; 3] = ["Deployment", "StatefulSet", "DaemonSet"];
 /// KMS routes, as metric label values.
-pub const KMS_ENDPOINTS: [&str; 17] = [
+pub const KMS_ENDPOINTS: [&str; 19] = [
     "POST /api/v1/auth/universal-auth/login",
     "POST /api/v1/auth/kubernetes-auth/login",
     "POST /api/v1/auth/ldap-auth/login",
     "POST /api/v1/auth/token/renew",
+    "GET /api/v2/service-token",
+    "POST /api/v1/events/subscribe/project-events",
     "GET /api/v3/secrets/raw",
     "GET /api/v3/secrets/raw/:secretName",
     "POST /api/v3/secrets/raw/:secretName",

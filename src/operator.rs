@@ -676,9 +676,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     // pass over every object of a gained shard; metrics; the budget shares.
     {
         let (queues, reload_queue, cache) = (queues.clone(), reload_queue.clone(), cache.clone());
+        let ctx = ctx.clone();
         coordinator.set_drain_hook(move |shard| {
             let (queues, reload_queue, cache) =
                 (queues.clone(), reload_queue.clone(), cache.clone());
+            ctx.instant.drop_shard(shard);
             async move {
                 let dropped = queues.kms_secret.drop_shard(shard)
                     + queues.push.drop_shard(shard)

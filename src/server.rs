@@ -85,11 +85,14 @@ fn metrics_routes(metrics: Metrics) -> Router {
     )
 }
 
+/// Decisions by token digest: when decided, and whether allowed.
+type Decisions = HashMap<[u8; 32], (Instant, bool)>;
+
 /// Token authentication and authorisation through the API server.
 #[derive(Clone)]
 pub struct TokenAuth {
     client: kube::Client,
-    cache: Arc<Mutex<HashMap<[u8; 32], (Instant, bool)>>>,
+    cache: Arc<Mutex<Decisions>>,
 }
 
 impl TokenAuth {

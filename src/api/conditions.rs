@@ -8,6 +8,8 @@ pub const READY: &str = "Ready";
 pub const LOADED_KMS_TOKEN: &str = "secrets.hanzo.ai/LoadedKMSToken";
 /// KmsSecret: the last sync fetched and wrote the targets.
 pub const READY_TO_SYNC_SECRETS: &str = "secrets.hanzo.ai/ReadyToSyncSecrets";
+/// KmsSecret with instant updates: the change-event stream is open.
+pub const INSTANT_UPDATES: &str = "secrets.hanzo.ai/InstantUpdates";
 /// KmsSecret and KmsDynamicSecret: workloads that opted in are rolled on change.
 pub const AUTO_REDEPLOY_READY: &str = "secrets.hanzo.ai/AutoRedeployReady";
 

@@ -1,12 +1,89 @@
-//! Turning a resource's authentication block into a KMS identity: the
-//! endpoint (host and CA), and the credentials read from the referenced
-//! Secret under the namespace rule.
+//! Turning a resource's authentication into a KMS identity: the endpoint
+//! (host and CA) and the credentials, read from the referenced Secret or
+//! ServiceAccount under the namespace rule.
+//!
+//! Every method's errors name the method and the object: "credentials Secret
+//! ns/name not found", "ServiceAccount ns/name has no token Secret", and so
+//! on. A Kubernetes service-account token is requested only when a login needs
+//! one (TokenRequest with the configured audiences, or the legacy token
+//! Secret), so the identity — and its one shared login — does not change with
+//! every short-lived token.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::api::{Api, PostParams};
+use secrecy::SecretString;
 
 use super::Context;
 use super::error::SyncError;
-use super::refs::{get_secret, namespace_of, resolve_endpoint, secret_string};
+use super::refs::{get_secret, resolve_endpoint, secret_string};
 use crate::api::common::{GenericAuthentication, TlsConfig};
+use crate::kms::auth::JwtSource;
 use crate::kms::{Credentials, Identity};
+
+/// How a resource logs in, with its references resolved to namespaces.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AuthMethod {
+    /// Universal auth from a credentials Secret `(namespace, name)`.
+    Universal {
+        /// The credentials Secret.
+        credentials: (String, String),
+    },
+    /// Kubernetes auth with a ServiceAccount's token.
+    Kubernetes {
+        /// The machine identity.
+        identity_id: String,
+        /// The ServiceAccount `(namespace, name)`.
+        service_account: (String, String),
+        /// Request a token (TokenRequest) instead of reading the legacy
+        /// token Secret.
+        auto_token: bool,
+        /// Audiences of a requested token.
+        audiences: Vec<String>,
+    },
+    /// LDAP auth from a credentials Secret `(namespace, name)`.
+    Ldap {
+        /// The machine identity.
+        identity_id: String,
+        /// The credentials Secret.
+        credentials: (String, String),
+    },
+    /// A legacy service token from a Secret `(namespace, name)`.
+    ServiceToken {
+        /// The Secret holding the token.
+        secret: (String, String),
+    },
+    /// A method this build does not support.
+    Unsupported(&'static str),
+}
+
+/// Read the string value of `key` from the Secret `ns/name`, trimmed.
+async fn secret_key(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    keys: &[&str],
+    what: &str,
+) -> Result<String, SyncError> {
+    let secret = get_secret(&ctx.client, ns, name)
+        .await?
+        .ok_or_else(|| SyncError::Reference {
+            reason: "CredentialsNotFound",
+            message: format!("{what} Secret {ns}/{name} not found"),
+        })?;
+    keys.iter()
+        .find_map(|k| {
+            secret_string(&secret, k)
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+        })
+        .ok_or_else(|| SyncError::Reference {
+            reason: "CredentialsInvalid",
+            message: format!("{what} Secret {ns}/{name} has no {} key", keys[0]),
+        })
+}
 
 /// Read universal-auth credentials from the Secret `ns/name`.
 pub async fn universal_credentials(
@@ -14,67 +91,155 @@ pub async fn universal_credentials(
     ns: &str,
     name: &str,
 ) -> Result<Credentials, SyncError> {
-    let creds = get_secret(&ctx.client, ns, name)
-        .await?
-        .ok_or_else(|| SyncError::Reference {
-            reason: "CredentialsNotFound",
-            message: format!("credentials Secret {ns}/{name} not found"),
-        })?;
-    let key = |k: &str| {
-        secret_string(&creds, k)
-            .map(|v| v.trim().to_owned())
-            .filter(|v| !v.is_empty())
-            .ok_or_else(|| SyncError::Reference {
-                reason: "CredentialsInvalid",
-                message: format!("credentials Secret {ns}/{name} has no {k} key"),
-            })
-    };
     Ok(Credentials::UniversalAuth {
-        client_id: key("clientId")?,
-        client_secret: key("clientSecret")?.into(),
+        client_id: secret_key(ctx, ns, name, &["clientId"], "credentials").await?,
+        client_secret: secret_key(ctx, ns, name, &["clientSecret"], "credentials")
+            .await?
+            .into(),
     })
 }
 
-/// The identity of a push or dynamic secret (its generic authentication
-/// block), checked against the host allow list.
-pub async fn generic_identity(
+/// A source of service-account tokens for `ns/name`.
+fn jwt_source(
+    client: kube::Client,
+    ns: String,
+    name: String,
+    auto_token: bool,
+    audiences: Vec<String>,
+) -> JwtSource {
+    Arc::new(move || {
+        let (client, ns, name, audiences) =
+            (client.clone(), ns.clone(), name.clone(), audiences.clone());
+        Box::pin(async move {
+            let sas = Api::<ServiceAccount>::namespaced(client.clone(), &ns);
+            if auto_token {
+                let request: TokenRequest = serde_json::from_value(serde_json::json!({
+                    "spec": {"audiences": audiences, "expirationSeconds": 600}
+                }))
+                .map_err(|e| e.to_string())?;
+                let issued = sas
+                    .create_token_request(&name, &PostParams::default(), &request)
+                    .await
+                    .map_err(|e| match e {
+                        kube::Error::Api(s) if s.code == 404 => {
+                            format!("ServiceAccount {ns}/{name} not found")
+                        }
+                        other => format!(
+                            "could not request a token for ServiceAccount {ns}/{name}: {other}"
+                        ),
+                    })?;
+                let token = issued
+                    .status
+                    .and_then(|s| s.token)
+                    .filter(|t| !t.is_empty())
+                    .ok_or_else(|| {
+                        format!("the TokenRequest for ServiceAccount {ns}/{name} returned no token")
+                    })?;
+                return Ok(SecretString::from(token));
+            }
+            // The legacy long-lived token Secret of the ServiceAccount.
+            let sa = sas
+                .get_opt(&name)
+                .await
+                .map_err(|e| format!("reading ServiceAccount {ns}/{name}: {e}"))?
+                .ok_or_else(|| format!("ServiceAccount {ns}/{name} not found"))?;
+            let secret_name = sa
+                .secrets
+                .unwrap_or_default()
+                .into_iter()
+                .find_map(|r| r.name)
+                .ok_or_else(|| {
+                    format!(
+                        "ServiceAccount {ns}/{name} has no token Secret; set autoCreateServiceAccountToken: true to use a requested token"
+                    )
+                })?;
+            let secret = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client, &ns)
+                .get_opt(&secret_name)
+                .await
+                .map_err(|e| format!("reading Secret {ns}/{secret_name}: {e}"))?
+                .ok_or_else(|| {
+                    format!(
+                        "token Secret {ns}/{secret_name} of ServiceAccount {ns}/{name} not found"
+                    )
+                })?;
+            secret_string(&secret, "token")
+                .map(|t| SecretString::from(t.trim().to_owned()))
+                .ok_or_else(|| format!("token Secret {ns}/{secret_name} has no token key"))
+        })
+    })
+}
+
+/// The credentials of a method.
+pub async fn credentials(ctx: &Context, method: &AuthMethod) -> Result<Credentials, SyncError> {
+    match method {
+        AuthMethod::Universal {
+            credentials: (ns, name),
+        } => universal_credentials(ctx, ns, name).await,
+        AuthMethod::Kubernetes {
+            identity_id,
+            service_account: (ns, name),
+            auto_token,
+            audiences,
+        } => Ok(Credentials::Kubernetes {
+            identity_id: identity_id.clone(),
+            subject: format!("{ns}/{name}|{}|{auto_token}", audiences.join(",")),
+            jwt: jwt_source(
+                ctx.client.clone(),
+                ns.clone(),
+                name.clone(),
+                *auto_token,
+                audiences.clone(),
+            ),
+        }),
+        AuthMethod::Ldap {
+            identity_id,
+            credentials: (ns, name),
+        } => Ok(Credentials::Ldap {
+            identity_id: identity_id.clone(),
+            username: secret_key(ctx, ns, name, &["username"], "LDAP credentials").await?,
+            password: secret_key(ctx, ns, name, &["password"], "LDAP credentials")
+                .await?
+                .into(),
+        }),
+        AuthMethod::ServiceToken { secret: (ns, name) } => {
+            let token = secret_key(
+                ctx,
+                ns,
+                name,
+                &["kmsToken", "infisicalToken"],
+                "service token",
+            )
+            .await?;
+            let clean: String = token.chars().filter(|c| !c.is_whitespace()).collect();
+            if !clean.starts_with("st.") || clean.split('.').count() < 3 {
+                return Err(SyncError::Reference {
+                    reason: "CredentialsInvalid",
+                    message: format!(
+                        "service token Secret {ns}/{name}: kmsToken is not a service token (st.<id>.<secret>…)"
+                    ),
+                });
+            }
+            Ok(Credentials::ServiceToken {
+                token: clean.into(),
+            })
+        }
+        AuthMethod::Unsupported(name) => Err(SyncError::Spec(format!(
+            "authentication.{name} is not supported by this version of kms-operator"
+        ))),
+    }
+}
+
+/// The identity of a resource: its endpoint and its method's credentials,
+/// checked against the host allow list.
+pub async fn identity(
     ctx: &Context,
     ns: &str,
     host_api: Option<&str>,
     tls: Option<&TlsConfig>,
-    auth: &GenericAuthentication,
+    method: &AuthMethod,
 ) -> Result<Identity, SyncError> {
+    let credentials = credentials(ctx, method).await?;
     let allow_cross = ctx.settings.allow_cross_namespace_refs;
-    let credentials = if let Some(ua) = &auth.universal_auth {
-        let cns = namespace_of(
-            ns,
-            ua.credentials_ref.secret_namespace.as_deref(),
-            "authentication.universalAuth.credentialsRef",
-            allow_cross,
-        )?;
-        universal_credentials(ctx, &cns, &ua.credentials_ref.secret_name).await?
-    } else {
-        let method = if auth.kubernetes_auth.is_some() {
-            "kubernetesAuth"
-        } else if auth.aws_iam_auth.is_some() {
-            "awsIamAuth"
-        } else if auth.azure_auth.is_some() {
-            "azureAuth"
-        } else if auth.gcp_id_token_auth.is_some() {
-            "gcpIdTokenAuth"
-        } else if auth.gcp_iam_auth.is_some() {
-            "gcpIamAuth"
-        } else if auth.ldap_auth.is_some() {
-            "ldapAuth"
-        } else {
-            return Err(SyncError::Spec(
-                "no authentication method is set".to_owned(),
-            ));
-        };
-        return Err(SyncError::Spec(format!(
-            "authentication.{method} is not supported by this version of kms-operator yet; use universalAuth"
-        )));
-    };
     let endpoint = resolve_endpoint(
         &ctx.client,
         ns,
@@ -89,4 +254,18 @@ pub async fn generic_identity(
         endpoint,
         credentials,
     })
+}
+
+/// The identity of a push or dynamic secret (its generic authentication
+/// block).
+pub async fn generic_identity(
+    ctx: &Context,
+    ns: &str,
+    host_api: Option<&str>,
+    tls: Option<&TlsConfig>,
+    auth: &GenericAuthentication,
+) -> Result<Identity, SyncError> {
+    let method =
+        super::kms_secret::plan::generic_method(auth, ns, ctx.settings.allow_cross_namespace_refs)?;
+    identity(ctx, ns, host_api, tls, &method).await
 }

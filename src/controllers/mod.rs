@@ -18,6 +18,7 @@ pub mod apply;
 pub mod auth;
 pub mod conditions;
 pub mod error;
+pub mod instant;
 pub mod kms_dynamic_secret;
 pub mod kms_push_secret;
 pub mod kms_secret;
@@ -240,6 +241,8 @@ pub struct Context {
     pub consumers: Arc<crate::reload::ConsumerIndex>,
     /// The persistent cache, if configured.
     pub cache: Option<storage::Store>,
+    /// Instant-update streams of the KmsSecrets that ask for them.
+    pub instant: instant::InstantUpdates,
     global: Arc<RwLock<GlobalConfig>>,
     records: Mutex<HashMap<String, SyncRecord>>,
     failures: Mutex<HashMap<String, u32>>,
@@ -279,7 +282,13 @@ impl Context {
         secrets: Scoped<Secret>,
         config_maps: Scoped<ConfigMap>,
     ) -> Self {
+        let instant = instant::InstantUpdates::new(
+            parts.kms.clone(),
+            parts.kms_secret_queue.clone(),
+            parts.gate.clone(),
+        );
         Self {
+            instant,
             client: parts.client,
             kms: parts.kms,
             metrics: parts.metrics,
@@ -366,6 +375,7 @@ impl Context {
 
     /// Forget what is known of a deleted object.
     pub fn forget(&self, key: &ObjectKey) {
+        self.instant.unregister(key);
         self.failures
             .lock()
             .unwrap_or_else(|e| e.into_inner())

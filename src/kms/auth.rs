@@ -15,6 +15,13 @@ use tokio::time::Instant;
 
 use super::endpoint::{Endpoint, hex};
 
+/// Produces a Kubernetes service-account token when a login needs one (a
+/// TokenRequest, or the legacy token Secret). Called lazily, so a short-lived
+/// token is fresh at login time and the identity key never depends on it.
+pub type JwtSource = Arc<
+    dyn Fn() -> futures::future::BoxFuture<'static, Result<SecretString, String>> + Send + Sync,
+>;
+
 /// Credentials of one login method. Secret material is held redacted.
 #[derive(Clone)]
 pub enum Credentials {
@@ -24,6 +31,31 @@ pub enum Credentials {
         client_id: String,
         /// The client secret.
         client_secret: SecretString,
+    },
+    /// Kubernetes auth: a service-account token checked by the KMS.
+    Kubernetes {
+        /// The machine identity.
+        identity_id: String,
+        /// What the token is for: `namespace/serviceaccount` and audiences
+        /// (part of the identity key; the token itself is not).
+        subject: String,
+        /// Produces the token at login time.
+        jwt: JwtSource,
+    },
+    /// LDAP auth: a username and password checked by the KMS.
+    Ldap {
+        /// The machine identity.
+        identity_id: String,
+        /// The LDAP username.
+        username: String,
+        /// The LDAP password.
+        password: SecretString,
+    },
+    /// A legacy service token (`st.<id>.<secret>.<key>`): no login; the
+    /// first three dot-parts are the bearer token.
+    ServiceToken {
+        /// The full token.
+        token: SecretString,
     },
 }
 
@@ -35,6 +67,29 @@ impl std::fmt::Debug for Credentials {
                 .field("client_id", client_id)
                 .field("client_secret", &"[REDACTED]")
                 .finish(),
+            Credentials::Kubernetes {
+                identity_id,
+                subject,
+                ..
+            } => f
+                .debug_struct("Kubernetes")
+                .field("identity_id", identity_id)
+                .field("subject", subject)
+                .finish(),
+            Credentials::Ldap {
+                identity_id,
+                username,
+                ..
+            } => f
+                .debug_struct("Ldap")
+                .field("identity_id", identity_id)
+                .field("username", username)
+                .field("password", &"[REDACTED]")
+                .finish(),
+            Credentials::ServiceToken { .. } => f
+                .debug_struct("ServiceToken")
+                .field("token", &"[REDACTED]")
+                .finish(),
         }
     }
 }
@@ -44,6 +99,9 @@ impl Credentials {
     pub fn method(&self) -> &'static str {
         match self {
             Credentials::UniversalAuth { .. } => "universal",
+            Credentials::Kubernetes { .. } => "kubernetes",
+            Credentials::Ldap { .. } => "ldap",
+            Credentials::ServiceToken { .. } => "service-token",
         }
     }
 
@@ -51,12 +109,19 @@ impl Credentials {
     pub fn strategy_name(&self) -> &'static str {
         match self {
             Credentials::UniversalAuth { .. } => "UNIVERSAL_MACHINE_IDENTITY",
+            Credentials::Kubernetes { .. } => "KUBERNETES_AUTH_MACHINE_IDENTITY",
+            Credentials::Ldap { .. } => "LDAP_MACHINE_IDENTITY",
+            Credentials::ServiceToken { .. } => "SERVICE_TOKEN",
         }
     }
 
     fn principal(&self) -> &str {
         match self {
             Credentials::UniversalAuth { client_id, .. } => client_id,
+            Credentials::Kubernetes { identity_id, .. } | Credentials::Ldap { identity_id, .. } => {
+                identity_id
+            }
+            Credentials::ServiceToken { .. } => "",
         }
     }
 
@@ -66,8 +131,24 @@ impl Credentials {
             Credentials::UniversalAuth { client_secret, .. } => {
                 ctx.update(client_secret.expose_secret().as_bytes())
             }
+            Credentials::Kubernetes { subject, .. } => ctx.update(subject.as_bytes()),
+            Credentials::Ldap {
+                username, password, ..
+            } => {
+                ctx.update(&(username.len() as u64).to_be_bytes());
+                ctx.update(username.as_bytes());
+                ctx.update(password.expose_secret().as_bytes());
+            }
+            Credentials::ServiceToken { token } => ctx.update(token.expose_secret().as_bytes()),
         }
         hex(ctx.finish().as_ref())
+    }
+
+    /// The bearer token of a service token: its first three dot-parts, with
+    /// spaces removed.
+    pub fn service_token_bearer(token: &str) -> String {
+        let clean: String = token.chars().filter(|c| !c.is_whitespace()).collect();
+        clean.split('.').take(3).collect::<Vec<_>>().join(".")
     }
 }
 
@@ -218,6 +299,15 @@ mod tests {
                 client_secret: SecretString::from(secret.to_owned()),
             },
         }
+    }
+
+    #[test]
+    fn service_token_bearer_is_the_first_three_parts() {
+        assert_eq!(
+            Credentials::service_token_bearer(" st.demo.abc.def \n"),
+            "st.demo.abc"
+        );
+        assert_eq!(Credentials::service_token_bearer("st.a.b"), "st.a.b");
     }
 
     #[test]

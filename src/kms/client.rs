@@ -23,6 +23,9 @@ use super::model::{
 use crate::metrics::Metrics;
 
 const LOGIN_UA: &str = "POST /api/v1/auth/universal-auth/login";
+const LOGIN_K8S: &str = "POST /api/v1/auth/kubernetes-auth/login";
+const LOGIN_LDAP: &str = "POST /api/v1/auth/ldap-auth/login";
+const SERVICE_TOKEN: &str = "GET /api/v2/service-token";
 const RENEW: &str = "POST /api/v1/auth/token/renew";
 const LIST: &str = "GET /api/v3/secrets/raw";
 const GET_ONE: &str = "GET /api/v3/secrets/raw/:secretName";
@@ -62,6 +65,8 @@ pub enum ProjectRef {
     Slug(String),
     /// By id.
     Id(String),
+    /// The project a service token belongs to.
+    OfServiceToken,
 }
 
 /// What to read.
@@ -113,6 +118,8 @@ pub struct Kms {
     recent: Mutex<std::collections::HashMap<(IdentityKey, Scope), Recent>>,
     /// Persistent token cache (only when it encrypts tokens).
     token_store: Option<storage::Store>,
+    /// Project ids of service tokens.
+    token_projects: Mutex<std::collections::HashMap<IdentityKey, String>>,
     metrics: Metrics,
     warned_plain_http: Mutex<HashSet<String>>,
 }
@@ -135,6 +142,7 @@ impl Kms {
             fetches: SingleFlight::default(),
             recent: Mutex::new(std::collections::HashMap::new()),
             token_store: None,
+            token_projects: Mutex::new(std::collections::HashMap::new()),
             metrics,
             warned_plain_http: Mutex::new(HashSet::new()),
         }
@@ -147,6 +155,21 @@ impl Kms {
             self.token_store = Some(store);
         }
         self
+    }
+
+    /// The HTTP client for an endpoint (for streaming requests).
+    pub(super) fn http_client(&self, endpoint: &Endpoint) -> Result<reqwest::Client, KmsError> {
+        self.clients.get(endpoint)
+    }
+
+    /// Count a request made outside [`Kms::send`].
+    pub(super) fn record_request(
+        &self,
+        route: &'static str,
+        status: Option<u16>,
+        elapsed: Duration,
+    ) {
+        self.metrics.kms_request(route, status, elapsed);
     }
 
     /// Tell the budget how many live replicas share it.
@@ -264,26 +287,54 @@ impl Kms {
     /// Log in with an identity's credentials.
     async fn login(&self, identity: &Identity) -> Result<Token, KmsError> {
         let ep = &identity.endpoint;
-        let reply = match &identity.credentials {
+        let (route, url, body) = match &identity.credentials {
             Credentials::UniversalAuth {
                 client_id,
                 client_secret,
+            } => (
+                LOGIN_UA,
+                format!("{}/v1/auth/universal-auth/login", ep.base),
+                serde_json::json!({"clientId": client_id, "clientSecret": client_secret.expose_secret()}),
+            ),
+            Credentials::Kubernetes {
+                identity_id, jwt, ..
             } => {
-                let url = format!("{}/v1/auth/universal-auth/login", ep.base);
-                self.send(ep, LOGIN_UA, |c| {
-                    c.post(&url).json(&serde_json::json!({
-                        "clientId": client_id,
-                        "clientSecret": client_secret.expose_secret(),
-                    }))
-                })
-                .await?
+                let token = jwt().await.map_err(KmsError::Credentials)?;
+                (
+                    LOGIN_K8S,
+                    format!("{}/v1/auth/kubernetes-auth/login", ep.base),
+                    serde_json::json!({"identityId": identity_id, "jwt": token.expose_secret()}),
+                )
+            }
+            Credentials::Ldap {
+                identity_id,
+                username,
+                password,
+            } => (
+                LOGIN_LDAP,
+                format!("{}/v1/auth/ldap-auth/login", ep.base),
+                serde_json::json!({"identityId": identity_id, "username": username, "password": password.expose_secret()}),
+            ),
+            Credentials::ServiceToken { token } => {
+                // No login: the token is the credential.
+                let now = Instant::now();
+                return Ok(Token {
+                    access_token: SecretString::from(Credentials::service_token_bearer(
+                        token.expose_secret(),
+                    )),
+                    obtained: now,
+                    renewed: now,
+                    ttl: Duration::ZERO,
+                    max_ttl: Duration::ZERO,
+                });
             }
         };
+        let reply = self.send(ep, route, |c| c.post(&url).json(&body)).await?;
         self.metrics
             .kms_logins
             .with_label_values(&[identity.credentials.method()])
             .inc();
-        let body: LoginResponse = parse(LOGIN_UA, &reply)?;
+        let body: LoginResponse = parse(route, &reply)?;
         let now = Instant::now();
         Ok(Token {
             access_token: body.access_token,
@@ -292,6 +343,43 @@ impl Kms {
             ttl: Duration::from_secs(body.expires_in),
             max_ttl: Duration::from_secs(body.access_token_max_ttl),
         })
+    }
+
+    /// The project id of a service token (asked once per identity).
+    async fn service_token_project(
+        &self,
+        identity: &Identity,
+        token: &SecretString,
+    ) -> Result<String, KmsError> {
+        let key = identity.key();
+        if let Some(id) = self
+            .token_projects
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+        {
+            return Ok(id.clone());
+        }
+        let url = format!("{}/v2/service-token", identity.endpoint.base);
+        let reply = self
+            .send(&identity.endpoint, SERVICE_TOKEN, |c| {
+                c.get(&url).bearer_auth(token.expose_secret())
+            })
+            .await?;
+        let body: serde_json::Value = parse(SERVICE_TOKEN, &reply)?;
+        let id = body["workspace"]
+            .as_str()
+            .filter(|w| !w.is_empty())
+            .ok_or_else(|| KmsError::Decode {
+                endpoint: SERVICE_TOKEN,
+                reason: "the service token record names no project (workspace)".to_owned(),
+            })?
+            .to_owned();
+        self.token_projects
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, id.clone());
+        Ok(id)
     }
 
     async fn renew(&self, endpoint: &Endpoint, token: &Token) -> Result<Token, KmsError> {
@@ -499,6 +587,10 @@ impl Kms {
             match &scope.project {
                 ProjectRef::Slug(s) => ("workspaceSlug", s.clone()),
                 ProjectRef::Id(id) => ("workspaceId", id.clone()),
+                ProjectRef::OfServiceToken => (
+                    "workspaceId",
+                    self.service_token_project(identity, &token).await?,
+                ),
             },
             ("environment", scope.environment.clone()),
             ("secretPath", scope.path.clone()),
@@ -629,6 +721,23 @@ fn classify_json_error(e: &serde_json::Error) -> &'static str {
         serde_json::error::Category::Data => "JSON of an unexpected shape",
         serde_json::error::Category::Eof => "truncated JSON",
     }
+}
+
+/// The error of a non-success answer given by parts.
+pub(super) fn api_error_of(
+    route: &'static str,
+    status: StatusCode,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> KmsError {
+    api_error(
+        route,
+        &Reply {
+            status,
+            headers: headers.clone(),
+            body: bytes::Bytes::copy_from_slice(body),
+        },
+    )
 }
 
 /// The error of a non-success reply, from the KMS's envelope when it has one.

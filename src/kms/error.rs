@@ -51,6 +51,10 @@ pub enum KmsError {
         /// How long to wait before the next request to this host.
         retry_after: Duration,
     },
+    /// Local credential material could not be produced (e.g. a
+    /// service-account token for Kubernetes auth).
+    #[error("{0}")]
+    Credentials(String),
     /// The response could not be understood.
     #[error("unexpected response from KMS {endpoint}: {reason}")]
     Decode {
@@ -104,6 +108,7 @@ impl KmsError {
             KmsError::InvalidHost { .. } => "InvalidHost",
             KmsError::HostNotAllowed { .. } => "HostNotAllowed",
             KmsError::InvalidCa(_) => "InvalidCA",
+            KmsError::Credentials(_) => "CredentialsInvalid",
             KmsError::Transport { .. } => "KMSUnreachable",
             KmsError::RateLimited { .. } => "KMSRateLimited",
             KmsError::Decode { .. } => "KMSBadResponse",

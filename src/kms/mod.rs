@@ -14,6 +14,7 @@ pub mod auth;
 pub mod client;
 pub mod endpoint;
 mod error;
+pub mod events;
 pub mod flight;
 pub mod leases;
 pub mod limiter;

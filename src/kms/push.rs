@@ -42,6 +42,8 @@ impl Folder {
         match &self.project {
             ProjectRef::Slug(s) => m.insert("projectSlug".into(), json!(s)),
             ProjectRef::Id(id) => m.insert("workspaceId".into(), json!(id)),
+            // Push destinations always name their project.
+            ProjectRef::OfServiceToken => None,
         };
         m.insert("environment".into(), json!(self.environment));
         m.insert("secretPath".into(), json!(self.path));
@@ -183,11 +185,17 @@ impl Kms {
     ) -> Result<Vec<StoredSecret>, KmsError> {
         let ep = &identity.endpoint;
         let url = format!("{}/v3/secrets/raw", ep.base);
+        let project = match &folder.project {
+            ProjectRef::Slug(s) => ("workspaceSlug", s.clone()),
+            ProjectRef::Id(id) => ("workspaceId", id.clone()),
+            ProjectRef::OfServiceToken => {
+                return Err(KmsError::Credentials(
+                    "a push destination must name its project".to_owned(),
+                ));
+            }
+        };
         let query: Vec<(&str, String)> = vec![
-            match &folder.project {
-                ProjectRef::Slug(s) => ("workspaceSlug", s.clone()),
-                ProjectRef::Id(id) => ("workspaceId", id.clone()),
-            },
+            project,
             ("environment", folder.environment.clone()),
             ("secretPath", folder.path.clone()),
             ("recursive", "false".to_owned()),

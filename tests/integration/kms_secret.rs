@@ -16,7 +16,7 @@ use crate::support::{CLIENT_ID, CLIENT_SECRET, DevServer, Operator, seed};
 const LIST: &str = "GET /api/v3/secrets/raw";
 const LOGIN: &str = "POST /api/v1/auth/universal-auth/login";
 
-fn kms_secrets(client: &Client, ns: &str) -> Api<DynamicObject> {
+pub(crate) fn kms_secrets(client: &Client, ns: &str) -> Api<DynamicObject> {
     let ar = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("secrets.hanzo.ai", "v1alpha1", "KmsSecret"),
         "kmssecrets",
@@ -53,7 +53,7 @@ fn kms_secret(name: &str, host: &str, target: &str, interval: &str) -> Value {
     })
 }
 
-async fn apply_cr(client: &Client, ns: &str, value: Value) {
+pub(crate) async fn apply_cr(client: &Client, ns: &str, value: Value) {
     let obj: DynamicObject = serde_json::from_value(value).unwrap();
     kms_secrets(client, ns)
         .create(&PostParams::default(), &obj)
@@ -61,7 +61,7 @@ async fn apply_cr(client: &Client, ns: &str, value: Value) {
         .expect("create KmsSecret");
 }
 
-fn data_of(s: &Secret) -> BTreeMap<String, String> {
+pub(crate) fn data_of(s: &Secret) -> BTreeMap<String, String> {
     s.data
         .clone()
         .unwrap_or_default()
@@ -70,7 +70,7 @@ fn data_of(s: &Secret) -> BTreeMap<String, String> {
         .collect()
 }
 
-fn expect(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+pub(crate) fn expect(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
@@ -78,7 +78,7 @@ fn expect(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 }
 
 /// Wait until the Secret exists with exactly `want`.
-async fn wait_data(
+pub(crate) async fn wait_data(
     client: &Client,
     ns: &str,
     name: &str,
@@ -106,7 +106,7 @@ async fn wait_data(
 }
 
 /// The condition `type_` of a KmsSecret: (status, reason, message).
-async fn condition(
+pub(crate) async fn condition(
     client: &Client,
     ns: &str,
     name: &str,
@@ -125,7 +125,7 @@ async fn condition(
     ))
 }
 
-async fn wait_condition(
+pub(crate) async fn wait_condition(
     client: &Client,
     ns: &str,
     name: &str,

@@ -36,7 +36,7 @@ use self::plan::{AuthChoice, Target};
 use super::apply::{self, FIELD_MANAGER, ensure_owner};
 use super::conditions::{self, Status};
 use super::error::SyncError;
-use super::refs::{get_secret, resolve_endpoint, secret_string};
+use super::instant::StreamState;
 use super::target::{
     ADOPT_EXISTING_ANNOTATION, Claim, Desired, OWNER_ANNOTATION, Observed, TargetKind, claim,
     desired_meta, diff, version_of,
@@ -45,7 +45,7 @@ use super::{Action, Context, ObjectKey, SyncRecord};
 use crate::api::common::CreationPolicy;
 use crate::api::conditions as ct;
 use crate::api::kms_secret::{KmsSecret, KmsSecretStatus};
-use crate::kms::{Credentials, Fetch, Identity, SecretMap};
+use crate::kms::{Fetch, SecretMap};
 
 /// The controller's metric label.
 pub const CONTROLLER: &str = "kmssecret";
@@ -71,6 +71,8 @@ struct Synced {
     targets: usize,
     /// The login method used, when this sync needed a token.
     strategy: Option<&'static str>,
+    /// The instant-update stream, when asked for.
+    stream: Option<StreamState>,
 }
 
 /// `KmsSecret/<ns>/<name>`.
@@ -301,65 +303,43 @@ async fn sync(
         .iter()
         .all(|(o, c)| *c == Claim::Ours && o.as_ref().is_some_and(Observed::data_intact));
     let need_values = !all_intact || record.as_ref().is_none_or(|r| r.generation != generation);
-    let due = need_values || record.as_ref().is_none_or(|r| now >= r.next_due);
+    // Instant updates: an event since the last fetch makes the resource due
+    // and skips the short-lived sharing of answers.
+    let instant = plan::instant_updates(&cr.spec);
+    let key = ObjectKey::new(&ns, &name);
+    let fresh = instant && ctx.instant.take_fresh(&key);
+    let due = need_values || fresh || record.as_ref().is_none_or(|r| now >= r.next_due);
 
     let mut strategy = None;
     let mut etag_out = record.as_ref().and_then(|r| r.etag.clone());
     // Data per target: fetched and planned, or (not due / 304) the target's
     // own current data.
-    let fetched: Option<SecretMap> = if due {
-        let AuthChoice::Universal { credentials, scope } =
-            plan::auth_choice(&cr.spec, &ns, allow_cross)?
-        else {
-            let AuthChoice::Unsupported(method) = plan::auth_choice(&cr.spec, &ns, allow_cross)?
-            else {
-                unreachable!("checked above")
-            };
-            return Err(SyncError::Spec(format!(
-                "authentication.{method} is not supported by this version of kms-operator yet; use universalAuth"
-            )));
-        };
-        let global = ctx.global_config();
-        let endpoint = resolve_endpoint(
-            &ctx.client,
+    let login = if due || (instant && !ctx.instant.is_registered(&key)) {
+        let AuthChoice { method, scope } = plan::auth_choice(&cr.spec, &ns, allow_cross)?;
+        let identity = super::auth::identity(
+            ctx,
             &ns,
             cr.spec.host_api.as_deref(),
             cr.spec.tls.as_ref(),
-            &global,
-            allow_cross,
+            &method,
         )
         .await?;
-        ctx.kms.check_endpoint(&endpoint).map_err(SyncError::Kms)?;
-        let creds = get_secret(&ctx.client, &credentials.0, &credentials.1)
-            .await?
-            .ok_or_else(|| SyncError::Reference {
-                reason: "CredentialsNotFound",
-                message: format!(
-                    "credentials Secret {}/{} not found",
-                    credentials.0, credentials.1
-                ),
-            })?;
-        let key = |k: &str| {
-            secret_string(&creds, k)
-                .filter(|v| !v.trim().is_empty())
-                .ok_or_else(|| SyncError::Reference {
-                    reason: "CredentialsInvalid",
-                    message: format!(
-                        "credentials Secret {}/{} has no {k} key",
-                        credentials.0, credentials.1
-                    ),
-                })
-        };
-        let identity = Identity {
-            endpoint,
-            credentials: Credentials::UniversalAuth {
-                client_id: key("clientId")?.trim().to_owned(),
-                client_secret: key("clientSecret")?.trim().to_owned().into(),
-            },
-        };
+        Some((identity, scope))
+    } else {
+        None
+    };
+    let stream = match (&login, instant) {
+        (_, false) => {
+            ctx.instant.unregister(&key);
+            None
+        }
+        (Some((identity, scope)), true) => Some(ctx.instant.ensure(&key, identity, scope).await),
+        (None, true) => ctx.instant.state_of(&key),
+    };
+    let fetched: Option<SecretMap> = if let (true, Some((identity, scope))) = (due, &login) {
         strategy = Some(identity.credentials.strategy_name());
         tokio::select! {
-            r = ctx.kms.token(&identity) => { r.map_err(SyncError::Auth)?; }
+            r = ctx.kms.token(identity) => { r.map_err(SyncError::Auth)?; }
             () = cancel.cancelled() => return Err(SyncError::NotOwner),
         }
         let etag = if need_values {
@@ -367,8 +347,9 @@ async fn sync(
         } else {
             record.as_ref().and_then(|r| r.etag.clone())
         };
+        let max_age = if fresh { Duration::ZERO } else { SHARE_WINDOW };
         let result = tokio::select! {
-            r = ctx.kms.fetch(&identity, &scope, etag.as_deref(), SHARE_WINDOW) => r.map_err(SyncError::Kms)?,
+            r = ctx.kms.fetch(identity, scope, etag.as_deref(), max_age) => r.map_err(SyncError::Kms)?,
             () = cancel.cancelled() => return Err(SyncError::NotOwner),
         };
         match &*result {
@@ -450,11 +431,17 @@ async fn sync(
     } else {
         record.as_ref().map(|r| r.last_sync)
     };
-    let next_due = if due {
+    let mut next_due = if due {
         now + plan::jittered(interval, fastrand::f64())
     } else {
         record.as_ref().map_or(now + interval, |r| r.next_due)
     };
+    if stream.as_ref().is_some_and(|s| *s != StreamState::Open) {
+        // Without an open stream, poll at least as often as without
+        // instant updates.
+        let polled = last_sync.unwrap_or(now) + interval.min(plan::DEFAULT_RESYNC);
+        next_due = next_due.min(polled);
+    }
     let target_hashes = targets
         .iter()
         .zip(&desired_all)
@@ -478,6 +465,7 @@ async fn sync(
         synced_keys,
         targets: targets.len(),
         strategy,
+        stream,
     })
 }
 
@@ -595,6 +583,38 @@ async fn write_status(
                 ));
             }
             status.synced_keys = s.synced_keys.or(status.synced_keys);
+            match &s.stream {
+                Some(StreamState::Open) => conditions::set(
+                    c,
+                    ct::INSTANT_UPDATES,
+                    Status::True,
+                    "Subscribed",
+                    "Listening to the KMS's change events",
+                    generation,
+                    &now,
+                ),
+                Some(StreamState::Connecting) => conditions::set(
+                    c,
+                    ct::INSTANT_UPDATES,
+                    Status::False,
+                    "Connecting",
+                    "Connecting to the KMS's change events; polling meanwhile",
+                    generation,
+                    &now,
+                ),
+                Some(StreamState::Unavailable(why)) => conditions::set(
+                    c,
+                    ct::INSTANT_UPDATES,
+                    Status::False,
+                    "Unavailable",
+                    &conditions::bounded(&format!(
+                        "Instant updates are not available, polling instead: {why}"
+                    )),
+                    generation,
+                    &now,
+                ),
+                None => c.retain(|x| x.type_ != ct::INSTANT_UPDATES),
+            }
         }
         Err(e) => {
             let message = conditions::bounded(&e.to_string());

@@ -5,9 +5,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::api::common::{CreationPolicy, ManagedKubeSecretConfig, SecretTemplate};
+use crate::api::common::{
+    CreationPolicy, GenericAuthentication, KubeSecretReference, KubernetesAuth, LdapAuth,
+    MachineIdentityScope, ManagedKubeSecretConfig, SecretTemplate,
+};
 use crate::api::duration::parse_optional_duration;
 use crate::api::kms_secret::{KmsSecret, KmsSecretSpec};
+pub use crate::controllers::auth::AuthMethod;
 use crate::controllers::error::SyncError;
 use crate::controllers::refs::namespace_of;
 use crate::controllers::target::{TargetKind, valid_data_key};
@@ -130,94 +134,210 @@ pub fn targets(cr: &KmsSecret, allow_cross: bool) -> Result<Vec<Target>, SyncErr
 
 /// The authentication a spec selects, with the scope it reads.
 #[derive(Clone, Debug, PartialEq)]
-pub enum AuthChoice {
-    /// Universal auth: credentials Secret (namespace, name) and scope.
-    Universal {
-        /// Namespace and name of the credentials Secret.
-        credentials: (String, String),
-        /// What to read.
-        scope: Scope,
-    },
-    /// A method this build does not support yet.
-    Unsupported(&'static str),
+pub struct AuthChoice {
+    /// How to log in.
+    pub method: AuthMethod,
+    /// What to read.
+    pub scope: Scope,
 }
 
-/// Pick the single authentication method of a spec (the schema guarantees
-/// there is exactly one).
+/// Resolve a machine-identity scope.
+fn machine_scope(s: &MachineIdentityScope) -> Result<Scope, SyncError> {
+    let project = match (
+        s.project_slug.as_deref().filter(|v| !v.is_empty()),
+        s.project_id.as_deref().filter(|v| !v.is_empty()),
+    ) {
+        (Some(slug), None) => ProjectRef::Slug(slug.to_owned()),
+        (None, Some(id)) => ProjectRef::Id(id.to_owned()),
+        _ => {
+            return Err(SyncError::Spec(
+                "secretsScope: exactly one of projectSlug and projectId must be set".to_owned(),
+            ));
+        }
+    };
+    let secret_name = s.secret_name.clone().filter(|n| !n.is_empty());
+    let recursive = s.recursive.unwrap_or(false);
+    if secret_name.is_some() && recursive {
+        return Err(SyncError::Spec(
+            "secretsScope: secretName cannot be combined with recursive: true".to_owned(),
+        ));
+    }
+    Ok(Scope {
+        project,
+        environment: s.env_slug.clone(),
+        path: normalize_path(&s.secrets_path),
+        recursive,
+        secret_name,
+    })
+}
+
+/// Pick the single authentication method of a KmsSecret (the schema
+/// guarantees there is exactly one) and the scope it reads.
 pub fn auth_choice(
     spec: &KmsSecretSpec,
     ns: &str,
     allow_cross: bool,
 ) -> Result<AuthChoice, SyncError> {
-    let Some(auth) = &spec.authentication else {
-        return Ok(if spec.token_secret_reference.is_some() {
-            AuthChoice::Unsupported("tokenSecretReference (service token)")
-        } else {
-            return Err(SyncError::Spec(
-                "no authentication method is set".to_owned(),
-            ));
-        });
-    };
-    if let Some(ua) = &auth.universal_auth {
-        let cns = namespace_of(
-            ns,
-            ua.credentials_ref.secret_namespace.as_deref(),
-            "authentication.universalAuth.credentialsRef",
-            allow_cross,
-        )?;
-        let s = &ua.secrets_scope;
-        let project = match (
-            s.project_slug.as_deref().filter(|v| !v.is_empty()),
-            s.project_id.as_deref().filter(|v| !v.is_empty()),
-        ) {
-            (Some(slug), None) => ProjectRef::Slug(slug.to_owned()),
-            (None, Some(id)) => ProjectRef::Id(id.to_owned()),
-            _ => {
-                return Err(SyncError::Spec(
-                    "secretsScope: exactly one of projectSlug and projectId must be set".to_owned(),
-                ));
-            }
+    let service_token =
+        |r: &KubeSecretReference, field: &str, path: &str, env: &str, recursive: bool| {
+            let sns = namespace_of(ns, r.secret_namespace.as_deref(), field, allow_cross)?;
+            Ok::<_, SyncError>(AuthChoice {
+                method: AuthMethod::ServiceToken {
+                    secret: (sns, r.secret_name.clone()),
+                },
+                scope: Scope {
+                    project: ProjectRef::OfServiceToken,
+                    environment: env.to_owned(),
+                    path: normalize_path(path),
+                    recursive,
+                    secret_name: None,
+                },
+            })
         };
-        let secret_name = s.secret_name.clone().filter(|n| !n.is_empty());
-        let recursive = s.recursive.unwrap_or(false);
-        if secret_name.is_some() && recursive {
-            return Err(SyncError::Spec(
-                "secretsScope: secretName cannot be combined with recursive: true".to_owned(),
-            ));
-        }
-        return Ok(AuthChoice::Universal {
-            credentials: (cns, ua.credentials_ref.secret_name.clone()),
+    let Some(auth) = &spec.authentication else {
+        return match &spec.token_secret_reference {
+            // The legacy top-level reference has no scope of its own: the
+            // token's scope applies (the KMS uses it for single-scope tokens).
+            Some(r) => service_token(r, "tokenSecretReference", "/", "", false),
+            None => Err(SyncError::Spec(
+                "no authentication method is set".to_owned(),
+            )),
+        };
+    };
+    if let Some(st) = &auth.service_token {
+        let s = &st.secrets_scope;
+        return service_token(
+            &st.service_token_secret_reference,
+            "authentication.serviceToken.serviceTokenSecretReference",
+            &s.secrets_path,
+            &s.env_slug,
+            s.recursive.unwrap_or(false),
+        );
+    }
+    if auth.service_account.is_some() {
+        return Ok(AuthChoice {
+            method: AuthMethod::Unsupported(
+                "serviceAccount (legacy service accounts are not offered by the KMS API any more; use universalAuth or kubernetesAuth)",
+            ),
             scope: Scope {
-                project,
-                environment: s.env_slug.clone(),
-                path: normalize_path(&s.secrets_path),
-                recursive,
-                secret_name,
+                project: ProjectRef::OfServiceToken,
+                environment: String::new(),
+                path: "/".to_owned(),
+                recursive: false,
+                secret_name: None,
             },
         });
     }
-    let name = if auth.kubernetes_auth.is_some() {
-        "kubernetesAuth"
-    } else if auth.aws_iam_auth.is_some() {
-        "awsIamAuth"
-    } else if auth.azure_auth.is_some() {
-        "azureAuth"
-    } else if auth.gcp_id_token_auth.is_some() {
-        "gcpIdTokenAuth"
-    } else if auth.gcp_iam_auth.is_some() {
-        "gcpIamAuth"
-    } else if auth.ldap_auth.is_some() {
-        "ldapAuth"
-    } else if auth.service_token.is_some() {
-        "serviceToken"
-    } else if auth.service_account.is_some() {
-        "serviceAccount"
+    let (method, scope) = if let Some(a) = &auth.universal_auth {
+        (
+            universal_method(&a.credentials_ref, ns, allow_cross)?,
+            &a.secrets_scope,
+        )
+    } else if let Some(a) = &auth.kubernetes_auth {
+        (
+            kubernetes_method(&a.auth, ns, allow_cross)?,
+            &a.secrets_scope,
+        )
+    } else if let Some(a) = &auth.ldap_auth {
+        (ldap_method(&a.auth, ns, allow_cross)?, &a.secrets_scope)
+    } else if let Some(a) = &auth.aws_iam_auth {
+        (AuthMethod::Unsupported("awsIamAuth"), &a.secrets_scope)
+    } else if let Some(a) = &auth.azure_auth {
+        (AuthMethod::Unsupported("azureAuth"), &a.secrets_scope)
+    } else if let Some(a) = &auth.gcp_id_token_auth {
+        (AuthMethod::Unsupported("gcpIdTokenAuth"), &a.secrets_scope)
+    } else if let Some(a) = &auth.gcp_iam_auth {
+        (AuthMethod::Unsupported("gcpIamAuth"), &a.secrets_scope)
     } else {
         return Err(SyncError::Spec(
             "no authentication method is set".to_owned(),
         ));
     };
-    Ok(AuthChoice::Unsupported(name))
+    Ok(AuthChoice {
+        method,
+        scope: machine_scope(scope)?,
+    })
+}
+
+/// Universal auth from a credentials reference.
+pub fn universal_method(
+    r: &KubeSecretReference,
+    ns: &str,
+    allow_cross: bool,
+) -> Result<AuthMethod, SyncError> {
+    let cns = namespace_of(
+        ns,
+        r.secret_namespace.as_deref(),
+        "authentication.universalAuth.credentialsRef",
+        allow_cross,
+    )?;
+    Ok(AuthMethod::Universal {
+        credentials: (cns, r.secret_name.clone()),
+    })
+}
+
+/// Kubernetes auth.
+pub fn kubernetes_method(
+    a: &KubernetesAuth,
+    ns: &str,
+    allow_cross: bool,
+) -> Result<AuthMethod, SyncError> {
+    let sa_ns = namespace_of(
+        ns,
+        a.service_account_ref.namespace.as_deref(),
+        "authentication.kubernetesAuth.serviceAccountRef",
+        allow_cross,
+    )?;
+    Ok(AuthMethod::Kubernetes {
+        identity_id: a.identity_id.clone(),
+        service_account: (sa_ns, a.service_account_ref.name.clone()),
+        auto_token: a.auto_create_service_account_token.unwrap_or(false),
+        audiences: a
+            .service_account_token_audiences
+            .clone()
+            .unwrap_or_default(),
+    })
+}
+
+/// LDAP auth.
+pub fn ldap_method(a: &LdapAuth, ns: &str, allow_cross: bool) -> Result<AuthMethod, SyncError> {
+    let cns = namespace_of(
+        ns,
+        a.credentials_ref.secret_namespace.as_deref(),
+        "authentication.ldapAuth.credentialsRef",
+        allow_cross,
+    )?;
+    Ok(AuthMethod::Ldap {
+        identity_id: a.identity_id.clone(),
+        credentials: (cns, a.credentials_ref.secret_name.clone()),
+    })
+}
+
+/// The method of a push or dynamic secret's generic authentication block.
+pub fn generic_method(
+    auth: &GenericAuthentication,
+    ns: &str,
+    allow_cross: bool,
+) -> Result<AuthMethod, SyncError> {
+    if let Some(a) = &auth.universal_auth {
+        universal_method(&a.credentials_ref, ns, allow_cross)
+    } else if let Some(a) = &auth.kubernetes_auth {
+        kubernetes_method(a, ns, allow_cross)
+    } else if let Some(a) = &auth.ldap_auth {
+        ldap_method(a, ns, allow_cross)
+    } else if auth.aws_iam_auth.is_some() {
+        Ok(AuthMethod::Unsupported("awsIamAuth"))
+    } else if auth.azure_auth.is_some() {
+        Ok(AuthMethod::Unsupported("azureAuth"))
+    } else if auth.gcp_id_token_auth.is_some() {
+        Ok(AuthMethod::Unsupported("gcpIdTokenAuth"))
+    } else if auth.gcp_iam_auth.is_some() {
+        Ok(AuthMethod::Unsupported("gcpIamAuth"))
+    } else {
+        Err(SyncError::Spec(
+            "no authentication method is set".to_owned(),
+        ))
+    }
 }
 
 /// A KMS folder path: leading `/`, no trailing `/` (except the root).
@@ -232,23 +352,28 @@ pub fn normalize_path(p: &str) -> String {
     }
 }
 
+/// Whether a spec asks for instant updates (`syncConfig` if present, else
+/// the deprecated top-level field).
+pub fn instant_updates(spec: &KmsSecretSpec) -> bool {
+    match &spec.sync_config {
+        Some(sc) => sc.instant_updates.unwrap_or(false),
+        None => spec.instant_updates.unwrap_or(false),
+    }
+}
+
 /// The resync interval of a spec: `syncConfig` if present, else the
 /// deprecated top-level fields; defaults of 1 minute (1 hour with instant
 /// updates); at least 5 seconds.
 pub fn resync_interval(spec: &KmsSecretSpec) -> Result<Duration, SyncError> {
-    let (interval, instant) = match &spec.sync_config {
-        Some(sc) => (
-            parse_optional_duration(sc.resync_interval.as_deref())
-                .map_err(|e| SyncError::Spec(format!("syncConfig.resyncInterval: {e}")))?,
-            sc.instant_updates.unwrap_or(false),
-        ),
-        None => (
-            spec.resync_interval
-                .filter(|s| *s > 0)
-                .map(|s| Duration::from_secs(s.unsigned_abs())),
-            spec.instant_updates.unwrap_or(false),
-        ),
+    let interval = match &spec.sync_config {
+        Some(sc) => parse_optional_duration(sc.resync_interval.as_deref())
+            .map_err(|e| SyncError::Spec(format!("syncConfig.resyncInterval: {e}")))?,
+        None => spec
+            .resync_interval
+            .filter(|s| *s > 0)
+            .map(|s| Duration::from_secs(s.unsigned_abs())),
     };
+    let instant = instant_updates(spec);
     let default = if instant {
         DEFAULT_RESYNC_INSTANT
     } else {
@@ -504,22 +629,65 @@ mod tests {
             "credentialsRef": {"secretName": "creds"},
             "secretsScope": {"projectSlug": "demo", "envSlug": "dev", "secretsPath": "backend/", "recursive": true}
         }}}));
-        match auth_choice(&c.spec, "ns", false).unwrap() {
-            AuthChoice::Universal { credentials, scope } => {
-                assert_eq!(credentials, ("ns".to_owned(), "creds".to_owned()));
-                assert_eq!(scope.path, "/backend");
-                assert!(scope.recursive);
-                assert_eq!(scope.project, ProjectRef::Slug("demo".into()));
+        let choice = auth_choice(&c.spec, "ns", false).unwrap();
+        assert_eq!(
+            choice.method,
+            AuthMethod::Universal {
+                credentials: ("ns".to_owned(), "creds".to_owned())
             }
-            other => panic!("{other:?}"),
-        }
+        );
+        assert_eq!(choice.scope.path, "/backend");
+        assert!(choice.scope.recursive);
+        assert_eq!(choice.scope.project, ProjectRef::Slug("demo".into()));
         let k = cr(serde_json::json!({"authentication": {"ldapAuth": {
             "identityId": "i", "credentialsRef": {"secretName": "c"},
             "secretsScope": {"projectId": "p", "envSlug": "dev", "secretsPath": "/"}
         }}}));
+        let ldap = auth_choice(&k.spec, "ns", false).unwrap();
         assert_eq!(
-            auth_choice(&k.spec, "ns", false).unwrap(),
-            AuthChoice::Unsupported("ldapAuth")
+            ldap.method,
+            AuthMethod::Ldap {
+                identity_id: "i".into(),
+                credentials: ("ns".into(), "c".into())
+            }
+        );
+        assert_eq!(ldap.scope.project, ProjectRef::Id("p".into()));
+        // Kubernetes auth: the ServiceAccount follows the namespace rule.
+        let kube = cr(serde_json::json!({"authentication": {"kubernetesAuth": {
+            "identityId": "i", "serviceAccountRef": {"name": "sa", "namespace": "other"},
+            "autoCreateServiceAccountToken": true, "serviceAccountTokenAudiences": ["kms"],
+            "secretsScope": {"projectSlug": "p", "envSlug": "dev", "secretsPath": "/"}
+        }}}));
+        let err = auth_choice(&kube.spec, "ns", false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("serviceAccountRef points to namespace other"),
+            "{err}"
+        );
+        assert_eq!(
+            auth_choice(&kube.spec, "ns", true).unwrap().method,
+            AuthMethod::Kubernetes {
+                identity_id: "i".into(),
+                service_account: ("other".into(), "sa".into()),
+                auto_token: true,
+                audiences: vec!["kms".into()]
+            }
+        );
+        // Service tokens, new and legacy: the project comes from the token.
+        let st = cr(serde_json::json!({"authentication": {"serviceToken": {
+            "serviceTokenSecretReference": {"secretName": "tok"},
+            "secretsScope": {"envSlug": "dev", "secretsPath": "/app"}
+        }}}));
+        let c = auth_choice(&st.spec, "ns", false).unwrap();
+        assert_eq!(c.scope.project, ProjectRef::OfServiceToken);
+        assert_eq!(c.scope.path, "/app");
+        let legacy = cr(serde_json::json!({"tokenSecretReference": {"secretName": "tok"}}));
+        assert_eq!(
+            auth_choice(&legacy.spec, "ns", false).unwrap().method,
+            AuthMethod::ServiceToken {
+                secret: ("ns".into(), "tok".into())
+            }
         );
     }
 

@@ -1,0 +1,370 @@
+//! Instant updates: one event stream per (identity, project, environment,
+//! path), shared by every KmsSecret of that scope with `instantUpdates`. An
+//! event queues the scope's resources at once (their next fetch skips the
+//! short-lived answer sharing); a lost stream reconnects with backoff (1 s
+//! doubling to 30 s, jittered) and queues them once, in case an event was
+//! missed; a stream silent for two minutes (no ping) is reopened. When the
+//! KMS says the feature is not available (plan, permission, unknown route),
+//! the scope falls back to polling and the resources say so.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::ObjectKey;
+use super::queue::Queue;
+use crate::kms::events::{Message, Subscription, permanent};
+use crate::kms::{Identity, IdentityKey, Kms, ProjectRef, Scope};
+use crate::sharding::Ownership;
+
+type Key = (IdentityKey, Subscription);
+
+/// The state of a stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StreamState {
+    /// Connecting or reconnecting.
+    Connecting,
+    /// Open.
+    Open,
+    /// The KMS does not offer it; polling only.
+    Unavailable(String),
+}
+
+type Subscribers = Arc<Mutex<HashSet<ObjectKey>>>;
+
+struct Entry {
+    subscribers: Subscribers,
+    state: Arc<Mutex<StreamState>>,
+    task: JoinHandle<()>,
+}
+
+/// The streams and who listens to them.
+pub struct InstantUpdates {
+    kms: Arc<Kms>,
+    queue: Arc<Queue<ObjectKey>>,
+    gate: Arc<dyn Ownership>,
+    streams: Mutex<HashMap<Key, Entry>>,
+    by_resource: Mutex<HashMap<ObjectKey, Key>>,
+    fresh: Arc<Mutex<HashSet<ObjectKey>>>,
+    /// Project ids by (KMS base URL, slug).
+    projects: Mutex<HashMap<(String, String), String>>,
+}
+
+/// How long without a ping before a stream is reopened.
+const SILENCE: Duration = Duration::from_secs(120);
+
+impl InstantUpdates {
+    /// A manager queueing into `queue`.
+    pub fn new(kms: Arc<Kms>, queue: Arc<Queue<ObjectKey>>, gate: Arc<dyn Ownership>) -> Self {
+        Self {
+            kms,
+            queue,
+            gate,
+            streams: Mutex::new(HashMap::new()),
+            by_resource: Mutex::new(HashMap::new()),
+            fresh: Arc::new(Mutex::new(HashSet::new())),
+            projects: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Make sure `key` listens to the events of `scope` (resolving a project
+    /// slug to its id once). Returns the stream's state.
+    pub async fn ensure(&self, key: &ObjectKey, identity: &Identity, scope: &Scope) -> StreamState {
+        let project_id = match &scope.project {
+            ProjectRef::Id(id) => id.clone(),
+            ProjectRef::OfServiceToken => {
+                self.unregister(key);
+                return StreamState::Unavailable(
+                    "service tokens cannot subscribe to change events; polling only".to_owned(),
+                );
+            }
+            ProjectRef::Slug(slug) => {
+                let cache_key = (identity.endpoint.base.clone(), slug.clone());
+                let known = self
+                    .projects
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(&cache_key)
+                    .cloned();
+                match known {
+                    Some(id) => id,
+                    None => match self.kms.project_id(identity, slug).await {
+                        Ok(id) => {
+                            self.projects
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .insert(cache_key, id.clone());
+                            id
+                        }
+                        Err(e) => {
+                            tracing::debug!(error = %e, "could not resolve the project for instant updates");
+                            return StreamState::Connecting;
+                        }
+                    },
+                }
+            }
+        };
+        self.register(key, identity, subscription(project_id, scope))
+    }
+
+    /// The state of the stream `key` listens to, if any.
+    pub fn state_of(&self, key: &ObjectKey) -> Option<StreamState> {
+        let stream_key = self
+            .by_resource
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .cloned()?;
+        let streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = streams.get(&stream_key)?;
+        Some(
+            entry
+                .state
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+        )
+    }
+
+    /// Whether `key` listens to a stream.
+    pub fn is_registered(&self, key: &ObjectKey) -> bool {
+        self.by_resource
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(key)
+    }
+
+    /// Listen for `key` on `sub` with `identity` (replacing what it listened
+    /// to before). Returns the stream's current state.
+    pub fn register(&self, key: &ObjectKey, identity: &Identity, sub: Subscription) -> StreamState {
+        let stream_key = (identity.key(), sub.clone());
+        let previous = self
+            .by_resource
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key.clone(), stream_key.clone());
+        if let Some(prev) = previous.filter(|p| *p != stream_key) {
+            self.leave(key, &prev);
+        }
+        let mut streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = streams.entry(stream_key).or_insert_with(|| {
+            let state = Arc::new(Mutex::new(StreamState::Connecting));
+            let subscribers: Subscribers = Arc::default();
+            let task = tokio::spawn(run(
+                self.kms.clone(),
+                identity.clone(),
+                sub,
+                state.clone(),
+                Notify {
+                    queue: self.queue.clone(),
+                    gate: self.gate.clone(),
+                    fresh: self.fresh.clone(),
+                    subscribers: subscribers.clone(),
+                },
+            ));
+            Entry {
+                subscribers,
+                state,
+                task,
+            }
+        });
+        entry
+            .subscribers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key.clone());
+        entry
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn leave(&self, key: &ObjectKey, stream_key: &Key) {
+        let mut streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(entry) = streams.get_mut(stream_key) {
+            let empty = {
+                let mut subscribers = entry.subscribers.lock().unwrap_or_else(|e| e.into_inner());
+                subscribers.remove(key);
+                subscribers.is_empty()
+            };
+            if empty && let Some(entry) = streams.remove(stream_key) {
+                entry.task.abort();
+            }
+        }
+    }
+
+    /// Stop listening for `key`.
+    pub fn unregister(&self, key: &ObjectKey) {
+        let previous = self
+            .by_resource
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+        if let Some(prev) = previous {
+            self.leave(key, &prev);
+        }
+        self.fresh
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+    }
+
+    /// Stop listening for every resource of a lost shard.
+    pub fn drop_shard(&self, shard: u32) {
+        let keys: Vec<ObjectKey> = self
+            .by_resource
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .filter(|k| self.gate.shard_of(&k.namespace) == shard)
+            .cloned()
+            .collect();
+        for k in keys {
+            self.unregister(&k);
+        }
+    }
+
+    /// Whether an event arrived for `key` since its last fetch (and clear it).
+    pub fn take_fresh(&self, key: &ObjectKey) -> bool {
+        self.fresh
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key)
+    }
+
+    /// Open streams (for tests and metrics).
+    pub fn streams(&self) -> usize {
+        self.streams.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+async fn run(
+    kms: Arc<Kms>,
+    identity: Identity,
+    sub: Subscription,
+    state: Arc<Mutex<StreamState>>,
+    notify: Notify,
+) {
+    let mut backoff = Duration::from_secs(1);
+    loop {
+        let set = |s: StreamState| *state.lock().unwrap_or_else(|e| e.into_inner()) = s;
+        match kms.subscribe(&identity, &sub).await {
+            Ok(mut stream) => {
+                set(StreamState::Open);
+                backoff = Duration::from_secs(1);
+                tracing::debug!(project = %sub.project_id, path = %sub.path, "instant-update stream open");
+                let mut last = Instant::now();
+                loop {
+                    let next = tokio::time::timeout_at(last + SILENCE, stream.next()).await;
+                    match next {
+                        Ok(Ok(Some(Message::Ping))) => last = Instant::now(),
+                        Ok(Ok(Some(Message::Change(event)))) => {
+                            last = Instant::now();
+                            tracing::debug!(%event, path = %sub.path, "instant update");
+                            notify.notify();
+                        }
+                        Ok(Ok(None)) | Ok(Err(_)) | Err(_) => break,
+                    }
+                }
+                set(StreamState::Connecting);
+                // An event may have been missed while the stream was down.
+                notify.notify();
+            }
+            Err(e) if permanent(&e) => {
+                tracing::warn!(error = %e, path = %sub.path, "instant updates are not available; polling only");
+                set(StreamState::Unavailable(e.to_string()));
+                return;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "instant-update stream failed; retrying");
+            }
+        }
+        tokio::time::sleep(backoff.mul_f64(0.8 + 0.4 * fastrand::f64())).await;
+        backoff = (backoff * 2).min(Duration::from_secs(30));
+    }
+}
+
+/// The subscription of a scope: its folder, or everything under it when
+/// recursive.
+fn subscription(project_id: String, scope: &Scope) -> Subscription {
+    let path = if scope.recursive && scope.secret_name.is_none() {
+        format!("{}/**", scope.path.trim_end_matches('/'))
+    } else {
+        scope.path.clone()
+    };
+    Subscription {
+        project_id,
+        environment: scope.environment.clone(),
+        path,
+    }
+}
+
+/// What a stream's task needs to queue its subscribers.
+struct Notify {
+    queue: Arc<Queue<ObjectKey>>,
+    gate: Arc<dyn Ownership>,
+    fresh: Arc<Mutex<HashSet<ObjectKey>>>,
+    subscribers: Subscribers,
+}
+
+impl Notify {
+    /// Mark every subscriber fresh and queue it now.
+    fn notify(&self) {
+        let keys: Vec<ObjectKey> = self
+            .subscribers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .cloned()
+            .collect();
+        let mut fresh = self.fresh.lock().unwrap_or_else(|e| e.into_inner());
+        for key in keys {
+            fresh.insert(key.clone());
+            let shard = self.gate.shard_of(&key.namespace);
+            self.queue.add(key, shard);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scope(path: &str, recursive: bool, secret: Option<&str>) -> Scope {
+        Scope {
+            project: ProjectRef::Id("p".to_owned()),
+            environment: "dev".to_owned(),
+            path: path.to_owned(),
+            recursive,
+            secret_name: secret.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn subscription_paths() {
+        assert_eq!(
+            subscription("p".into(), &scope("/", true, None)).path,
+            "/**"
+        );
+        assert_eq!(
+            subscription("p".into(), &scope("/a/b/", true, None)).path,
+            "/a/b/**"
+        );
+        assert_eq!(
+            subscription("p".into(), &scope("/a", false, None)).path,
+            "/a"
+        );
+        assert_eq!(
+            subscription("p".into(), &scope("/a", true, Some("K"))).path,
+            "/a"
+        );
+        assert_eq!(
+            subscription("p".into(), &scope("/a", false, None)).environment,
+            "dev"
+        );
+    }
+}

@@ -1,0 +1,499 @@
+//! KmsSecret extras end to end: Kubernetes, LDAP and service-token auth,
+//! instant updates, a KMS behind a private CA, and the egress allow-list.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+
+use crate::harness::{self, TestNamespace, wait_for};
+use crate::kms_secret::{apply_cr, condition, expect, wait_condition, wait_data};
+use crate::support::{DevServer, Operator, TempDir, seed};
+
+const LIST: &str = "GET /api/v3/secrets/raw";
+const K8S_LOGIN: &str = "POST /api/v1/auth/kubernetes-auth/login";
+const LDAP_LOGIN: &str = "POST /api/v1/auth/ldap-auth/login";
+const TOKEN_CONDITION: &str = "secrets.hanzo.ai/LoadedKMSToken";
+const K8S_IDENTITY: &str = "5b1c3d0e-0000-4000-8000-00000000a001";
+const LDAP_IDENTITY: &str = "5b1c3d0e-0000-4000-8000-00000000a002";
+
+/// The demo seed plus a Kubernetes identity for service account `app` of
+/// `ns`, an LDAP identity and a service token, all on project `demo`.
+fn extras_seed(secrets: &[(&str, &str)], ns: &str) -> String {
+    let mut s = seed(secrets);
+    s.push_str(&format!(
+        "  - name: in-cluster\n    id: {K8S_IDENTITY}\n    kubernetesAuth: {{allowedNamespaces: [{ns}], allowedNames: [app], allowedAudience: kms-test}}\n    projects: [demo]\n\
+         \x20 - name: directory-user\n    id: {LDAP_IDENTITY}\n    ldapAuth: {{username: alice, password: wonderland}}\n    projects: [demo]\n\
+         serviceTokens:\n  - token: st.legacy.abc.def\n    project: demo\n    environment: dev\n    path: /\n"
+    ));
+    s
+}
+
+async fn create_secret(client: &Client, ns: &str, name: &str, data: Value) {
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": ns},
+        "stringData": data
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("create Secret");
+}
+
+fn cr(name: &str, host: &str, target: &str, authentication: Value) -> Value {
+    json!({
+        "apiVersion": "secrets.hanzo.ai/v1alpha1",
+        "kind": "KmsSecret",
+        "metadata": {"name": name},
+        "spec": {
+            "hostAPI": host,
+            "syncConfig": {"resyncInterval": "30s"},
+            "authentication": authentication,
+            "managedKubeSecretReferences": [{"secretName": target, "creationPolicy": "Owner"}]
+        }
+    })
+}
+
+fn scope() -> Value {
+    json!({"projectSlug": "demo", "envSlug": "dev", "secretsPath": "/"})
+}
+
+#[tokio::test]
+async fn kubernetes_ldap_and_service_token_auth_sync() {
+    let client = harness::client().await;
+    let ns = TestNamespace::new(&client, "ks-auth").await;
+    let kubeconfig = harness::kubeconfig();
+    let kms = DevServer::start_with(
+        &extras_seed(&[("DB_PASSWORD", "s3cret")], &ns.name),
+        &["--kubeconfig", kubeconfig.to_str().unwrap()],
+    )
+    .await;
+    for sa in ["app", "other"] {
+        let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": sa}})).unwrap();
+        Api::<ServiceAccount>::namespaced(client.clone(), &ns.name)
+            .create(&PostParams::default(), &sa)
+            .await
+            .expect("service account");
+    }
+    create_secret(
+        &client,
+        &ns.name,
+        "ldap",
+        json!({"username": "alice", "password": "wonderland"}),
+    )
+    .await;
+    // Spaces around a pasted token are stripped.
+    create_secret(
+        &client,
+        &ns.name,
+        "st",
+        json!({"kmsToken": "  st.legacy.abc.def \n"}),
+    )
+    .await;
+    create_secret(
+        &client,
+        &ns.name,
+        "st-wrong",
+        json!({"kmsToken": "st.legacy.wrong.def"}),
+    )
+    .await;
+    create_secret(
+        &client,
+        &ns.name,
+        "st-bad",
+        json!({"infisicalToken": "not-a-token"}),
+    )
+    .await;
+    let _op = Operator::start(&ns.name, &[&ns.name], &[]);
+
+    let k8s = |sa: &str, sa_ns: Option<&str>| {
+        let mut r = json!({"name": sa});
+        if let Some(n) = sa_ns {
+            r["namespace"] = json!(n);
+        }
+        json!({"kubernetesAuth": {
+            "identityId": K8S_IDENTITY,
+            "serviceAccountRef": r,
+            "autoCreateServiceAccountToken": true,
+            "serviceAccountTokenAudiences": ["kms-test"],
+            "secretsScope": scope()
+        }})
+    };
+    apply_cr(
+        &client,
+        &ns.name,
+        cr("k8s", &kms.api(), "k8s-out", k8s("app", None)),
+    )
+    .await;
+    // A service account the identity does not allow: the KMS refuses.
+    apply_cr(
+        &client,
+        &ns.name,
+        cr(
+            "k8s-denied",
+            &kms.api(),
+            "k8s-denied-out",
+            k8s("other", None),
+        ),
+    )
+    .await;
+    // A service account in another namespace needs --allow-cross-namespace-refs.
+    apply_cr(
+        &client,
+        &ns.name,
+        cr(
+            "k8s-cross",
+            &kms.api(),
+            "k8s-cross-out",
+            k8s("app", Some("kube-system")),
+        ),
+    )
+    .await;
+    apply_cr(
+        &client,
+        &ns.name,
+        cr(
+            "ldap",
+            &kms.api(),
+            "ldap-out",
+            json!({"ldapAuth": {"identityId": LDAP_IDENTITY, "credentialsRef": {"secretName": "ldap"}, "secretsScope": scope()}}),
+        ),
+    )
+    .await;
+    let st = |secret: &str| {
+        json!({"serviceToken": {
+            "serviceTokenSecretReference": {"secretName": secret},
+            "secretsScope": {"envSlug": "dev", "secretsPath": "/"}
+        }})
+    };
+    apply_cr(&client, &ns.name, cr("st", &kms.api(), "st-out", st("st"))).await;
+    apply_cr(
+        &client,
+        &ns.name,
+        cr("st-wrong", &kms.api(), "st-wrong-out", st("st-wrong")),
+    )
+    .await;
+    apply_cr(
+        &client,
+        &ns.name,
+        cr("st-bad", &kms.api(), "st-bad-out", st("st-bad")),
+    )
+    .await;
+
+    let want = expect(&[("DB_PASSWORD", "s3cret")]);
+    for target in ["k8s-out", "ldap-out", "st-out"] {
+        wait_data(&client, &ns.name, target, &want, Duration::from_secs(30)).await;
+    }
+    for (name, strategy) in [
+        ("k8s", "KUBERNETES_AUTH"),
+        ("ldap", "LDAP"),
+        ("st", "SERVICE_TOKEN"),
+    ] {
+        let (_, _, message) = wait_condition(
+            &client,
+            &ns.name,
+            name,
+            TOKEN_CONDITION,
+            "True",
+            Duration::from_secs(10),
+        )
+        .await;
+        assert!(message.contains(strategy), "{name}: {message}");
+    }
+    assert!(kms.count(K8S_LOGIN, Some("200")).await >= 1);
+    assert!(kms.count(LDAP_LOGIN, Some("200")).await >= 1);
+
+    let (_, reason, message) = wait_condition(
+        &client,
+        &ns.name,
+        "k8s-denied",
+        "Ready",
+        "False",
+        Duration::from_secs(30),
+    )
+    .await;
+    assert!(
+        message.to_lowercase().contains("kubernetes")
+            || message.contains("401")
+            || message.contains("403"),
+        "{reason}: {message}"
+    );
+    let (_, _, message) = wait_condition(
+        &client,
+        &ns.name,
+        "k8s-cross",
+        "Ready",
+        "False",
+        Duration::from_secs(30),
+    )
+    .await;
+    assert!(message.contains("serviceAccountRef"), "{message}");
+    assert!(message.contains("kube-system"), "{message}");
+    let (_, _, message) = wait_condition(
+        &client,
+        &ns.name,
+        "st-wrong",
+        "Ready",
+        "False",
+        Duration::from_secs(30),
+    )
+    .await;
+    assert!(
+        !message.contains("nope"),
+        "the token leaked into the condition: {message}"
+    );
+    let (_, _, message) = wait_condition(
+        &client,
+        &ns.name,
+        "st-bad",
+        "Ready",
+        "False",
+        Duration::from_secs(30),
+    )
+    .await;
+    assert!(message.contains("st-bad"), "{message}");
+    assert!(!message.contains("not-a-token"), "{message}");
+    let secrets = Api::<Secret>::namespaced(client.clone(), &ns.name);
+    for target in [
+        "k8s-denied-out",
+        "k8s-cross-out",
+        "st-wrong-out",
+        "st-bad-out",
+    ] {
+        assert!(
+            secrets.get_opt(target).await.unwrap().is_none(),
+            "{target} was written"
+        );
+    }
+}
+
+#[tokio::test]
+async fn instant_updates_follow_changes_within_two_seconds() {
+    let client = harness::client().await;
+    let ns = TestNamespace::new(&client, "ks-instant").await;
+    let kms = DevServer::start(&seed(&[("COUNTER", "0"), ("OTHER", "x")])).await;
+    create_secret(
+        &client,
+        &ns.name,
+        "kms-credentials",
+        json!({"clientId": crate::support::CLIENT_ID, "clientSecret": crate::support::CLIENT_SECRET}),
+    )
+    .await;
+    let _op = Operator::start(&ns.name, &[&ns.name], &[]);
+    let mut value = cr(
+        "live",
+        &kms.api(),
+        "live-out",
+        json!({"universalAuth": {"credentialsRef": {"secretName": "kms-credentials"}, "secretsScope": scope()}}),
+    );
+    value["spec"]["syncConfig"] = json!({"instantUpdates": true});
+    apply_cr(&client, &ns.name, value).await;
+    wait_data(
+        &client,
+        &ns.name,
+        "live-out",
+        &expect(&[("COUNTER", "0"), ("OTHER", "x")]),
+        Duration::from_secs(30),
+    )
+    .await;
+    let (_, reason, _) = wait_condition(
+        &client,
+        &ns.name,
+        "live",
+        "secrets.hanzo.ai/InstantUpdates",
+        "True",
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(reason, "Subscribed");
+    let lists_before = kms.count(LIST, None).await;
+
+    let secrets = Api::<Secret>::namespaced(client.clone(), &ns.name);
+    let mut latencies = Vec::new();
+    for i in 1..=50 {
+        let v = i.to_string();
+        let started = Instant::now();
+        kms.set_secret("demo", "dev", "/", "COUNTER", &v).await;
+        let seen = wait_for(Duration::from_secs(10), || {
+            let (secrets, v) = (secrets.clone(), v.clone());
+            async move {
+                let s = secrets.get("live-out").await.ok()?;
+                let data = s.data?;
+                (data.get("COUNTER")?.0 == v.as_bytes()).then_some(())
+            }
+        })
+        .await;
+        assert!(seen.is_some(), "change {i} did not arrive within 10 s");
+        latencies.push(started.elapsed());
+    }
+    latencies.sort();
+    let p50 = latencies[latencies.len() / 2];
+    let p99 = latencies[(latencies.len() * 99).div_ceil(100) - 1];
+    println!(
+        "instant updates: 50 changes, p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
+        p50.as_secs_f64() * 1000.0,
+        p99.as_secs_f64() * 1000.0,
+        latencies[latencies.len() - 1].as_secs_f64() * 1000.0
+    );
+    assert!(p99 <= Duration::from_secs(2), "p99 {p99:?}");
+    // Followed by events, not polling: about one list per change.
+    let lists = kms.count(LIST, None).await - lists_before;
+    assert!((50..=60).contains(&lists), "{lists} lists for 50 changes");
+}
+
+/// A CA and a certificate it signs for 127.0.0.1 and localhost (PEM).
+fn certificates(dir: &TempDir, name: &str) -> (String, std::path::PathBuf, std::path::PathBuf) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, SanType};
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, format!("{name} CA"));
+    let ca_key = KeyPair::generate().unwrap();
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let mut params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+    params
+        .subject_alt_names
+        .push(SanType::IpAddress(std::net::IpAddr::from([127, 0, 0, 1])));
+    let key = KeyPair::generate().unwrap();
+    let cert = params.signed_by(&key, &issuer).unwrap();
+    let (cert_path, key_path) = (
+        dir.0.join(format!("{name}.crt")),
+        dir.0.join(format!("{name}.key")),
+    );
+    std::fs::write(&cert_path, cert.pem()).unwrap();
+    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    (ca_cert.pem(), cert_path, key_path)
+}
+
+#[tokio::test]
+async fn a_private_ca_is_trusted_and_rotated_and_hosts_are_allow_listed() {
+    let client = harness::client().await;
+    let ns = TestNamespace::new(&client, "ks-tls").await;
+    let dir = TempDir::new("certs");
+    let (ca, cert, key) = certificates(&dir, "kms");
+    let (other_ca, _, _) = certificates(&dir, "other");
+    let kms = DevServer::start_with(
+        &seed(&[("DB_PASSWORD", "s3cret")]),
+        &[
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert!(kms.url.starts_with("https://"), "{}", kms.url);
+    let plain = DevServer::start(&seed(&[("DB_PASSWORD", "plain")])).await;
+    create_secret(
+        &client,
+        &ns.name,
+        "kms-credentials",
+        json!({"clientId": crate::support::CLIENT_ID, "clientSecret": crate::support::CLIENT_SECRET}),
+    )
+    .await;
+    create_secret(&client, &ns.name, "kms-ca", json!({"ca.crt": ca})).await;
+    create_secret(&client, &ns.name, "wrong-ca", json!({"ca.crt": other_ca})).await;
+    // Only 127.0.0.1 may be reached; `localhost` is not on the list.
+    let _op = Operator::start(&ns.name, &[&ns.name], &["--allowed-kms-hosts", "127.0.0.1"]);
+
+    let auth = json!({"universalAuth": {"credentialsRef": {"secretName": "kms-credentials"}, "secretsScope": scope()}});
+    let with_ca = |name: &str, target: &str, ca_secret: &str| {
+        let mut v = cr(name, &kms.api(), target, auth.clone());
+        v["spec"]["tls"] = json!({"caRef": {"secretName": ca_secret, "key": "ca.crt"}});
+        v
+    };
+    apply_cr(&client, &ns.name, with_ca("good", "good-out", "kms-ca")).await;
+    apply_cr(
+        &client,
+        &ns.name,
+        with_ca("rotated", "rotated-out", "wrong-ca"),
+    )
+    .await;
+    let denied_host = plain.api().replace("127.0.0.1", "localhost");
+    apply_cr(
+        &client,
+        &ns.name,
+        cr("denied", &denied_host, "denied-out", auth.clone()),
+    )
+    .await;
+
+    let want = expect(&[("DB_PASSWORD", "s3cret")]);
+    wait_data(
+        &client,
+        &ns.name,
+        "good-out",
+        &want,
+        Duration::from_secs(30),
+    )
+    .await;
+    let (_, _, message) = wait_condition(
+        &client,
+        &ns.name,
+        "rotated",
+        "Ready",
+        "False",
+        Duration::from_secs(30),
+    )
+    .await;
+    assert!(message.to_lowercase().contains("certificate"), "{message}");
+    let (_, _, message) = wait_condition(
+        &client,
+        &ns.name,
+        "denied",
+        "Ready",
+        "False",
+        Duration::from_secs(30),
+    )
+    .await;
+    assert!(message.contains("localhost"), "{message}");
+    assert!(message.contains("allowed"), "{message}");
+    assert_eq!(
+        plain.count(LIST, None).await,
+        0,
+        "a denied host was contacted"
+    );
+    assert_eq!(
+        plain
+            .count("POST /api/v1/auth/universal-auth/login", None)
+            .await,
+        0,
+        "a denied host was asked for a token"
+    );
+
+    // The CA Secret is fixed: the resource recovers without being touched.
+    Api::<Secret>::namespaced(client.clone(), &ns.name)
+        .patch(
+            "wrong-ca",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"ca.crt": ca}})),
+        )
+        .await
+        .unwrap();
+    wait_data(
+        &client,
+        &ns.name,
+        "rotated-out",
+        &want,
+        Duration::from_secs(60),
+    )
+    .await;
+    wait_condition(
+        &client,
+        &ns.name,
+        "rotated",
+        "Ready",
+        "True",
+        Duration::from_secs(10),
+    )
+    .await;
+    assert!(
+        condition(&client, &ns.name, "good", "Ready")
+            .await
+            .is_some_and(|c| c.0 == "True")
+    );
+}
