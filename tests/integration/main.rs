@@ -12,6 +12,7 @@ mod harness;
 mod cache;
 mod crds;
 mod dynamic;
+mod helm;
 mod kms_secret;
 mod kms_secret_extras;
 mod observability;
