@@ -2,6 +2,11 @@
 //! requests per second for the whole operator divided among live replicas,
 //! burst twice the rate. A `429` pauses the whole host until its
 //! `Retry-After` has passed, so no request of this replica adds to a storm.
+//!
+//! More replicas shrink the share at once; fewer grow it only after the
+//! smaller count has held for [`SHARE_HOLD`]. When the control plane is
+//! unreachable every replica sees the others' member Leases lapse and
+//! would otherwise take the whole budget, all at the same moment.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -16,8 +21,13 @@ pub struct Limiter {
     total_rate_bits: AtomicU64,
     /// Live replicas sharing the budget (at least 1).
     members: AtomicU32,
+    /// A smaller replica count and since when it has been reported.
+    lower: Mutex<Option<(u32, Instant)>>,
     hosts: Mutex<HashMap<String, Bucket>>,
 }
+
+/// How long a smaller replica count must hold before the share grows.
+pub const SHARE_HOLD: Duration = Duration::from_secs(60);
 
 struct Bucket {
     tokens: f64,
@@ -41,19 +51,41 @@ impl Limiter {
         Self {
             total_rate_bits: AtomicU64::new(rate.to_bits()),
             members: AtomicU32::new(1),
+            lower: Mutex::new(None),
             hosts: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Tell the limiter how many replicas share the budget.
+    /// Tell the limiter how many replicas share the budget: a larger count
+    /// applies at once, a smaller one after [`SHARE_HOLD`].
     pub fn set_members(&self, members: u32) {
-        self.members.store(members.max(1), Ordering::Relaxed);
+        let members = members.max(1);
+        let mut lower = self.lower.lock().unwrap_or_else(|e| e.into_inner());
+        if members >= self.members.load(Ordering::Relaxed) {
+            self.members.store(members, Ordering::Relaxed);
+            *lower = None;
+        } else {
+            let since = lower.map_or_else(Instant::now, |(_, since)| since);
+            *lower = Some((members, since));
+        }
+    }
+
+    /// How many replicas share the budget now.
+    pub fn members(&self) -> u32 {
+        let mut lower = self.lower.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((n, since)) = *lower
+            && since.elapsed() >= SHARE_HOLD
+        {
+            self.members.store(n, Ordering::Relaxed);
+            *lower = None;
+        }
+        self.members.load(Ordering::Relaxed).max(1)
     }
 
     /// This replica's share of the rate, requests per second.
     pub fn rate(&self) -> f64 {
         let total = f64::from_bits(self.total_rate_bits.load(Ordering::Relaxed));
-        total / f64::from(self.members.load(Ordering::Relaxed).max(1))
+        total / f64::from(self.members())
     }
 
     /// Wait until a request to `host` may be sent.
@@ -172,6 +204,25 @@ mod tests {
             waited >= Duration::from_millis(990),
             "4 requests at 4/s after the burst took {waited:?}"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fewer_members_grow_the_share_only_after_the_hold() {
+        let l = Limiter::new(12.0);
+        l.set_members(3);
+        l.set_members(1);
+        assert_eq!(l.members(), 3, "a drop is not believed at once");
+        tokio::time::advance(SHARE_HOLD / 2).await;
+        // The others come back (the control plane was only unreachable).
+        l.set_members(3);
+        l.set_members(2);
+        tokio::time::advance(SHARE_HOLD / 2).await;
+        assert_eq!(l.members(), 3, "the hold restarts after a recovery");
+        tokio::time::advance(SHARE_HOLD / 2).await;
+        assert_eq!(l.members(), 2);
+        assert!((l.rate() - 6.0).abs() < 1e-9);
+        l.set_members(4);
+        assert_eq!(l.members(), 4, "more members apply at once");
     }
 
     #[tokio::test(start_paused = true)]

@@ -250,6 +250,13 @@ impl Controller {
         match outcome {
             Ok(next) => Ok(Action::RequeueAt(next)),
             Err(SyncError::NotOwner) => Err(SyncError::NotOwner),
+            // Written concurrently (or our copy is behind): retried soon,
+            // not worth a failed condition.
+            Err(
+                e @ SyncError::Kube {
+                    code: Some(409), ..
+                },
+            ) => Err(e),
             Err(e) => {
                 // Report; the status of a successful step was written by it.
                 let fresh = self
@@ -279,7 +286,7 @@ impl Controller {
                     &now,
                 );
                 status.observed_generation = generation;
-                let _ = write_status(ctx, &fresh, &status, false).await;
+                write_conditions(ctx, &fresh, &status).await;
                 publish_ready_change(ctx, &fresh, &status, Some(&e)).await;
                 Err(e)
             }
@@ -354,6 +361,9 @@ impl Controller {
             .insert(uid.clone(), identity.clone());
         let lease_target = self.lease_target(ctx, &identity, cr).await?;
         let mut status = cr.status.clone().unwrap_or_default();
+        // The object as last written by this reconcile: every status write
+        // is made over its resourceVersion.
+        let mut written = cr.clone();
         let generation = cr.metadata.generation;
         let now = Timestamp::now();
 
@@ -494,7 +504,8 @@ impl Controller {
                         generation,
                         &condition_now,
                     );
-                    let _ = write_status(ctx, cr, &status, false).await;
+                    // Keeps the revocations of retired leases made above.
+                    let _ = write_status(ctx, &written, &status).await;
                     event(
                         ctx,
                         cr,
@@ -567,13 +578,16 @@ impl Controller {
             );
             // The lease is recorded before its credentials are used; if
             // that fails, it is revoked now.
-            if let Err(e) = write_status(ctx, cr, &status, true).await {
-                let revoked = ctx
-                    .kms
-                    .revoke_lease(&identity, &lease_target, &lease.id)
-                    .await;
-                tracing::warn!(lease = %lease.id, revoked = revoked.is_ok(), error = %e, "could not record a new lease; revoked it");
-                return Err(e);
+            match write_status(ctx, &written, &status).await {
+                Ok(w) => written = w,
+                Err(e) => {
+                    let revoked = ctx
+                        .kms
+                        .revoke_lease(&identity, &lease_target, &lease.id)
+                        .await;
+                    tracing::warn!(lease = %lease.id, revoked = revoked.is_ok(), error = %e, "could not record a new lease; revoked it");
+                    return Err(e);
+                }
             }
             tracing::info!(resource = %me, lease = %lease.id, reason, retired = ?status.retired_leases.iter().map(|r| (&r.id, r.revoke_after.0)).collect::<Vec<_>>(), "lease created");
             event(
@@ -662,7 +676,7 @@ impl Controller {
         status.shard = Some(i32::try_from(shard).unwrap_or(i32::MAX));
         ensure_owner(ctx, shard, cancel)?;
         let before = cr.status.clone().unwrap_or_default();
-        write_status(ctx, cr, &status, false).await?;
+        write_status(ctx, &written, &status).await?;
         publish_ready_change_from(ctx, cr, &before, &status, None).await;
         let view = status.lease.as_ref().map(LeaseView::from_status);
         let next = plan::next_check(
@@ -786,7 +800,7 @@ impl Controller {
                         cr.metadata.generation,
                         &now,
                     );
-                    let _ = write_status(ctx, cr, &s, false).await;
+                    write_conditions(ctx, cr, &s).await;
                     return Err(e);
                 }
                 event(
@@ -918,23 +932,23 @@ async fn patch_meta(
     }
 }
 
-/// Write the status. With `precondition`, only from the resourceVersion the
-/// resource was read at (a lease is recorded only on the object it was
-/// created for).
+/// Write the status, only over the resourceVersion `cr` was read at: a
+/// status computed from a stale copy (an informer behind after an apiserver
+/// restart) must not roll `status.lease` back. Returns the written object
+/// (or `cr` when nothing changed), for the next write of the same reconcile.
 async fn write_status(
     ctx: &Context,
     cr: &KmsDynamicSecret,
     status: &KmsDynamicSecretStatus,
-    precondition: bool,
-) -> Result<(), SyncError> {
-    if !precondition && cr.status.as_ref() == Some(status) {
-        return Ok(());
+) -> Result<KmsDynamicSecret, SyncError> {
+    if cr.status.as_ref() == Some(status) {
+        return Ok(cr.clone());
     }
     let ns = cr.namespace().unwrap_or_default();
-    let mut body = json!({"status": status});
-    if precondition {
-        body["metadata"] = json!({"resourceVersion": cr.resource_version()});
-    }
+    let body = json!({
+        "metadata": {"resourceVersion": cr.resource_version()},
+        "status": status,
+    });
     Api::<KmsDynamicSecret>::namespaced(ctx.client.clone(), &ns)
         .patch_status(
             &cr.name_any(),
@@ -942,8 +956,35 @@ async fn write_status(
             &Patch::Merge(&body),
         )
         .await
-        .map(|_| ())
         .map_err(|e| SyncError::kube("writing the status", e))
+}
+
+/// Report a failure in the conditions only (never the lease fields, which
+/// the copy at hand may hold in an older state).
+async fn write_conditions(ctx: &Context, cr: &KmsDynamicSecret, status: &KmsDynamicSecretStatus) {
+    if cr
+        .status
+        .as_ref()
+        .map(|s| (&s.conditions, s.observed_generation))
+        == Some((&status.conditions, status.observed_generation))
+    {
+        return;
+    }
+    let ns = cr.namespace().unwrap_or_default();
+    let body = json!({"status": {
+        "conditions": status.conditions,
+        "observedGeneration": status.observed_generation,
+    }});
+    if let Err(e) = Api::<KmsDynamicSecret>::namespaced(ctx.client.clone(), &ns)
+        .patch_status(
+            &cr.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&body),
+        )
+        .await
+    {
+        tracing::debug!(error = %e, "could not report a failure in the status");
+    }
 }
 
 async fn event(ctx: &Context, cr: &KmsDynamicSecret, type_: EventType, reason: &str, note: &str) {

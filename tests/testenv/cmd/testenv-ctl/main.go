@@ -268,6 +268,17 @@ func apiserverArgs(dir, bin string, st state) []string {
 	}
 }
 
+// alive reports whether a component is running, asking twice before saying
+// no: a single look at /proc can miss a process that is just starting.
+func alive(dir, name string) bool {
+	if _, ok := running(dir, name); ok {
+		return true
+	}
+	time.Sleep(500 * time.Millisecond)
+	_, ok := running(dir, name)
+	return ok
+}
+
 // start launches a component in its own session so that it outlives this
 // process, and records its pid and arguments.
 func start(dir, name string, args []string) error {
@@ -366,7 +377,7 @@ func waitEtcd(dir string, st state, deadline time.Time) error {
 				return nil
 			}
 		}
-		if _, ok := running(dir, "etcd"); !ok {
+		if !alive(dir, "etcd") {
 			return fmt.Errorf("etcd exited; see %s", filepath.Join(dir, "logs", "etcd.log"))
 		}
 		if time.Now().After(deadline) {
@@ -402,7 +413,7 @@ func waitAPI(dir string, st state, deadline time.Time) error {
 					break
 				}
 			}
-			if _, ok := running(dir, "apiserver"); !ok {
+			if !alive(dir, "apiserver") {
 				return fmt.Errorf("kube-apiserver exited; see %s", filepath.Join(dir, "logs", "apiserver.log"))
 			}
 			if time.Now().After(deadline) {
