@@ -1,0 +1,316 @@
+//! The dev KMS as a child process (`kms-operator dev-server`), its admin
+//! API (stats, faults, leases, secrets — neither counted nor faulted), and
+//! the few API reads the runner makes itself, which it counts so that the
+//! budget checker can subtract them.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+
+use crate::history::{KmsLease, Ms};
+
+/// The admin token of the run's dev server.
+pub const ADMIN_TOKEN: &str = "chaos-admin";
+/// The operator identity's client id.
+pub const CLIENT_ID: &str = "chaos-client";
+/// Its client secret.
+pub const CLIENT_SECRET: &str = "chaos-secret";
+/// The project.
+pub const PROJECT: &str = "chaos";
+/// The environment.
+pub const ENV: &str = "dev";
+
+/// An active lease with its credentials.
+#[derive(Clone, Debug)]
+pub struct AdminLease {
+    /// Id, creation and expiry.
+    pub lease: KmsLease,
+    /// The credentials handed out.
+    pub data: BTreeMap<String, String>,
+}
+
+/// A running dev server.
+pub struct DevServer {
+    child: Option<Child>,
+    /// Base URL (`http://127.0.0.1:PORT`).
+    pub url: String,
+    http: reqwest::Client,
+    own: Arc<AtomicU64>,
+    token: tokio::sync::Mutex<Option<String>>,
+}
+
+fn parse_time(v: &Value) -> Option<Ms> {
+    v.as_str()?
+        .parse::<k8s_openapi::jiff::Timestamp>()
+        .ok()
+        .map(|t| t.as_millisecond())
+}
+
+impl DevServer {
+    /// Start `bin dev-server` with `seed` (YAML), its data and log in `dir`.
+    pub fn start(bin: &Path, dir: &Path, seed: &str) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let seed_path = dir.join("seed.yaml");
+        std::fs::write(&seed_path, seed)?;
+        let mut child = Command::new(bin)
+            .args([
+                "dev-server",
+                "--addr",
+                "127.0.0.1:0",
+                "--min-lease-ttl",
+                "1s",
+            ])
+            .arg("--admin-token")
+            .arg(ADMIN_TOKEN)
+            .arg("--seed")
+            .arg(&seed_path)
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("starting the dev server")?;
+        let stdout = child.stdout.take().context("stdout")?;
+        let stderr = child.stderr.take().context("stderr")?;
+        let mut log = std::fs::File::create(dir.join("dev-server.log"))?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut tx = Some(tx);
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(url) = line.split("listening on ").nth(1)
+                    && let Some(t) = tx.take()
+                {
+                    let _ = t.send(url.trim().trim_end_matches('/').to_owned());
+                }
+            }
+        });
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = writeln!(log, "{line}");
+            }
+        });
+        let url = match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(u) => u,
+            Err(_) => {
+                let _ = child.kill();
+                bail!("the dev server did not start (see its log)");
+            }
+        };
+        Ok(Self {
+            child: Some(child),
+            url,
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(20))
+                .build()?,
+            own: Arc::new(AtomicU64::new(0)),
+            token: tokio::sync::Mutex::new(None),
+        })
+    }
+
+    /// The API base the resources name (`<url>/api`).
+    pub fn api(&self) -> String {
+        format!("{}/api", self.url)
+    }
+
+    /// API requests the runner made itself.
+    pub fn own_requests(&self) -> u64 {
+        self.own.load(Ordering::SeqCst)
+    }
+
+    async fn admin(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<Value> {
+        let mut req = self
+            .http
+            .request(method, format!("{}/admin/{path}", self.url))
+            .bearer_auth(ADMIN_TOKEN);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await?;
+        let status = resp.status();
+        let text = resp.text().await?;
+        if !status.is_success() {
+            bail!("admin {path}: {status}: {text}");
+        }
+        Ok(serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    /// Requests the server counted so far (every route and outcome).
+    pub async fn requests_total(&self) -> anyhow::Result<u64> {
+        let v = self.admin(reqwest::Method::GET, "stats", None).await?;
+        let mut n = 0;
+        if let Some(routes) = v["requests"].as_object() {
+            for by_status in routes.values() {
+                if let Some(m) = by_status.as_object() {
+                    n += m.values().filter_map(Value::as_u64).sum::<u64>();
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    /// Per-route request counts (for the report).
+    pub async fn stats(&self) -> anyhow::Result<Value> {
+        Ok(self.admin(reqwest::Method::GET, "stats", None).await?["requests"].clone())
+    }
+
+    /// Put a fault in force (see the dev server's admin API).
+    pub async fn fault(&self, body: Value) -> anyhow::Result<()> {
+        self.admin(reqwest::Method::POST, "faults", Some(body))
+            .await
+            .map(drop)
+    }
+
+    /// Clear every fault.
+    pub async fn clear_faults(&self) -> anyhow::Result<()> {
+        self.admin(reqwest::Method::DELETE, "faults", None)
+            .await
+            .map(drop)
+    }
+
+    /// Active leases.
+    pub async fn leases(&self) -> anyhow::Result<Vec<AdminLease>> {
+        self.leases_where("leases").await
+    }
+
+    /// Every lease ever created, with its state.
+    pub async fn all_leases(&self) -> anyhow::Result<Vec<AdminLease>> {
+        self.leases_where("leases?all=true").await
+    }
+
+    async fn leases_where(&self, path: &str) -> anyhow::Result<Vec<AdminLease>> {
+        let v = self.admin(reqwest::Method::GET, path, None).await?;
+        let Value::Array(items) = v else {
+            bail!("unexpected leases answer");
+        };
+        Ok(items
+            .iter()
+            .filter_map(|l| {
+                Some(AdminLease {
+                    lease: KmsLease {
+                        id: l["id"].as_str()?.to_owned(),
+                        created: parse_time(&l["createdAt"]).unwrap_or(0),
+                        expires: parse_time(&l["expireAt"]).unwrap_or(0),
+                        state: l["state"].as_str().unwrap_or("active").to_owned(),
+                    },
+                    data: l["data"]
+                        .as_object()
+                        .map(|m| {
+                            m.iter()
+                                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                })
+            })
+            .collect())
+    }
+
+    /// Create or update a secret (admin: not counted, not faulted).
+    pub async fn put_secret(&self, path: &str, key: &str, value: &str) -> anyhow::Result<()> {
+        self.admin(
+            reqwest::Method::PUT,
+            "secrets",
+            Some(json!({"project": PROJECT, "environment": ENV, "path": path, "key": key, "value": value})),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn token(&self) -> anyhow::Result<String> {
+        let mut t = self.token.lock().await;
+        if let Some(t) = t.as_ref() {
+            return Ok(t.clone());
+        }
+        let resp = self
+            .http
+            .post(format!("{}/v1/auth/universal-auth/login", self.api()))
+            .json(&json!({"clientId": CLIENT_ID, "clientSecret": CLIENT_SECRET}))
+            .send()
+            .await;
+        self.own.fetch_add(1, Ordering::SeqCst);
+        let v: Value = resp?.json().await?;
+        let token = v["accessToken"].as_str().context("no token")?.to_owned();
+        *t = Some(token.clone());
+        Ok(token)
+    }
+
+    /// Every secret under `path` (recursively): folder → key → value.
+    /// Counted as the runner's own requests.
+    pub async fn list_tree(
+        &self,
+        path: &str,
+    ) -> anyhow::Result<BTreeMap<String, BTreeMap<String, String>>> {
+        let token = self.token().await?;
+        let resp = self
+            .http
+            .get(format!("{}/v3/secrets/raw", self.api()))
+            .bearer_auth(token)
+            .query(&[
+                ("workspaceSlug", PROJECT),
+                ("environment", ENV),
+                ("secretPath", path),
+                ("recursive", "true"),
+            ])
+            .send()
+            .await;
+        self.own.fetch_add(1, Ordering::SeqCst);
+        let resp = resp?;
+        if !resp.status().is_success() {
+            bail!("listing {path}: {}", resp.status());
+        }
+        let v: Value = resp.json().await?;
+        let mut out: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+        for s in v["secrets"].as_array().into_iter().flatten() {
+            let (Some(p), Some(k), Some(val)) = (
+                s["secretPath"].as_str(),
+                s["secretKey"].as_str(),
+                s["secretValue"].as_str(),
+            ) else {
+                continue;
+            };
+            out.entry(p.trim_end_matches('/').to_owned())
+                .or_default()
+                .insert(k.to_owned(), val.to_owned());
+        }
+        Ok(out)
+    }
+
+    /// Stop the server.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(c.id().to_string())
+                .status();
+            for _ in 0..50 {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for DevServer {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}

@@ -1,0 +1,457 @@
+//! Operator replicas as child processes: each with its own pod name, cache
+//! directory and log file per incarnation, started, signalled and restarted
+//! under the same name. Log lines that matter to the checkers (writes and
+//! shard events) are parsed as they arrive.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use serde_json::Value;
+
+use crate::history::{History, Ms, ShardLogLine, WriteObs, now_ms};
+
+/// Settings shared by every replica of a run.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// The operator binary.
+    pub bin: PathBuf,
+    /// Kubeconfig.
+    pub kubeconfig: PathBuf,
+    /// Namespace of the Leases.
+    pub pod_namespace: String,
+    /// Watched namespaces.
+    pub namespaces: Vec<String>,
+    /// `--shards`.
+    pub shards: u32,
+    /// `--lease-duration`, seconds.
+    pub lease_duration: u64,
+    /// `--renew-deadline`, seconds.
+    pub renew_deadline: u64,
+    /// `--retry-period`, seconds.
+    pub retry_period: u64,
+    /// `--kms-rate-limit`.
+    pub kms_rate_limit: f64,
+    /// `--cache-encryption-key-file`.
+    pub key_file: PathBuf,
+    /// Where replica directories go.
+    pub dir: PathBuf,
+}
+
+/// One replica (a pod name) and its current process, if any.
+#[derive(Debug)]
+pub struct Replica {
+    /// Pod name.
+    pub name: String,
+    child: Option<Child>,
+    /// Number of processes started under this name.
+    pub incarnations: u32,
+    /// Cache directory.
+    pub cache_dir: PathBuf,
+    /// Held with SIGSTOP.
+    pub paused: bool,
+}
+
+/// Counters of what the replicas logged.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct LogCounts {
+    /// ERROR lines per replica.
+    pub errors: BTreeMap<String, usize>,
+    /// WARN lines per replica.
+    pub warnings: BTreeMap<String, usize>,
+    /// A few distinct ERROR messages.
+    pub error_samples: Vec<String>,
+    /// Panics seen.
+    pub panics: Vec<String>,
+}
+
+/// The replicas of a run.
+pub struct Replicas {
+    settings: Settings,
+    /// By name.
+    pub set: BTreeMap<String, Replica>,
+    history: Arc<Mutex<History>>,
+    /// What the logs said.
+    pub counts: Arc<Mutex<LogCounts>>,
+    next: usize,
+}
+
+fn parse_ts(v: &Value) -> Option<Ms> {
+    v.as_str()?
+        .parse::<k8s_openapi::jiff::Timestamp>()
+        .ok()
+        .map(|t| t.as_millisecond())
+}
+
+/// Read one JSON log line of `replica` into the history.
+pub fn ingest(line: &str, replica: &str, history: &Mutex<History>, counts: &Mutex<LogCounts>) {
+    if line.contains("panicked at") {
+        let mut c = counts.lock().unwrap_or_else(|e| e.into_inner());
+        if c.panics.len() < 20 {
+            c.panics.push(format!("{replica}: {line}"));
+        }
+    }
+    let Ok(v) = serde_json::from_str::<Value>(line) else {
+        return;
+    };
+    let level = v["level"].as_str().unwrap_or_default();
+    let msg = v["fields"]["message"].as_str().unwrap_or_default();
+    if level == "ERROR" || level == "WARN" {
+        let mut c = counts.lock().unwrap_or_else(|e| e.into_inner());
+        let map = if level == "ERROR" {
+            &mut c.errors
+        } else {
+            &mut c.warnings
+        };
+        *map.entry(replica.to_owned()).or_default() += 1;
+        if level == "ERROR"
+            && c.error_samples.len() < 20
+            && !c.error_samples.iter().any(|s| s.ends_with(msg))
+        {
+            c.error_samples.push(format!("{replica}: {msg}"));
+        }
+    }
+    let Some(at) = parse_ts(&v["timestamp"]) else {
+        return;
+    };
+    match msg {
+        "target written" | "lease created" => {
+            let resource = v["fields"]["resource"].as_str().unwrap_or_default();
+            let namespace = resource.split('/').nth(1).unwrap_or_default();
+            history
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .writes
+                .push(WriteObs {
+                    at,
+                    replica: replica.to_owned(),
+                    namespace: namespace.to_owned(),
+                    resource: resource.to_owned(),
+                    message: msg.to_owned(),
+                });
+        }
+        "could not record a new lease; revoked it" => {
+            if let Some(id) = v["fields"]["lease"].as_str() {
+                history
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .revoke_attempts
+                    .push(id.to_owned());
+            }
+        }
+        "gained shard" | "lost shard" | "shard lost" | "shard drained" => {
+            let shard = v["fields"]["shard"]
+                .as_u64()
+                .and_then(|s| u32::try_from(s).ok());
+            history
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .shard_log
+                .push(ShardLogLine {
+                    at,
+                    replica: replica.to_owned(),
+                    message: msg.to_owned(),
+                    shard,
+                });
+        }
+        _ => {}
+    }
+}
+
+fn capture(
+    stream: impl Read + Send + 'static,
+    file: Arc<Mutex<std::fs::File>>,
+    replica: String,
+    history: Arc<Mutex<History>>,
+    counts: Arc<Mutex<LogCounts>>,
+) {
+    std::thread::spawn(move || {
+        for line in BufReader::new(stream).lines().map_while(Result::ok) {
+            ingest(&line, &replica, &history, &counts);
+            let _ = writeln!(file.lock().unwrap_or_else(|e| e.into_inner()), "{line}");
+        }
+    });
+}
+
+fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .stderr(Stdio::null())
+        .status();
+}
+
+impl Replicas {
+    /// No replicas yet.
+    pub fn new(settings: Settings, history: Arc<Mutex<History>>) -> Self {
+        Self {
+            settings,
+            set: BTreeMap::new(),
+            history,
+            counts: Arc::new(Mutex::new(LogCounts::default())),
+            next: 0,
+        }
+    }
+
+    /// A name not used yet in this run.
+    pub fn fresh_name(&mut self) -> String {
+        loop {
+            let name = format!("replica-{}", self.next);
+            self.next += 1;
+            if !self.set.contains_key(&name) {
+                return name;
+            }
+        }
+    }
+
+    /// Names of replicas whose process runs and is not paused, sorted.
+    pub fn live(&self) -> Vec<String> {
+        self.set
+            .values()
+            .filter(|r| r.child.is_some() && !r.paused)
+            .map(|r| r.name.clone())
+            .collect()
+    }
+
+    /// Start (or restart) the process of `name`.
+    pub fn start(&mut self, name: &str) -> anyhow::Result<()> {
+        let s = &self.settings;
+        let dir = s.dir.join(name);
+        let cache_dir = dir.join("cache");
+        std::fs::create_dir_all(&dir)?;
+        let r = self.set.entry(name.to_owned()).or_insert_with(|| Replica {
+            name: name.to_owned(),
+            child: None,
+            incarnations: 0,
+            cache_dir: cache_dir.clone(),
+            paused: false,
+        });
+        if r.child.is_some() {
+            return Ok(());
+        }
+        r.incarnations += 1;
+        let log = Arc::new(Mutex::new(std::fs::File::create(
+            dir.join(format!("{}.log", r.incarnations)),
+        )?));
+        let mut child = Command::new(&s.bin)
+            .env("KUBECONFIG", &s.kubeconfig)
+            .env_remove("RUST_LOG")
+            .args(["--log-format", "json", "--log-level", "info", "run"])
+            .arg(format!("--pod-name={name}"))
+            .arg(format!("--pod-namespace={}", s.pod_namespace))
+            .arg(format!("--namespaces={}", s.namespaces.join(",")))
+            .arg(format!("--shards={}", s.shards))
+            .arg(format!("--lease-duration={}", s.lease_duration))
+            .arg(format!("--renew-deadline={}", s.renew_deadline))
+            .arg(format!("--retry-period={}", s.retry_period))
+            .arg(format!("--kms-rate-limit={}", s.kms_rate_limit))
+            .arg("--cache-dir")
+            .arg(&cache_dir)
+            .arg("--cache-encryption-key-file")
+            .arg(&s.key_file)
+            .args([
+                "--metrics-addr",
+                "127.0.0.1:0",
+                "--health-addr",
+                "127.0.0.1:0",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("starting {name}"))?;
+        let out = child.stdout.take().context("stdout")?;
+        let err = child.stderr.take().context("stderr")?;
+        capture(
+            out,
+            log.clone(),
+            name.to_owned(),
+            self.history.clone(),
+            self.counts.clone(),
+        );
+        capture(
+            err,
+            log,
+            name.to_owned(),
+            self.history.clone(),
+            self.counts.clone(),
+        );
+        r.child = Some(child);
+        r.paused = false;
+        self.history
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .starts
+            .push(now_ms());
+        Ok(())
+    }
+
+    fn pid(&self, name: &str) -> Option<u32> {
+        self.set.get(name)?.child.as_ref().map(Child::id)
+    }
+
+    fn record_kill(&self) {
+        self.history
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .kills
+            .push(now_ms());
+    }
+
+    /// kill -9 `name` and reap it.
+    pub fn kill(&mut self, name: &str) {
+        let mut killed = false;
+        if let Some(r) = self.set.get_mut(name)
+            && let Some(mut c) = r.child.take()
+        {
+            let _ = c.kill();
+            let _ = c.wait();
+            r.paused = false;
+            killed = true;
+        }
+        if killed {
+            self.record_kill();
+        }
+    }
+
+    /// SIGTERM `name` and wait up to `timeout` for it to exit (then kill
+    /// -9). Returns how long the graceful stop took, `None` if it had to be
+    /// killed.
+    pub fn terminate(&mut self, name: &str, timeout: Duration) -> Option<Duration> {
+        let r = self.set.get_mut(name)?;
+        let mut c = r.child.take()?;
+        if r.paused {
+            signal(c.id(), "CONT");
+            r.paused = false;
+        }
+        let started = Instant::now();
+        signal(c.id(), "TERM");
+        while started.elapsed() < timeout {
+            if let Ok(Some(_)) = c.try_wait() {
+                return Some(started.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+        self.record_kill();
+        None
+    }
+
+    /// SIGSTOP `name`.
+    pub fn pause(&mut self, name: &str) {
+        if let Some(pid) = self.pid(name) {
+            signal(pid, "STOP");
+            if let Some(r) = self.set.get_mut(name) {
+                r.paused = true;
+            }
+        }
+    }
+
+    /// SIGCONT `name`.
+    pub fn resume(&mut self, name: &str) {
+        if let Some(pid) = self.pid(name) {
+            signal(pid, "CONT");
+        }
+        if let Some(r) = self.set.get_mut(name) {
+            r.paused = false;
+        }
+    }
+
+    /// Forget `name` (after it stopped for good).
+    pub fn remove(&mut self, name: &str) {
+        self.kill(name);
+        self.set.remove(name);
+    }
+
+    /// The cache directory of `name`.
+    pub fn cache_dir(&self, name: &str) -> Option<&Path> {
+        self.set.get(name).map(|r| r.cache_dir.as_path())
+    }
+
+    /// Whether the process of `name` exited on its own.
+    pub fn exited(&mut self) -> Vec<String> {
+        let mut out = Vec::new();
+        for r in self.set.values_mut() {
+            if let Some(c) = r.child.as_mut()
+                && let Ok(Some(status)) = c.try_wait()
+            {
+                out.push(format!("{} exited: {status}", r.name));
+                r.child = None;
+            }
+        }
+        out
+    }
+
+    /// Stop every replica gracefully (SIGCONT first).
+    pub fn stop_all(&mut self, timeout: Duration) {
+        let names: Vec<String> = self.set.keys().cloned().collect();
+        for n in &names {
+            self.resume(n);
+        }
+        for n in &names {
+            if let Some(r) = self.set.get(n)
+                && let Some(c) = &r.child
+            {
+                signal(c.id(), "TERM");
+            }
+        }
+        let started = Instant::now();
+        for n in names {
+            let left = timeout
+                .saturating_sub(started.elapsed())
+                .max(Duration::from_millis(100));
+            self.terminate(&n, left);
+        }
+    }
+}
+
+impl Drop for Replicas {
+    fn drop(&mut self) {
+        for r in self.set.values_mut() {
+            if let Some(mut c) = r.child.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_lines_become_writes_and_shard_events() {
+        let h = Mutex::new(History::default());
+        let c = Mutex::new(LogCounts::default());
+        ingest(
+            r#"{"timestamp":"2026-01-01T00:00:01.250Z","level":"INFO","fields":{"message":"target written","resource":"KmsSecret/ns-1/app","target":"Secret/ns-1/app-out"},"target":"x"}"#,
+            "replica-0",
+            &h,
+            &c,
+        );
+        ingest(
+            r#"{"timestamp":"2026-01-01T00:00:02Z","level":"INFO","fields":{"message":"gained shard","shard":7},"target":"shard"}"#,
+            "replica-0",
+            &h,
+            &c,
+        );
+        ingest(
+            r#"{"timestamp":"2026-01-01T00:00:02Z","level":"ERROR","fields":{"message":"boom"}}"#,
+            "replica-1",
+            &h,
+            &c,
+        );
+        ingest("not json", "replica-0", &h, &c);
+        let h = h.into_inner().unwrap();
+        assert_eq!(h.writes.len(), 1);
+        assert_eq!(h.writes[0].namespace, "ns-1");
+        assert_eq!(h.writes[0].at, 1_767_225_601_250);
+        assert_eq!(h.shard_log[0].shard, Some(7));
+        assert_eq!(c.into_inner().unwrap().errors["replica-1"], 1);
+    }
+}
