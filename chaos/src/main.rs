@@ -61,7 +61,8 @@ struct Args {
     #[arg(long)]
     operator_bin: Option<PathBuf>,
     /// Where the run's files go (replica logs, caches, the dev server's
-    /// data, the recorded history). Default: `target/chaos/<seed>`.
+    /// data, the recorded history); emptied at the start. Default:
+    /// `target/chaos/<seed>`.
     #[arg(long)]
     work_dir: Option<PathBuf>,
     /// Write the JSON report here. Default: `<work-dir>/report.json`.

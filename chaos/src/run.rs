@@ -56,6 +56,11 @@ fn say(msg: impl AsRef<str>) {
 
 /// Run, and always clean up what was started.
 pub async fn run(opts: Options) -> anyhow::Result<Report> {
+    // A replayed seed starts from nothing: the dev server's data, caches and
+    // logs of an earlier run would not match the seed's model.
+    if opts.work_dir.exists() {
+        std::fs::remove_dir_all(&opts.work_dir)?;
+    }
     std::fs::create_dir_all(&opts.work_dir)?;
     let own_testenv = opts.repo.join("target/chaos-testenv");
     let cp = {

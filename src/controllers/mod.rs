@@ -434,11 +434,6 @@ pub trait Reconciler<K>: Send + Sync + 'static {
     ) -> futures::future::BoxFuture<'a, Result<Action, SyncError>>;
 }
 
-/// How long a reconcile of a lost shard may take to reach its next
-/// ownership check before it is abandoned (longer than the KMS client's
-/// retries of one request).
-pub const CANCEL_GRACE: Duration = Duration::from_secs(20);
-
 /// Drain `queue` with `ctx.settings.workers` workers until the queue closes.
 pub async fn run_workers<K, R>(
     ctx: Arc<Context>,
@@ -456,20 +451,9 @@ pub async fn run_workers<K, R>(
             while let Some((key, shard)) = queue.next(|s| ctx.gate.owns(s)).await {
                 let cancel = ctx.gate.cancellation(shard);
                 let started = tokio::time::Instant::now();
-                // A lost shard cancels the token: the reconcile stops at its
-                // next ownership check or cancellable wait. It is not dropped
-                // mid-step, so a step with effects outside Kubernetes (a
-                // lease created, then recorded or revoked) runs to its end;
-                // only a reconcile stuck past the grace is abandoned.
-                let reconcile = reconciler.reconcile(&ctx, &key, shard, &cancel);
-                tokio::pin!(reconcile);
                 let result = tokio::select! {
-                    r = &mut reconcile => r,
-                    () = cancel.cancelled() => {
-                        tokio::time::timeout(CANCEL_GRACE, &mut reconcile)
-                            .await
-                            .unwrap_or(Err(SyncError::NotOwner))
-                    }
+                    r = reconciler.reconcile(&ctx, &key, shard, &cancel) => r,
+                    () = cancel.cancelled() => Err(SyncError::NotOwner),
                 };
                 let elapsed = started.elapsed();
                 let id = format!("{controller}/{key}");

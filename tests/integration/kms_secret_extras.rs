@@ -242,9 +242,33 @@ async fn kubernetes_ldap_and_service_token_auth_sync() {
     )
     .await;
     assert!(
-        !message.contains("nope"),
+        !message.contains("wrong.def"),
         "the token leaked into the condition: {message}"
     );
+    // The login condition names the method and carries the server's answer.
+    let (_, _, message) = wait_condition(
+        &client,
+        &ns.name,
+        "st-wrong",
+        TOKEN_CONDITION,
+        "False",
+        Duration::from_secs(10),
+    )
+    .await;
+    assert!(message.contains("serviceToken"), "{message}");
+    assert!(message.contains("401"), "{message}");
+    println!("wrong service token: {message}");
+    let (_, _, message) = wait_condition(
+        &client,
+        &ns.name,
+        "k8s-denied",
+        TOKEN_CONDITION,
+        "False",
+        Duration::from_secs(10),
+    )
+    .await;
+    assert!(message.contains("kubernetesAuth"), "{message}");
+    println!("service account not allowed: {message}");
     let (_, _, message) = wait_condition(
         &client,
         &ns.name,

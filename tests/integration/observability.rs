@@ -167,27 +167,30 @@ async fn two_replicas_expose_consistent_metrics_and_status() {
     })
     .await;
     assert!(synced.is_some(), "resources did not sync");
-    let mut reconciles = 0.0;
-    let mut lists = 0.0;
-    let mut logins = 0.0;
-    for op in &ops {
-        let text = scrape(op).await.expect("metrics");
-        reconciles += sum(
-            &text,
-            "controller_runtime_reconcile_total",
-            &[("controller", "kmssecret"), ("result", "success")],
-        );
-        lists += sum(
-            &text,
-            "kms_operator_kms_requests_total",
-            &[("endpoint", "GET /api/v3/secrets/raw")],
-        );
-        logins += sum(&text, "kms_operator_kms_logins_total", &[]);
-    }
-    assert!(
-        reconciles >= 6.0,
-        "reconcile counters did not move: {reconciles}"
-    );
+    // A target is written before its resource's status, and the reconcile
+    // is counted after both: wait for the counters to catch up.
+    let counted = wait_for(Duration::from_secs(15), || async {
+        let mut reconciles = 0.0;
+        let mut lists = 0.0;
+        let mut logins = 0.0;
+        for op in &ops {
+            let text = scrape(op).await?;
+            reconciles += sum(
+                &text,
+                "controller_runtime_reconcile_total",
+                &[("controller", "kmssecret"), ("result", "success")],
+            );
+            lists += sum(
+                &text,
+                "kms_operator_kms_requests_total",
+                &[("endpoint", "GET /api/v3/secrets/raw")],
+            );
+            logins += sum(&text, "kms_operator_kms_logins_total", &[]);
+        }
+        (reconciles >= 6.0).then_some((lists, logins))
+    })
+    .await;
+    let (lists, logins) = counted.expect("reconcile counters did not reach 6");
     assert_eq!(
         lists as u64,
         kms.count("GET /api/v3/secrets/raw", None).await,
@@ -198,6 +201,42 @@ async fn two_replicas_expose_consistent_metrics_and_status() {
         kms.count("POST /api/v1/auth/universal-auth/login", None)
             .await,
         "logins: operator vs KMS"
+    );
+
+    // Every metric the chart's alerts and dashboard query is served.
+    let text = scrape(&ops[0]).await.expect("metrics");
+    let served_names: std::collections::BTreeSet<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    let chart = harness::repo().join("helm/secrets-operator");
+    let queried = [
+        chart.join("templates/prometheusrule.yaml"),
+        chart.join("files/dashboard.json"),
+    ]
+    .iter()
+    .map(|p| std::fs::read_to_string(p).unwrap())
+    .collect::<Vec<_>>()
+    .join("\n");
+    let name =
+        regex::Regex::new(r"\b((?:kms_operator|controller_runtime|process)_[a-z_]+)").unwrap();
+    let mut checked = 0;
+    for m in name.captures_iter(&queried) {
+        let metric = &m[1];
+        let base = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| metric.strip_suffix(s))
+            .unwrap_or(metric);
+        assert!(
+            served_names.contains(metric) || served_names.contains(base),
+            "the chart queries {metric}, which /metrics does not serve"
+        );
+        checked += 1;
+    }
+    assert!(
+        checked >= 10,
+        "only {checked} metric references found in the chart"
     );
 
     // The status command: every shard with its owner, the objects, nothing

@@ -505,7 +505,7 @@ impl Controller {
                         &condition_now,
                     );
                     // Keeps the revocations of retired leases made above.
-                    let _ = write_status(ctx, &written, &status).await;
+                    let _ = write_status(&ctx.client, &written, &status).await;
                     event(
                         ctx,
                         cr,
@@ -520,75 +520,32 @@ impl Controller {
         }
         if let Decision::Create { reason } = decision {
             ensure_owner(ctx, shard, cancel)?;
-            let created = ctx
-                .kms
-                .create_lease(
-                    &identity,
-                    &lease_target,
-                    cr.spec.lease_ttl.as_deref().filter(|t| !t.is_empty()),
-                )
-                .await
-                .map_err(kms_err)?;
-            let lease = &created.lease;
-            let ttl = cr
-                .spec
-                .lease_ttl
-                .clone()
-                .filter(|t| !t.is_empty())
-                .or_else(|| created.default_ttl.clone())
-                .or_else(|| {
-                    let secs = lease.expire_at.as_second() - now.as_second();
-                    (secs > 0).then(|| format!("{secs}s"))
-                });
-            if let Some(old) = status.lease.take() {
-                // Workloads get time to pick up the new credentials, but
-                // the old lease is revoked before it would expire by
-                // itself.
-                let period = LeaseView::from_status(&old).ttl;
-                let grace = k8s_openapi::jiff::SignedDuration::try_from(RETIRE_GRACE.min(period))
-                    .unwrap_or_default();
-                let before_expiry =
-                    old.expires_at.0 - k8s_openapi::jiff::SignedDuration::from_secs(1);
-                status.retired_leases.push(RetiredLease {
-                    id: old.id,
-                    revoke_after: Time((now + grace).min(before_expiry).max(now)),
-                });
-            }
-            status.lease = Some(LeaseStatus {
-                id: lease.id.clone(),
-                version: lease.version,
-                creation_timestamp: Time(now),
-                expires_at: Time(lease.expire_at),
-                ttl,
-            });
-            status.dynamic_secret_id =
-                Some(created.dynamic_secret_id.clone()).filter(|s| !s.is_empty());
-            status.max_ttl = created.max_ttl.clone();
-            conditions::set(
-                &mut status.conditions,
-                ct::LEASE_CREATED,
-                Status::True,
-                "Created",
-                &format!(
-                    "Lease {} created ({reason}); expires at {}",
-                    lease.id, lease.expire_at
-                ),
+            // Creating and recording the lease runs as a task of its own: a
+            // reconcile dropped when its shard is lost does not stop it
+            // halfway, and a lease that cannot be recorded (write failed,
+            // shard lost meanwhile) is revoked.
+            let step = NewLease {
+                reason,
+                now,
                 generation,
-                &condition_now,
-            );
-            // The lease is recorded before its credentials are used; if
-            // that fails, it is revoked now.
-            match write_status(ctx, &written, &status).await {
-                Ok(w) => written = w,
-                Err(e) => {
-                    let revoked = ctx
-                        .kms
-                        .revoke_lease(&identity, &lease_target, &lease.id)
-                        .await;
-                    tracing::warn!(lease = %lease.id, revoked = revoked.is_ok(), error = %e, "could not record a new lease; revoked it");
-                    return Err(e);
-                }
-            }
+                condition_now: condition_now.clone(),
+                ttl: cr.spec.lease_ttl.clone().filter(|t| !t.is_empty()),
+            };
+            let (created, recorded, w) = tokio::spawn(create_and_record(
+                ctx.kms.clone(),
+                ctx.client.clone(),
+                identity.clone(),
+                lease_target.clone(),
+                written.clone(),
+                status.clone(),
+                cancel.clone(),
+                step,
+            ))
+            .await
+            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
+            status = recorded;
+            written = w;
+            let lease = &created.lease;
             tracing::info!(resource = %me, lease = %lease.id, reason, retired = ?status.retired_leases.iter().map(|r| (&r.id, r.revoke_after.0)).collect::<Vec<_>>(), "lease created");
             event(
                 ctx,
@@ -676,7 +633,7 @@ impl Controller {
         status.shard = Some(i32::try_from(shard).unwrap_or(i32::MAX));
         ensure_owner(ctx, shard, cancel)?;
         let before = cr.status.clone().unwrap_or_default();
-        write_status(ctx, &written, &status).await?;
+        write_status(&ctx.client, &written, &status).await?;
         publish_ready_change_from(ctx, cr, &before, &status, None).await;
         let view = status.lease.as_ref().map(LeaseView::from_status);
         let next = plan::next_check(
@@ -932,12 +889,115 @@ async fn patch_meta(
     }
 }
 
+/// What a new lease is recorded with.
+struct NewLease {
+    reason: &'static str,
+    now: Timestamp,
+    generation: Option<i64>,
+    condition_now: Time,
+    ttl: Option<String>,
+}
+
+/// Create a lease and record it in the status (over the version the
+/// reconcile read); revoke it when it cannot be recorded. Returns the lease,
+/// the status written and the object as written.
+#[allow(clippy::too_many_arguments)]
+async fn create_and_record(
+    kms: Arc<crate::kms::Kms>,
+    client: Client,
+    identity: Identity,
+    target: LeaseTarget,
+    written: KmsDynamicSecret,
+    mut status: KmsDynamicSecretStatus,
+    cancel: CancellationToken,
+    step: NewLease,
+) -> Result<
+    (
+        crate::kms::leases::CreatedLease,
+        KmsDynamicSecretStatus,
+        KmsDynamicSecret,
+    ),
+    SyncError,
+> {
+    let created = kms
+        .create_lease(&identity, &target, step.ttl.as_deref())
+        .await
+        .map_err(kms_err)?;
+    record_lease(&mut status, &created, &step);
+    // The lease is recorded before its credentials are used; if that fails
+    // or the shard is lost first, it is revoked now.
+    let result = tokio::select! {
+        biased;
+        () = cancel.cancelled() => Err(SyncError::NotOwner),
+        r = write_status(&client, &written, &status) => r,
+    };
+    match result {
+        Ok(w) => Ok((created, status, w)),
+        Err(e) => {
+            let revoked = kms
+                .revoke_lease(&identity, &target, &created.lease.id)
+                .await;
+            tracing::warn!(lease = %created.lease.id, revoked = revoked.is_ok(), error = %e, "could not record a new lease; revoked it");
+            Err(e)
+        }
+    }
+}
+
+/// The status with `created` as the current lease; the previous one is
+/// retired (revoked after a grace, before it would expire by itself).
+fn record_lease(
+    status: &mut KmsDynamicSecretStatus,
+    created: &crate::kms::leases::CreatedLease,
+    step: &NewLease,
+) {
+    let (lease, now) = (&created.lease, step.now);
+    let ttl = step
+        .ttl
+        .clone()
+        .or_else(|| created.default_ttl.clone())
+        .or_else(|| {
+            let secs = lease.expire_at.as_second() - now.as_second();
+            (secs > 0).then(|| format!("{secs}s"))
+        });
+    if let Some(old) = status.lease.take() {
+        let period = LeaseView::from_status(&old).ttl;
+        let grace = k8s_openapi::jiff::SignedDuration::try_from(RETIRE_GRACE.min(period))
+            .unwrap_or_default();
+        let before_expiry = old.expires_at.0 - k8s_openapi::jiff::SignedDuration::from_secs(1);
+        status.retired_leases.push(RetiredLease {
+            id: old.id,
+            revoke_after: Time((now + grace).min(before_expiry).max(now)),
+        });
+    }
+    status.lease = Some(LeaseStatus {
+        id: lease.id.clone(),
+        version: lease.version,
+        creation_timestamp: Time(now),
+        expires_at: Time(lease.expire_at),
+        ttl,
+    });
+    status.dynamic_secret_id = Some(created.dynamic_secret_id.clone()).filter(|s| !s.is_empty());
+    status.max_ttl = created.max_ttl.clone();
+    conditions::set(
+        &mut status.conditions,
+        ct::LEASE_CREATED,
+        Status::True,
+        "Created",
+        &format!(
+            "Lease {} created ({}); expires at {}",
+            lease.id, step.reason, lease.expire_at
+        ),
+        step.generation,
+        &step.condition_now,
+    );
+}
+
 /// Write the status, only over the resourceVersion `cr` was read at: a
 /// status computed from a stale copy (an informer behind after an apiserver
 /// restart) must not roll `status.lease` back. Returns the written object
 /// (or `cr` when nothing changed), for the next write of the same reconcile.
 async fn write_status(
-    ctx: &Context,
+    client: &Client,
     cr: &KmsDynamicSecret,
     status: &KmsDynamicSecretStatus,
 ) -> Result<KmsDynamicSecret, SyncError> {
@@ -949,7 +1009,7 @@ async fn write_status(
         "metadata": {"resourceVersion": cr.resource_version()},
         "status": status,
     });
-    Api::<KmsDynamicSecret>::namespaced(ctx.client.clone(), &ns)
+    Api::<KmsDynamicSecret>::namespaced(client.clone(), &ns)
         .patch_status(
             &cr.name_any(),
             &PatchParams::default(),

@@ -75,6 +75,27 @@ struct Synced {
     stream: Option<StreamState>,
 }
 
+/// The spec field of the resource's authentication method, for messages.
+fn auth_method_name(cr: &KmsSecret) -> &'static str {
+    let Some(a) = &cr.spec.authentication else {
+        return "tokenSecretReference";
+    };
+    [
+        (a.universal_auth.is_some(), "universalAuth"),
+        (a.kubernetes_auth.is_some(), "kubernetesAuth"),
+        (a.ldap_auth.is_some(), "ldapAuth"),
+        (a.service_token.is_some(), "serviceToken"),
+        (a.aws_iam_auth.is_some(), "awsIamAuth"),
+        (a.azure_auth.is_some(), "azureAuth"),
+        (a.gcp_id_token_auth.is_some(), "gcpIdTokenAuth"),
+        (a.gcp_iam_auth.is_some(), "gcpIamAuth"),
+        (a.service_account.is_some(), "serviceAccount"),
+    ]
+    .into_iter()
+    .find_map(|(set, name)| set.then_some(name))
+    .unwrap_or("no method")
+}
+
 /// `KmsSecret/<ns>/<name>`.
 pub fn owner_id(ns: &str, name: &str) -> String {
     format!("KmsSecret/{ns}/{name}")
@@ -349,7 +370,15 @@ async fn sync(
         };
         let max_age = if fresh { Duration::ZERO } else { SHARE_WINDOW };
         let result = tokio::select! {
-            r = ctx.kms.fetch(identity, scope, etag.as_deref(), max_age) => r.map_err(SyncError::Kms)?,
+            r = ctx.kms.fetch(identity, scope, etag.as_deref(), max_age) => r.map_err(|e| match e {
+                // A service token has no login: a refused token shows here.
+                crate::kms::KmsError::Api { status: 401 | 403, .. }
+                    if matches!(identity.credentials, crate::kms::Credentials::ServiceToken { .. }) =>
+                {
+                    SyncError::Auth(e)
+                }
+                e => SyncError::Kms(e),
+            })?,
             () = cancel.cancelled() => return Err(SyncError::NotOwner),
         };
         match &*result {
@@ -626,7 +655,10 @@ async fn write_status(
                     ct::LOADED_KMS_TOKEN,
                     Status::False,
                     e.reason(),
-                    &format!("Failed to log in to the KMS: {message}"),
+                    &format!(
+                        "Failed to log in to the KMS with {}: {message}",
+                        auth_method_name(cr)
+                    ),
                     generation,
                     &now,
                 );
