@@ -132,6 +132,23 @@ pub struct RunArgs {
     /// Directory under which `gcpIamAuth` key files may be read.
     #[arg(long, env = "KMS_OPERATOR_KEY_FILE_DIR")]
     pub key_file_dir: Option<PathBuf>,
+    /// STS endpoint for AWS IAM auth (signed `GetCallerIdentity`, web
+    /// identity exchange); default: the regional endpoint of `AWS_REGION`,
+    /// else `https://sts.amazonaws.com`.
+    #[arg(long, env = "KMS_OPERATOR_AWS_STS_ENDPOINT")]
+    pub aws_sts_endpoint: Option<String>,
+    /// AWS instance metadata service (IMDSv2) for AWS IAM auth.
+    #[arg(long, default_value = crate::kms::cloud::DEFAULT_AWS_IMDS, env = "KMS_OPERATOR_AWS_IMDS_ENDPOINT")]
+    pub aws_imds_endpoint: String,
+    /// Azure instance metadata service for Azure managed-identity auth.
+    #[arg(long, default_value = crate::kms::cloud::DEFAULT_AZURE_IMDS, env = "KMS_OPERATOR_AZURE_IMDS_ENDPOINT")]
+    pub azure_imds_endpoint: String,
+    /// GCP metadata server for GCP ID-token auth.
+    #[arg(long, default_value = crate::kms::cloud::DEFAULT_GCP_METADATA, env = "KMS_OPERATOR_GCP_METADATA_ENDPOINT")]
+    pub gcp_metadata_endpoint: String,
+    /// Timeout of one call to a metadata service or STS.
+    #[arg(long, default_value = "3", value_parser = parse_duration_arg, env = "KMS_OPERATOR_CLOUD_TIMEOUT")]
+    pub cloud_timeout: Duration,
     /// KMS requests per second for the whole operator, shared by live
     /// replicas (burst twice that).
     #[arg(long, default_value_t = 20.0, env = "KMS_OPERATOR_KMS_RATE_LIMIT")]
@@ -296,6 +313,11 @@ mod tests {
         );
         assert!((a.kms_rate_limit - 20.0).abs() < f64::EPSILON);
         assert!(a.namespaces.is_empty());
+        assert_eq!(a.aws_imds_endpoint, "http://169.254.169.254");
+        assert_eq!(a.azure_imds_endpoint, "http://169.254.169.254");
+        assert_eq!(a.gcp_metadata_endpoint, "http://metadata.google.internal");
+        assert_eq!(a.aws_sts_endpoint, None);
+        assert_eq!(a.cloud_timeout, Duration::from_secs(3));
     }
 
     #[test]

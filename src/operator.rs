@@ -169,6 +169,18 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if let Some(store) = &cache {
         kms = kms.with_token_store(store.clone());
     }
+    kms = kms.with_cloud(crate::kms::cloud::CloudConfig {
+        aws_sts_endpoint: args
+            .aws_sts_endpoint
+            .clone()
+            .filter(|e| !e.trim().is_empty()),
+        aws_imds_endpoint: args.aws_imds_endpoint.clone(),
+        azure_imds_endpoint: args.azure_imds_endpoint.clone(),
+        gcp_metadata_endpoint: args.gcp_metadata_endpoint.clone(),
+        key_file_dir: args.key_file_dir.clone(),
+        timeout: args.cloud_timeout,
+        ..crate::kms::cloud::CloudConfig::default()
+    });
     let kms = Arc::new(kms);
     kms.set_members(gate.members());
     let namespaces: Vec<String> = args

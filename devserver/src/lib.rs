@@ -34,6 +34,7 @@ mod admin;
 mod api;
 mod app;
 mod clock;
+mod cloud;
 mod durations;
 mod errors;
 mod events;
@@ -63,9 +64,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use seed::{
-    Seed, SeedDuration, SeedDynamicSecret, SeedEnvironment, SeedIdentity, SeedImport,
-    SeedKubernetesAuth, SeedLdapAuth, SeedList, SeedMembership, SeedProject, SeedSecretValue,
-    SeedServiceToken, SeedUniversalAuth,
+    Seed, SeedAwsAuth, SeedAwsKey, SeedAzureAuth, SeedDuration, SeedDynamicSecret, SeedEnvironment,
+    SeedGcpAuth, SeedIdentity, SeedImport, SeedJwk, SeedKubernetesAuth, SeedLdapAuth, SeedList,
+    SeedMembership, SeedProject, SeedSecretValue, SeedServiceToken, SeedUniversalAuth,
 };
 pub use store::SeededObject;
 

@@ -95,6 +95,15 @@ pub(crate) struct Identity {
     pub kubernetes_auth: Option<KubernetesAuth>,
     #[serde(default)]
     pub ldap_auth: Option<LdapAuth>,
+    /// AWS IAM auth (test mode).
+    #[serde(default)]
+    pub aws_auth: Option<Box<crate::seed::SeedAwsAuth>>,
+    /// Azure auth (test mode).
+    #[serde(default)]
+    pub azure_auth: Option<Box<crate::seed::SeedAzureAuth>>,
+    /// GCP auth (test mode).
+    #[serde(default)]
+    pub gcp_auth: Option<Box<crate::seed::SeedGcpAuth>>,
 }
 
 impl Identity {

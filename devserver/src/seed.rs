@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::{Error, durations};
 
@@ -253,6 +253,16 @@ pub struct SeedIdentity {
     /// LDAP auth: the one user of the dev server's directory.
     #[serde(default)]
     pub ldap_auth: Option<SeedLdapAuth>,
+    /// AWS IAM auth in test mode: signed `GetCallerIdentity` requests are
+    /// checked here, not sent to STS.
+    #[serde(default)]
+    pub aws_auth: Option<SeedAwsAuth>,
+    /// Azure auth in test mode: managed-identity JWTs checked here.
+    #[serde(default)]
+    pub azure_auth: Option<SeedAzureAuth>,
+    /// GCP auth (ID token and IAM) in test mode: JWTs checked here.
+    #[serde(default)]
+    pub gcp_auth: Option<SeedGcpAuth>,
     /// Projects the identity is a member of: slugs or ids, or
     /// `{slug, paths}` to allow only some folders.
     #[serde(default)]
@@ -308,7 +318,7 @@ impl From<&str> for SeedMembership {
 }
 
 /// A list given as a YAML list or as one comma-separated string.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
 #[serde(from = "RawList")]
 pub struct SeedList(pub Vec<String>);
 
@@ -367,6 +377,111 @@ pub struct SeedLdapAuth {
     pub username: String,
     /// Its password.
     pub password: String,
+    /// Access-token TTL in seconds (0 = none; default 30 days).
+    #[serde(rename = "accessTokenTTL", default = "default_token_ttl")]
+    pub access_token_ttl: u64,
+    /// Access-token lifetime cap in seconds (0 = none; default 30 days).
+    #[serde(rename = "accessTokenMaxTTL", default = "default_token_ttl")]
+    pub access_token_max_ttl: u64,
+}
+
+/// AWS IAM auth of an identity, in the dev server's **test mode**: the
+/// dev server cannot ask STS who signed a `GetCallerIdentity` request, so it
+/// checks the request's shape (method, body, SigV4 `Authorization` format,
+/// a recent `X-Amz-Date`) and, when the access key is listed in `keys`,
+/// verifies the signature with the key's secret and takes the key's ARN as
+/// the caller. A key that is not listed has no known principal: it is
+/// accepted only when both allow lists are empty.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SeedAwsAuth {
+    /// Principal ARNs (`*` wildcards allowed) that may log in; any when
+    /// empty.
+    #[serde(default)]
+    pub allowed_principal_arns: SeedList,
+    /// AWS account ids that may log in; any when empty.
+    #[serde(default)]
+    pub allowed_account_ids: SeedList,
+    /// Access keys the dev server knows, standing in for STS.
+    #[serde(default)]
+    pub keys: Vec<SeedAwsKey>,
+    /// Access-token TTL in seconds (0 = none; default 30 days).
+    #[serde(rename = "accessTokenTTL", default = "default_token_ttl")]
+    pub access_token_ttl: u64,
+    /// Access-token lifetime cap in seconds (0 = none; default 30 days).
+    #[serde(rename = "accessTokenMaxTTL", default = "default_token_ttl")]
+    pub access_token_max_ttl: u64,
+}
+
+/// An AWS access key known to the dev server and the principal it stands
+/// for.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SeedAwsKey {
+    /// The access key id.
+    pub access_key_id: String,
+    /// Its secret, to verify signatures with.
+    pub secret_access_key: String,
+    /// The caller ARN STS would report, e.g.
+    /// `arn:aws:sts::123456789012:assumed-role/app/session`.
+    pub arn: String,
+}
+
+/// An RSA public key (JWK members `n`, `e`, base64url) that signs the JWTs
+/// of a test-mode cloud login.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+pub struct SeedJwk {
+    /// Key id; when set, a JWT whose header names another `kid` is not
+    /// checked with this key.
+    #[serde(default)]
+    pub kid: Option<String>,
+    /// Modulus, base64url.
+    pub n: String,
+    /// Public exponent, base64url.
+    pub e: String,
+}
+
+/// Azure auth of an identity, in **test mode**: the managed-identity JWT is
+/// checked for structure, expiry, audience (`resource`), issuer (of
+/// `tenantId`) and service principal (`oid`); its RS256 signature is
+/// verified when `jwks` is given, else not checked.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SeedAzureAuth {
+    /// Tenant; tokens must be issued by `https://sts.windows.net/<tenantId>/`.
+    #[serde(default)]
+    pub tenant_id: Option<String>,
+    /// The audience tokens must carry (default
+    /// `https://management.azure.com/`).
+    #[serde(default)]
+    pub resource: Option<String>,
+    /// Service principal object ids (`oid`) that may log in; any when empty.
+    #[serde(default)]
+    pub allowed_service_principal_ids: SeedList,
+    /// Keys that sign the tokens.
+    #[serde(default)]
+    pub jwks: Vec<SeedJwk>,
+    /// Access-token TTL in seconds (0 = none; default 30 days).
+    #[serde(rename = "accessTokenTTL", default = "default_token_ttl")]
+    pub access_token_ttl: u64,
+    /// Access-token lifetime cap in seconds (0 = none; default 30 days).
+    #[serde(rename = "accessTokenMaxTTL", default = "default_token_ttl")]
+    pub access_token_max_ttl: u64,
+}
+
+/// GCP auth of an identity (ID token and IAM alike), in **test mode**: the
+/// JWT is checked for structure, expiry, audience (the identity id) and
+/// service account (`email`, else `sub`); its RS256 signature is verified
+/// when `jwks` is given, else not checked.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SeedGcpAuth {
+    /// Service-account emails that may log in; any when empty.
+    #[serde(default)]
+    pub allowed_service_accounts: SeedList,
+    /// Keys that sign the tokens.
+    #[serde(default)]
+    pub jwks: Vec<SeedJwk>,
     /// Access-token TTL in seconds (0 = none; default 30 days).
     #[serde(rename = "accessTokenTTL", default = "default_token_ttl")]
     pub access_token_ttl: u64,
@@ -635,6 +750,30 @@ impl Seed {
                 && (l.username.trim().is_empty() || l.password.trim().is_empty())
             {
                 problems.push(format!("{at}: empty ldapAuth username or password"));
+            }
+            if let Some(a) = &i.aws_auth {
+                for k in &a.keys {
+                    if k.access_key_id.trim().is_empty()
+                        || k.secret_access_key.is_empty()
+                        || k.arn.split(':').count() < 6
+                    {
+                        problems.push(format!(
+                            "{at}: awsAuth.keys: an access key needs accessKeyId, secretAccessKey and an arn (arn:aws:…)"
+                        ));
+                    }
+                }
+            }
+            let jwks = i
+                .azure_auth
+                .iter()
+                .flat_map(|a| a.jwks.iter())
+                .chain(i.gcp_auth.iter().flat_map(|g| g.jwks.iter()));
+            for k in jwks {
+                if crate::cloud::rsa_key(k).is_none() {
+                    problems.push(format!(
+                        "{at}: jwks: a key needs n and e (base64url) of an RSA key"
+                    ));
+                }
             }
             if let Some(ua) = &i.universal_auth {
                 if ua.client_secret.is_empty() {

@@ -606,6 +606,15 @@ impl Store {
             if let Some(l) = &i.ldap_auth {
                 methods.push(format!("ldapUser={}", l.username));
             }
+            if i.aws_auth.is_some() {
+                methods.push("awsAuth(test mode)".to_owned());
+            }
+            if i.azure_auth.is_some() {
+                methods.push("azureAuth(test mode)".to_owned());
+            }
+            if i.gcp_auth.is_some() {
+                methods.push("gcpAuth(test mode)".to_owned());
+            }
             out.push(SeededObject {
                 kind: "identity".into(),
                 name: i.name.clone(),
@@ -895,6 +904,9 @@ fn seed_identity(
                     access_token_ttl: l.access_token_ttl,
                     access_token_max_ttl: l.access_token_max_ttl,
                 }),
+                aws_auth: i.aws_auth.clone().map(Box::new),
+                azure_auth: i.azure_auth.clone().map(Box::new),
+                gcp_auth: i.gcp_auth.clone().map(Box::new),
             }),
         );
     }

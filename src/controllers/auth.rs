@@ -1,6 +1,8 @@
 //! Turning a resource's authentication into a KMS identity: the endpoint
 //! (host and CA) and the credentials, read from the referenced Secret or
-//! ServiceAccount under the namespace rule.
+//! ServiceAccount under the namespace rule, or — for the cloud methods —
+//! produced at login time from the pod's cloud environment (see
+//! [`crate::kms::cloud`]).
 //!
 //! Every method's errors name the method and the object: "credentials Secret
 //! ns/name not found", "ServiceAccount ns/name has no token Secret", and so
@@ -21,6 +23,7 @@ use super::error::SyncError;
 use super::refs::{get_secret, resolve_endpoint, secret_string};
 use crate::api::common::{GenericAuthentication, TlsConfig};
 use crate::kms::auth::JwtSource;
+use crate::kms::cloud::{self, CloudMethod};
 use crate::kms::{Credentials, Identity};
 
 /// How a resource logs in, with its references resolved to namespaces.
@@ -54,6 +57,21 @@ pub enum AuthMethod {
     ServiceToken {
         /// The Secret holding the token.
         secret: (String, String),
+    },
+    /// A cloud method: AWS IAM, Azure managed identity, GCP ID token or
+    /// GCP IAM (key file).
+    Cloud {
+        /// Which method.
+        method: CloudMethod,
+        /// The machine identity.
+        identity_id: String,
+        /// Azure: the resource of the token (default
+        /// `https://management.azure.com/`).
+        azure_resource: Option<String>,
+        /// Azure: the client id of a user-assigned managed identity.
+        azure_client_id: Option<String>,
+        /// GCP IAM: the key file's path (under `--key-file-dir`).
+        key_file: Option<String>,
     },
     /// A method this build does not support.
     Unsupported(&'static str),
@@ -221,6 +239,41 @@ pub async fn credentials(ctx: &Context, method: &AuthMethod) -> Result<Credentia
             }
             Ok(Credentials::ServiceToken {
                 token: clean.into(),
+            })
+        }
+        AuthMethod::Cloud {
+            method,
+            identity_id,
+            azure_resource,
+            azure_client_id,
+            key_file,
+        } => {
+            if identity_id.is_empty() {
+                return Err(SyncError::Spec(format!(
+                    "{}: identityId is empty",
+                    method.strategy_name()
+                )));
+            }
+            let subject = match method {
+                CloudMethod::Azure => format!(
+                    "{}|{}",
+                    azure_resource.as_deref().unwrap_or_default(),
+                    azure_client_id.as_deref().unwrap_or_default()
+                ),
+                CloudMethod::GcpIam => key_file.clone().unwrap_or_default(),
+                CloudMethod::AwsIam | CloudMethod::GcpIdToken => String::new(),
+            };
+            Ok(Credentials::Cloud {
+                method: *method,
+                identity_id: identity_id.clone(),
+                subject,
+                source: cloud::source(
+                    ctx.kms.cloud(),
+                    *method,
+                    azure_resource.as_deref(),
+                    azure_client_id.as_deref(),
+                    key_file.as_deref(),
+                ),
             })
         }
         AuthMethod::Unsupported(name) => Err(SyncError::Spec(format!(

@@ -13,6 +13,7 @@ use std::time::Duration;
 use secrecy::{ExposeSecret, SecretString};
 use tokio::time::Instant;
 
+use super::cloud::{CloudMethod, CloudSource};
 use super::endpoint::{Endpoint, hex};
 
 /// Produces a Kubernetes service-account token when a login needs one (a
@@ -51,6 +52,19 @@ pub enum Credentials {
         /// The LDAP password.
         password: SecretString,
     },
+    /// A cloud method (AWS IAM, Azure, GCP ID token, GCP IAM): a proof from
+    /// the pod's cloud environment, produced at login time.
+    Cloud {
+        /// Which method.
+        method: CloudMethod,
+        /// The machine identity.
+        identity_id: String,
+        /// What the proof is for (resource, client id, key file path; part
+        /// of the identity key, never secret).
+        subject: String,
+        /// Produces the proof at login time.
+        source: Arc<dyn CloudSource>,
+    },
     /// A legacy service token (`st.<id>.<secret>.<key>`): no login; the
     /// first three dot-parts are the bearer token.
     ServiceToken {
@@ -86,6 +100,17 @@ impl std::fmt::Debug for Credentials {
                 .field("username", username)
                 .field("password", &"[REDACTED]")
                 .finish(),
+            Credentials::Cloud {
+                method,
+                identity_id,
+                subject,
+                ..
+            } => f
+                .debug_struct("Cloud")
+                .field("method", method)
+                .field("identity_id", identity_id)
+                .field("subject", subject)
+                .finish(),
             Credentials::ServiceToken { .. } => f
                 .debug_struct("ServiceToken")
                 .field("token", &"[REDACTED]")
@@ -101,6 +126,7 @@ impl Credentials {
             Credentials::UniversalAuth { .. } => "universal",
             Credentials::Kubernetes { .. } => "kubernetes",
             Credentials::Ldap { .. } => "ldap",
+            Credentials::Cloud { method, .. } => method.label(),
             Credentials::ServiceToken { .. } => "service-token",
         }
     }
@@ -111,6 +137,7 @@ impl Credentials {
             Credentials::UniversalAuth { .. } => "UNIVERSAL_MACHINE_IDENTITY",
             Credentials::Kubernetes { .. } => "KUBERNETES_AUTH_MACHINE_IDENTITY",
             Credentials::Ldap { .. } => "LDAP_MACHINE_IDENTITY",
+            Credentials::Cloud { method, .. } => method.strategy_name(),
             Credentials::ServiceToken { .. } => "SERVICE_TOKEN",
         }
     }
@@ -118,9 +145,9 @@ impl Credentials {
     fn principal(&self) -> &str {
         match self {
             Credentials::UniversalAuth { client_id, .. } => client_id,
-            Credentials::Kubernetes { identity_id, .. } | Credentials::Ldap { identity_id, .. } => {
-                identity_id
-            }
+            Credentials::Kubernetes { identity_id, .. }
+            | Credentials::Ldap { identity_id, .. }
+            | Credentials::Cloud { identity_id, .. } => identity_id,
             Credentials::ServiceToken { .. } => "",
         }
     }
@@ -131,7 +158,9 @@ impl Credentials {
             Credentials::UniversalAuth { client_secret, .. } => {
                 ctx.update(client_secret.expose_secret().as_bytes())
             }
-            Credentials::Kubernetes { subject, .. } => ctx.update(subject.as_bytes()),
+            Credentials::Kubernetes { subject, .. } | Credentials::Cloud { subject, .. } => {
+                ctx.update(subject.as_bytes())
+            }
             Credentials::Ldap {
                 username, password, ..
             } => {

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 
 use super::KmsError;
 use super::auth::{Credentials, Identity, IdentityKey, Token, TokenAction, TokenCache};
+use super::cloud::CloudConfig;
 use super::endpoint::{Clients, Endpoint, host_allowed};
 use super::flight::SingleFlight;
 use super::limiter::{Acquired, Limiter};
@@ -122,6 +123,8 @@ pub struct Kms {
     token_projects: Mutex<std::collections::HashMap<IdentityKey, String>>,
     metrics: Metrics,
     warned_plain_http: Mutex<HashSet<String>>,
+    /// Where the cloud login methods find their credentials.
+    cloud: CloudConfig,
 }
 
 /// A buffered response.
@@ -145,7 +148,19 @@ impl Kms {
             token_projects: Mutex::new(std::collections::HashMap::new()),
             metrics,
             warned_plain_http: Mutex::new(HashSet::new()),
+            cloud: CloudConfig::default(),
         }
+    }
+
+    /// Look for cloud credentials where `cloud` says.
+    pub fn with_cloud(mut self, cloud: CloudConfig) -> Self {
+        self.cloud = cloud;
+        self
+    }
+
+    /// Where the cloud login methods find their credentials.
+    pub fn cloud(&self) -> &CloudConfig {
+        &self.cloud
     }
 
     /// Keep tokens in `store` as well (it stores them only when it
@@ -315,6 +330,22 @@ impl Kms {
                 format!("{}/v1/auth/ldap-auth/login", ep.base),
                 serde_json::json!({"identityId": identity_id, "username": username, "password": password.expose_secret()}),
             ),
+            Credentials::Cloud {
+                method,
+                identity_id,
+                source,
+                ..
+            } => {
+                let proof = source.proof(identity_id).await.map_err(|e| {
+                    KmsError::Credentials(format!("{} login: {e}", method.strategy_name()))
+                })?;
+                let (route, path) = method.route();
+                (
+                    route,
+                    format!("{}{path}", ep.base),
+                    proof.login_body(identity_id),
+                )
+            }
             Credentials::ServiceToken { token } => {
                 // No login: the token is the credential.
                 let now = Instant::now();

@@ -3,6 +3,8 @@
 //!
 //! - [`endpoint`]: base URLs (`/api` appended), the host allow list, one
 //!   HTTP client per trust configuration (system roots plus a private CA);
+//! - [`cloud`]: the proofs of the cloud login methods (AWS, Azure, GCP),
+//!   from the pod's ambient credentials or a key file;
 //! - [`auth`]: identities, their keys and tokens (one login per identity,
 //!   renewed before expiry, a new login at max TTL, lazy);
 //! - [`limiter`]: the request budget per host and 429 pauses;
@@ -12,6 +14,7 @@
 
 pub mod auth;
 pub mod client;
+pub mod cloud;
 pub mod endpoint;
 mod error;
 pub mod events;

@@ -10,6 +10,7 @@
 mod harness;
 
 mod cache;
+mod cloud_auth;
 mod crds;
 mod dynamic;
 mod helm;

@@ -292,7 +292,25 @@ pub struct Operator {
 impl Operator {
     /// Start `kms-operator run` watching `namespaces`, with extra flags.
     pub fn start(pod_namespace: &str, namespaces: &[&str], extra: &[&str]) -> Self {
-        let mut child = Command::new(binary())
+        Self::start_with_env(pod_namespace, namespaces, extra, &[])
+    }
+
+    /// Like [`Operator::start`], with environment variables set (`Some`) or
+    /// removed (`None`) for the child process.
+    pub fn start_with_env(
+        pod_namespace: &str,
+        namespaces: &[&str],
+        extra: &[&str],
+        env: &[(&str, Option<&str>)],
+    ) -> Self {
+        let mut command = Command::new(binary());
+        for (name, value) in env {
+            match value {
+                Some(v) => command.env(name, v),
+                None => command.env_remove(name),
+            };
+        }
+        let mut child = command
             .env("KUBECONFIG", crate::harness::kubeconfig())
             .env("RUST_LOG", "info,kms_operator=debug")
             .args([

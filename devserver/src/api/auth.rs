@@ -1,4 +1,5 @@
-//! Authentication: the logins (universal, Kubernetes and LDAP auth), token
+//! Authentication: the logins (universal, Kubernetes and LDAP auth; AWS,
+//! Azure and GCP in test mode), token
 //! renew and revoke, and the check of the bearer token every other route
 //! makes — an identity access token (a JWT of this server) or a legacy
 //! service token (`st.<id>.<secret>`).
@@ -316,6 +317,168 @@ pub(crate) async fn ldap_login(State(app): State<App>, req: Request) -> ApiResul
     )
     .await?;
     tracing::debug!(identity = %identity.name, "ldap-auth login");
+    Ok(ok(&out))
+}
+
+/// The identity `identity_id` if it has the method `has`.
+async fn identity_with(
+    app: &App,
+    identity_id: &str,
+    has: fn(&Identity) -> bool,
+    what: &str,
+) -> Result<Identity, ApiError> {
+    app.store
+        .read()
+        .await
+        .identities
+        .get(identity_id)
+        .filter(|i| has(i))
+        .cloned()
+        .ok_or_else(|| {
+            ApiError::not_found(format!(
+                "{what} auth method not found for identity, did you configure {what} auth?"
+            ))
+        })
+}
+
+/// Issue a token after a cloud login was checked.
+async fn issue_checked(
+    app: &App,
+    identity: &Identity,
+    ttl: u64,
+    max_ttl: u64,
+) -> Result<TokenOut, ApiError> {
+    let mut st = app.store.write().await;
+    if !st.identities.contains_key(&identity.id) {
+        return Err(ApiError::unauthorized("Identity not found"));
+    }
+    issue(app, &mut st, &identity.id, ttl, max_ttl).await
+}
+
+/// `POST /api/v1/auth/aws-auth/login`, test mode: the signed
+/// `GetCallerIdentity` request is checked here instead of being sent to
+/// STS (see [`crate::cloud`]).
+pub(crate) async fn aws_login(State(app): State<App>, req: Request) -> ApiResult {
+    let (parts, body) = req.into_parts();
+    let body = read_json(&parts.headers, body).await?;
+    let mut f = Fields::of(body.as_ref());
+    let identity_id = f.required_string("identityId").trim().to_owned();
+    let method = f.required_string("iamHttpRequestMethod");
+    let request_body = f.required_string("iamRequestBody");
+    let request_headers = f.required_string("iamRequestHeaders");
+    let _ = f.optional_string("iamRequestUrl");
+    let _ = f.optional_string("organizationSlug");
+    f.finish()?;
+    let identity = identity_with(&app, &identity_id, |i| i.aws_auth.is_some(), "AWS").await?;
+    let Some(aws) = identity.aws_auth.as_ref() else {
+        return Err(ApiError::internal());
+    };
+    let caller = crate::cloud::check_aws(
+        aws,
+        method.trim(),
+        &request_body,
+        &request_headers,
+        now_ms() / 1000,
+    )
+    .map_err(|e| ApiError::unauthorized(format!("AWS IAM authentication failed: {e}")))?;
+    let out = issue_checked(
+        &app,
+        &identity,
+        aws.access_token_ttl,
+        aws.access_token_max_ttl,
+    )
+    .await?;
+    tracing::debug!(identity = %identity.name, caller = caller.as_deref().unwrap_or("(unknown key)"), "aws-auth login (test mode)");
+    Ok(ok(&out))
+}
+
+/// `POST /api/v1/auth/azure-auth/login`, test mode: the managed-identity
+/// JWT's claims (and, with keys, its signature) are checked here.
+pub(crate) async fn azure_login(State(app): State<App>, req: Request) -> ApiResult {
+    let (parts, body) = req.into_parts();
+    let body = read_json(&parts.headers, body).await?;
+    let mut f = Fields::of(body.as_ref());
+    let identity_id = f.required_string("identityId").trim().to_owned();
+    let jwt = f.required_string("jwt");
+    let _ = f.optional_string("organizationSlug");
+    f.finish()?;
+    let identity = identity_with(&app, &identity_id, |i| i.azure_auth.is_some(), "Azure").await?;
+    let Some(azure) = identity.azure_auth.as_ref() else {
+        return Err(ApiError::internal());
+    };
+    let denied = |e: String| ApiError::unauthorized(format!("Azure authentication failed: {e}"));
+    let claims = crate::cloud::check_jwt(&jwt, &azure.jwks, now_ms() / 1000).map_err(denied)?;
+    let resource = azure
+        .resource
+        .as_deref()
+        .unwrap_or("https://management.azure.com/");
+    if !crate::cloud::has_audience(&claims, resource) {
+        return Err(denied(format!("the token's audience is not {resource}")));
+    }
+    if let Some(tenant) = azure.tenant_id.as_deref() {
+        let want = format!("https://sts.windows.net/{tenant}/");
+        if claims["iss"].as_str() != Some(want.as_str()) {
+            return Err(denied(format!("the token is not issued by {want}")));
+        }
+    }
+    let oid = claims["oid"].as_str().unwrap_or_default();
+    let allowed = &azure.allowed_service_principal_ids.0;
+    if !allowed.is_empty() && !allowed.iter().any(|a| a == oid) {
+        return Err(denied(format!("service principal {oid:?} is not allowed")));
+    }
+    let out = issue_checked(
+        &app,
+        &identity,
+        azure.access_token_ttl,
+        azure.access_token_max_ttl,
+    )
+    .await?;
+    tracing::debug!(identity = %identity.name, oid, "azure-auth login (test mode)");
+    Ok(ok(&out))
+}
+
+/// `POST /api/v1/auth/gcp-auth/login`, test mode: the JWT (a metadata-server
+/// ID token or a service-account-signed JWT) is checked here: audience =
+/// the identity id, the service account allowed, and, with keys, its
+/// signature.
+pub(crate) async fn gcp_login(State(app): State<App>, req: Request) -> ApiResult {
+    let (parts, body) = req.into_parts();
+    let body = read_json(&parts.headers, body).await?;
+    let mut f = Fields::of(body.as_ref());
+    let identity_id = f.required_string("identityId").trim().to_owned();
+    let jwt = f.required_string("jwt");
+    let _ = f.optional_string("organizationSlug");
+    f.finish()?;
+    let identity = identity_with(&app, &identity_id, |i| i.gcp_auth.is_some(), "GCP").await?;
+    let Some(gcp) = identity.gcp_auth.as_ref() else {
+        return Err(ApiError::internal());
+    };
+    let denied = |e: String| ApiError::unauthorized(format!("GCP authentication failed: {e}"));
+    let claims = crate::cloud::check_jwt(&jwt, &gcp.jwks, now_ms() / 1000).map_err(denied)?;
+    if !crate::cloud::has_audience(&claims, &identity.id) {
+        return Err(denied(
+            "the token's audience is not the identity id".to_owned(),
+        ));
+    }
+    let account = claims["email"]
+        .as_str()
+        .or_else(|| claims["sub"].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    let allowed = &gcp.allowed_service_accounts.0;
+    if !allowed.is_empty() && !allowed.contains(&account) {
+        return Err(denied(format!(
+            "service account {account:?} is not allowed"
+        )));
+    }
+    let out = issue_checked(
+        &app,
+        &identity,
+        gcp.access_token_ttl,
+        gcp.access_token_max_ttl,
+    )
+    .await?;
+    tracing::debug!(identity = %identity.name, %account, "gcp-auth login (test mode)");
     Ok(ok(&out))
 }
 

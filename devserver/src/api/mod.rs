@@ -37,6 +37,9 @@ pub(crate) const ROUTES: &[&str] = &[
     "POST /api/v1/auth/universal-auth/login",
     "POST /api/v1/auth/kubernetes-auth/login",
     "POST /api/v1/auth/ldap-auth/login",
+    "POST /api/v1/auth/aws-auth/login",
+    "POST /api/v1/auth/azure-auth/login",
+    "POST /api/v1/auth/gcp-auth/login",
     "POST /api/v1/auth/token/renew",
     "POST /api/v1/auth/token/revoke",
     "GET /api/v2/service-token",
@@ -138,6 +141,9 @@ pub(crate) fn router(app: App) -> Router {
             post(auth::kubernetes_login),
         )
         .route("/api/v1/auth/ldap-auth/login", post(auth::ldap_login))
+        .route("/api/v1/auth/aws-auth/login", post(auth::aws_login))
+        .route("/api/v1/auth/azure-auth/login", post(auth::azure_login))
+        .route("/api/v1/auth/gcp-auth/login", post(auth::gcp_login))
         .route("/api/v1/auth/token/renew", post(auth::renew))
         .route("/api/v1/auth/token/revoke", post(auth::revoke))
         .route("/api/v2/service-token", get(projects::service_token))

@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::api::common::{
-    CreationPolicy, GenericAuthentication, KubeSecretReference, KubernetesAuth, LdapAuth,
-    MachineIdentityScope, ManagedKubeSecretConfig, SecretTemplate,
+    AwsIamAuth, AzureAuth, CreationPolicy, GcpIamAuth, GcpIdTokenAuth, GenericAuthentication,
+    KubeSecretReference, KubernetesAuth, LdapAuth, MachineIdentityScope, ManagedKubeSecretConfig,
+    SecretTemplate,
 };
 use crate::api::duration::parse_optional_duration;
 use crate::api::kms_secret::{KmsSecret, KmsSecretSpec};
@@ -15,6 +16,7 @@ pub use crate::controllers::auth::AuthMethod;
 use crate::controllers::error::SyncError;
 use crate::controllers::refs::namespace_of;
 use crate::controllers::target::{TargetKind, valid_data_key};
+use crate::kms::cloud::CloudMethod;
 use crate::kms::{ProjectRef, Scope, SecretMap};
 
 /// Default time between syncs.
@@ -241,13 +243,13 @@ pub fn auth_choice(
     } else if let Some(a) = &auth.ldap_auth {
         (ldap_method(&a.auth, ns, allow_cross)?, &a.secrets_scope)
     } else if let Some(a) = &auth.aws_iam_auth {
-        (AuthMethod::Unsupported("awsIamAuth"), &a.secrets_scope)
+        (aws_method(&a.auth), &a.secrets_scope)
     } else if let Some(a) = &auth.azure_auth {
-        (AuthMethod::Unsupported("azureAuth"), &a.secrets_scope)
+        (azure_method(&a.auth), &a.secrets_scope)
     } else if let Some(a) = &auth.gcp_id_token_auth {
-        (AuthMethod::Unsupported("gcpIdTokenAuth"), &a.secrets_scope)
+        (gcp_id_token_method(&a.auth), &a.secrets_scope)
     } else if let Some(a) = &auth.gcp_iam_auth {
-        (AuthMethod::Unsupported("gcpIamAuth"), &a.secrets_scope)
+        (gcp_iam_method(&a.auth), &a.secrets_scope)
     } else {
         return Err(SyncError::Spec(
             "no authentication method is set".to_owned(),
@@ -313,6 +315,54 @@ pub fn ldap_method(a: &LdapAuth, ns: &str, allow_cross: bool) -> Result<AuthMeth
     })
 }
 
+fn cloud_method(method: CloudMethod, identity_id: &str) -> AuthMethod {
+    AuthMethod::Cloud {
+        method,
+        identity_id: identity_id.trim().to_owned(),
+        azure_resource: None,
+        azure_client_id: None,
+        key_file: None,
+    }
+}
+
+/// AWS IAM auth (the pod's ambient AWS credentials).
+pub fn aws_method(a: &AwsIamAuth) -> AuthMethod {
+    cloud_method(CloudMethod::AwsIam, &a.identity_id)
+}
+
+/// Azure managed-identity auth.
+pub fn azure_method(a: &AzureAuth) -> AuthMethod {
+    let nonempty = |v: &Option<String>| {
+        v.as_deref()
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned)
+    };
+    AuthMethod::Cloud {
+        method: CloudMethod::Azure,
+        identity_id: a.identity_id.trim().to_owned(),
+        azure_resource: nonempty(&a.resource),
+        azure_client_id: nonempty(&a.azure_managed_identity_client_id),
+        key_file: None,
+    }
+}
+
+/// GCP ID-token auth (the metadata server).
+pub fn gcp_id_token_method(a: &GcpIdTokenAuth) -> AuthMethod {
+    cloud_method(CloudMethod::GcpIdToken, &a.identity_id)
+}
+
+/// GCP IAM auth (a service-account key file under `--key-file-dir`).
+pub fn gcp_iam_method(a: &GcpIamAuth) -> AuthMethod {
+    AuthMethod::Cloud {
+        method: CloudMethod::GcpIam,
+        identity_id: a.identity_id.trim().to_owned(),
+        azure_resource: None,
+        azure_client_id: None,
+        key_file: Some(a.service_account_key_file_path.trim().to_owned()),
+    }
+}
+
 /// The method of a push or dynamic secret's generic authentication block.
 pub fn generic_method(
     auth: &GenericAuthentication,
@@ -325,14 +375,14 @@ pub fn generic_method(
         kubernetes_method(a, ns, allow_cross)
     } else if let Some(a) = &auth.ldap_auth {
         ldap_method(a, ns, allow_cross)
-    } else if auth.aws_iam_auth.is_some() {
-        Ok(AuthMethod::Unsupported("awsIamAuth"))
-    } else if auth.azure_auth.is_some() {
-        Ok(AuthMethod::Unsupported("azureAuth"))
-    } else if auth.gcp_id_token_auth.is_some() {
-        Ok(AuthMethod::Unsupported("gcpIdTokenAuth"))
-    } else if auth.gcp_iam_auth.is_some() {
-        Ok(AuthMethod::Unsupported("gcpIamAuth"))
+    } else if let Some(a) = &auth.aws_iam_auth {
+        Ok(aws_method(a))
+    } else if let Some(a) = &auth.azure_auth {
+        Ok(azure_method(a))
+    } else if let Some(a) = &auth.gcp_id_token_auth {
+        Ok(gcp_id_token_method(a))
+    } else if let Some(a) = &auth.gcp_iam_auth {
+        Ok(gcp_iam_method(a))
     } else {
         Err(SyncError::Spec(
             "no authentication method is set".to_owned(),
