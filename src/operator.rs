@@ -900,6 +900,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     // Hand the shards over: clear each Lease's holder, delete the member Lease.
     coordinator.shutdown().await;
+    // Leases created and not yet recorded are recorded or revoked before the
+    // process goes (their reconciles may have been dropped above).
+    ctx.critical.close();
+    if tokio::time::timeout(Duration::from_secs(15), ctx.critical.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!("lease steps still running after 15s; exiting anyway");
+    }
     shard_task.abort();
     stats.abort();
     for t in watch_tasks {

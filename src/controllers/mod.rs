@@ -243,6 +243,9 @@ pub struct Context {
     pub cache: Option<storage::Store>,
     /// Instant-update streams of the KmsSecrets that ask for them.
     pub instant: instant::InstantUpdates,
+    /// Steps that must finish even when their reconcile is dropped (a lease
+    /// created and then recorded or revoked); shutdown waits for them.
+    pub critical: tokio_util::task::TaskTracker,
     global: Arc<RwLock<GlobalConfig>>,
     records: Mutex<HashMap<String, SyncRecord>>,
     failures: Mutex<HashMap<String, u32>>,
@@ -289,6 +292,7 @@ impl Context {
         );
         Self {
             instant,
+            critical: tokio_util::task::TaskTracker::new(),
             client: parts.client,
             kms: parts.kms,
             metrics: parts.metrics,

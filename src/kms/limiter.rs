@@ -1,6 +1,6 @@
 //! The KMS request budget: one token bucket per host, `--kms-rate-limit`
 //! requests per second for the whole operator divided among live replicas,
-//! burst twice the rate. A `429` pauses the whole host until its
+//! burst twice the rate (earned: a new bucket holds one request). A `429` pauses the whole host until its
 //! `Retry-After` has passed, so no request of this replica adds to a storm.
 //!
 //! More replicas shrink the share at once; fewer grow it only after the
@@ -97,8 +97,11 @@ impl Limiter {
                 let now = Instant::now();
                 let mut hosts = self.hosts.lock().unwrap_or_else(|e| e.into_inner());
                 let burst = (rate * 2.0).max(1.0);
+                // A new bucket holds one request, not a burst: replicas that
+                // start together (or come back together after a control-plane
+                // outage) must not spend a burst each at the same moment.
                 let b = hosts.entry(host.to_owned()).or_insert(Bucket {
-                    tokens: burst,
+                    tokens: 1.0_f64.min(burst),
                     last: now,
                     paused_until: None,
                 });
@@ -170,19 +173,23 @@ mod tests {
     use super::*;
 
     #[tokio::test(start_paused = true)]
-    async fn bucket_allows_burst_then_the_rate() {
+    async fn bucket_starts_with_one_request_then_allows_a_burst_of_twice_the_rate() {
         let l = Limiter::new(10.0);
+        assert_eq!(l.acquire("h").await, Acquired::Immediately);
+        // No burst at the start: the second waits about 1/10 s.
         let start = Instant::now();
-        for _ in 0..20 {
-            assert_eq!(l.acquire("h").await, Acquired::Immediately);
-        }
-        // The 21st waits about 1/10 s.
         assert_eq!(l.acquire("h").await, Acquired::AfterWaiting);
         let waited = start.elapsed();
         assert!(
             waited >= Duration::from_millis(99) && waited <= Duration::from_millis(150),
             "{waited:?}"
         );
+        // After an idle spell the bucket holds twice the rate, no more.
+        tokio::time::advance(Duration::from_secs(10)).await;
+        for _ in 0..20 {
+            assert_eq!(l.acquire("h").await, Acquired::Immediately);
+        }
+        assert_eq!(l.acquire("h").await, Acquired::AfterWaiting);
         // Other hosts have their own bucket.
         assert_eq!(l.acquire("other").await, Acquired::Immediately);
     }

@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 
 use crate::harness::{self, TestNamespace};
 use crate::kms_secret::{apply_cr, expect, wait_condition, wait_data};
+use crate::kms_secret_extras::{cr, scope};
 use crate::support::{DevServer, Operator, TempDir, seed};
 
 const TOKEN_CONDITION: &str = "secrets.hanzo.ai/LoadedKMSToken";
@@ -220,24 +221,6 @@ fn cloud_seed() -> String {
         arn("imds"),
     ));
     s
-}
-
-fn cr(name: &str, host: &str, target: &str, authentication: Value) -> Value {
-    json!({
-        "apiVersion": "secrets.hanzo.ai/v1alpha1",
-        "kind": "KmsSecret",
-        "metadata": {"name": name},
-        "spec": {
-            "hostAPI": host,
-            "syncConfig": {"resyncInterval": "30s"},
-            "authentication": authentication,
-            "managedKubeSecretReferences": [{"secretName": target, "creationPolicy": "Owner"}]
-        }
-    })
-}
-
-fn scope() -> Value {
-    json!({"projectSlug": "demo", "envSlug": "dev", "secretsPath": "/"})
 }
 
 fn aws() -> Value {

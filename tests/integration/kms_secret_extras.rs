@@ -43,7 +43,9 @@ async fn create_secret(client: &Client, ns: &str, name: &str, data: Value) {
         .expect("create Secret");
 }
 
-fn cr(name: &str, host: &str, target: &str, authentication: Value) -> Value {
+/// A KmsSecret named `name` on `host`, writing `target`, resyncing every
+/// 30 s, with `authentication`.
+pub(crate) fn cr(name: &str, host: &str, target: &str, authentication: Value) -> Value {
     json!({
         "apiVersion": "secrets.hanzo.ai/v1alpha1",
         "kind": "KmsSecret",
@@ -57,7 +59,8 @@ fn cr(name: &str, host: &str, target: &str, authentication: Value) -> Value {
     })
 }
 
-fn scope() -> Value {
+/// The scope `demo`/`dev`/`/`.
+pub(crate) fn scope() -> Value {
     json!({"projectSlug": "demo", "envSlug": "dev", "secretsPath": "/"})
 }
 

@@ -531,18 +531,20 @@ impl Controller {
                 condition_now: condition_now.clone(),
                 ttl: cr.spec.lease_ttl.clone().filter(|t| !t.is_empty()),
             };
-            let (created, recorded, w) = tokio::spawn(create_and_record(
-                ctx.kms.clone(),
-                ctx.client.clone(),
-                identity.clone(),
-                lease_target.clone(),
-                written.clone(),
-                status.clone(),
-                cancel.clone(),
-                step,
-            ))
-            .await
-            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
+            let (created, recorded, w) = ctx
+                .critical
+                .spawn(create_and_record(
+                    ctx.kms.clone(),
+                    ctx.client.clone(),
+                    identity.clone(),
+                    lease_target.clone(),
+                    written.clone(),
+                    status.clone(),
+                    cancel.clone(),
+                    step,
+                ))
+                .await
+                .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
             status = recorded;
             written = w;
             let lease = &created.lease;
