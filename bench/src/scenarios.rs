@@ -1,0 +1,832 @@
+//! The scenarios. A session is a fresh control plane, a fresh dev server
+//! seeded for N resources, the resources created while no operator runs,
+//! then R replicas started: that start is the `converge` measurement. The
+//! other cluster scenarios (`restart`, `change`, `failover`) continue a
+//! converged session; `devserver` needs no cluster.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::cluster::{self, ControlPlane};
+use crate::kms::{self, DevServer};
+use crate::replicas::{Replicas, Settings, Usage};
+use crate::stats::{KmsCounts, Summary};
+use crate::workload::{self, Crd, SyncMode, Tracker};
+
+/// What every session shares.
+#[derive(Clone, Debug)]
+pub struct Env {
+    /// Repository root (for `tests/testenv`).
+    pub repo: PathBuf,
+    /// The operator binary (`{bin}`).
+    pub operator_bin: PathBuf,
+    /// The binary that runs the dev server (`kms-operator`).
+    pub devserver_bin: PathBuf,
+    /// Command template of a replica.
+    pub template: String,
+    /// Extra arguments for every replica.
+    pub extra_args: Vec<String>,
+    /// The custom resource.
+    pub crd: Crd,
+    /// Directory of CRD manifests to apply.
+    pub crd_dir: PathBuf,
+    /// The testenv directory (wiped for every session).
+    pub testenv_dir: PathBuf,
+    /// Where logs, caches and KMS data go.
+    pub work_dir: PathBuf,
+    /// `--shards`.
+    pub shards: u32,
+    /// `--lease-prefix`.
+    pub lease_prefix: String,
+    /// The operator's namespace.
+    pub pod_namespace: String,
+    /// Keys per KMS folder.
+    pub keys: usize,
+    /// Longest wait for convergence.
+    pub converge_timeout: Duration,
+}
+
+/// Load average and time of a measurement.
+#[derive(Clone, Debug, Serialize)]
+pub struct Load {
+    /// `/proc/loadavg`: 1, 5 and 15 minutes.
+    pub loadavg: [f64; 3],
+    /// UTC time.
+    pub at: String,
+}
+
+/// Read the load average now.
+pub fn load() -> Load {
+    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let mut f = text
+        .split_whitespace()
+        .map(|x| x.parse::<f64>().unwrap_or(-1.0));
+    Load {
+        loadavg: [
+            f.next().unwrap_or(-1.0),
+            f.next().unwrap_or(-1.0),
+            f.next().unwrap_or(-1.0),
+        ],
+        at: k8s_openapi::jiff::Timestamp::now()
+            .round(k8s_openapi::jiff::Unit::Second)
+            .map(|t| t.to_string())
+            .unwrap_or_default(),
+    }
+}
+
+fn secs(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1000.0).round() / 1000.0
+}
+
+/// A converged session, ready for the follow-up scenarios.
+pub struct Session {
+    env: Env,
+    /// Label.
+    pub label: String,
+    /// The replicas (dropped, hence killed, first).
+    pub replicas: Replicas,
+    tracker: Tracker,
+    kms: DevServer,
+    client: kube::Client,
+    _cp: ControlPlane,
+    namespaces: Vec<String>,
+    n: usize,
+    sync: SyncMode,
+}
+
+/// Result of `converge`.
+#[derive(Clone, Debug, Serialize)]
+pub struct Converge {
+    /// Resources.
+    pub n: usize,
+    /// Namespaces.
+    pub namespaces: usize,
+    /// Replicas.
+    pub replicas: usize,
+    /// The resources' sync settings.
+    pub sync: SyncMode,
+    /// Load before the start.
+    pub load: Load,
+    /// Seconds from the replicas' start until every resource was Ready with
+    /// its Secret; `None` when it did not happen within the timeout.
+    pub seconds: Option<f64>,
+    /// Resources done at the end (all of them unless timed out).
+    pub converged: usize,
+    /// KMS requests until then.
+    pub kms: KmsCounts,
+    /// API server requests until then (every client; the benchmark's own
+    /// watches were open before).
+    pub apiserver_requests: f64,
+    /// The same by verb.
+    pub apiserver_by_verb: BTreeMap<String, f64>,
+    /// Peak RSS and CPU per replica at that time.
+    pub usage: Vec<Usage>,
+    /// Seconds spent creating the resources (before the replicas started).
+    pub create_seconds: f64,
+}
+
+impl Session {
+    /// Start a session of `n` resources and `r` replicas and measure their
+    /// convergence.
+    pub async fn converge(
+        env: &Env,
+        label: &str,
+        n: usize,
+        r: usize,
+        sync: SyncMode,
+    ) -> anyhow::Result<(Self, Converge)> {
+        let dir = env.work_dir.join(label);
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)?;
+        eprintln!("[{label}] control plane");
+        let cp = ControlPlane::fresh(&env.repo, &env.testenv_dir)?;
+        let client = cluster::client(&cp.kubeconfig).await?;
+        cluster::apply_crds(&cp, &env.crd_dir, &client, &env.crd.crd_name()).await?;
+        cluster::create_namespace(&client, &env.pod_namespace).await?;
+        let namespaces = workload::namespaces(n);
+        eprintln!("[{label}] dev server ({} folders)", namespaces.len());
+        let kms = DevServer::start(
+            &env.devserver_bin,
+            &dir.join("kms"),
+            &kms::seed(&namespaces, env.keys),
+        )?;
+        let key_file = dir.join("cache.key");
+        let key = format!(
+            "{:032x}",
+            k8s_openapi::jiff::Timestamp::now().as_nanosecond()
+        );
+        std::fs::write(&key_file, &key.as_bytes()[key.len() - 32..])?;
+        let tracker = Tracker::start(&client, &env.crd);
+        eprintln!("[{label}] creating {n} resources");
+        let created = Instant::now();
+        workload::create(&client, &env.crd, n, &kms.api(), &sync).await?;
+        let create_seconds = secs(created.elapsed());
+        let replicas = Replicas::new(
+            Settings {
+                template: env.template.clone(),
+                bin: env.operator_bin.clone(),
+                kubeconfig: cp.kubeconfig.clone(),
+                namespace: env.pod_namespace.clone(),
+                kms_url: kms.api(),
+                lease_prefix: env.lease_prefix.clone(),
+                shards: env.shards,
+                key_file,
+                extra_args: env.extra_args.clone(),
+                dir: dir.join("replicas"),
+            },
+            r,
+        )?;
+        // Let the API server settle after the burst of creates.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let mut s = Self {
+            env: env.clone(),
+            label: label.to_owned(),
+            _cp: cp,
+            client,
+            kms,
+            replicas,
+            tracker,
+            namespaces,
+            n,
+            sync: sync.clone(),
+        };
+        s.kms.reset_counts().await?;
+        let (api_before, verbs_before) = cluster::apiserver_requests(&s.client).await?;
+        let load = load();
+        eprintln!("[{label}] starting {r} replica(s), load {:?}", load.loadavg);
+        let t0 = Instant::now();
+        s.replicas.start_all()?;
+        let took = s
+            .tracker
+            .wait_converged(n, t0, env.converge_timeout, |done| {
+                eprintln!(
+                    "[{label}]   {done}/{n} after {:.0} s",
+                    t0.elapsed().as_secs_f64()
+                );
+            })
+            .await;
+        let usage = s.replicas.usage();
+        let counts = s.kms.counts().await?;
+        let (api_after, verbs_after) = cluster::apiserver_requests(&s.client).await?;
+        let exited = s.replicas.exited();
+        if !exited.is_empty() {
+            eprintln!("[{label}] replicas exited: {exited:?}");
+        }
+        let result = Converge {
+            n,
+            namespaces: s.namespaces.len(),
+            replicas: r,
+            sync,
+            load,
+            seconds: took.map(secs),
+            converged: s.tracker.converged(),
+            kms: counts,
+            apiserver_requests: api_after - api_before,
+            apiserver_by_verb: verbs_after
+                .iter()
+                .map(|(k, v)| (k.clone(), v - verbs_before.get(k).copied().unwrap_or(0.0)))
+                .filter(|(_, v)| *v > 0.0)
+                .collect(),
+            usage,
+            create_seconds,
+        };
+        eprintln!(
+            "[{label}] converged: {:?} s, KMS {} requests",
+            result.seconds, result.kms.total
+        );
+        Ok((s, result))
+    }
+
+    /// Stop everything of the session.
+    pub fn stop(mut self) {
+        self.replicas.stop_all(Duration::from_secs(20));
+        self.kms.stop();
+    }
+
+    /// Restart every replica cold (caches deleted) and warm (caches kept).
+    pub async fn restart(&mut self, window: Duration) -> anyhow::Result<Vec<Restart>> {
+        let mut out = Vec::new();
+        for mode in ["cold", "warm"] {
+            self.replicas.stop_all(Duration::from_secs(30));
+            if mode == "cold" {
+                self.replicas.wipe_caches();
+            }
+            self.kms.reset_counts().await?;
+            let load = load();
+            eprintln!("[{}] {mode} restart, load {:?}", self.label, load.loadavg);
+            let t0 = Instant::now();
+            self.replicas.start_all()?;
+            let mut ready_at = None;
+            let mut at_ready = None;
+            while t0.elapsed() < window {
+                if ready_at.is_none() && self.replicas.all_ready().await {
+                    ready_at = Some(t0.elapsed());
+                    at_ready = Some(self.kms.counts().await?);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            let in_window = self.kms.counts().await?;
+            out.push(Restart {
+                mode: mode.to_owned(),
+                n: self.n,
+                replicas: self.replicas.set.len(),
+                load,
+                seconds_to_ready: ready_at.map(secs),
+                kms_until_ready: at_ready,
+                window_seconds: window.as_secs_f64(),
+                kms_in_window: in_window,
+                usage: self.replicas.usage(),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Change `KEY` in `percent`% of the folders; measure until the Secrets
+    /// follow.
+    pub async fn change(&mut self, percent: f64, timeout: Duration) -> anyhow::Result<Change> {
+        // Let the start-up work finish.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let count = ((self.namespaces.len() as f64 * percent / 100.0).ceil() as usize)
+            .clamp(1, self.namespaces.len());
+        let stride = self.namespaces.len() / count;
+        let chosen: Vec<String> = (0..count)
+            .map(|i| self.namespaces[i * stride].clone())
+            .collect();
+        let before = self.kms.counts().await?;
+        let load = load();
+        eprintln!(
+            "[{}] changing {count} folders ({} Secrets), load {:?}",
+            self.label,
+            count * workload::PER_NAMESPACE,
+            load.loadavg
+        );
+        let stamp = k8s_openapi::jiff::Timestamp::now().as_millisecond();
+        let mut changes = Vec::new();
+        for ns in &chosen {
+            let value = format!("v1-{ns}-{stamp}");
+            let t0 = Instant::now();
+            self.kms
+                .put_secret(&kms::folder(ns), workload::KEY, &value)
+                .await?;
+            changes.push((ns.clone(), value, t0));
+        }
+        let per_ns = |ns: &str| {
+            let idx = self.namespaces.iter().position(|x| x == ns).unwrap_or(0);
+            (self.n - idx * workload::PER_NAMESPACE).min(workload::PER_NAMESPACE)
+        };
+        let expected: usize = chosen.iter().map(|ns| per_ns(ns)).sum();
+        let started = Instant::now();
+        let mut latencies = Vec::new();
+        loop {
+            latencies.clear();
+            for (ns, value, t0) in &changes {
+                for i in 0..per_ns(ns) {
+                    let secret = workload::secret_of(&workload::resource_name(i));
+                    if let Some(t) = self.tracker.first_seen(ns, &secret, value) {
+                        latencies.push(t.saturating_duration_since(*t0).as_secs_f64());
+                    }
+                }
+            }
+            if latencies.len() >= expected || started.elapsed() > timeout {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let after = self.kms.counts().await?;
+        Ok(Change {
+            n: self.n,
+            replicas: self.replicas.set.len(),
+            sync: self.sync.clone(),
+            percent,
+            folders_changed: count,
+            secrets_expected: expected,
+            secrets_followed: latencies.len(),
+            load,
+            latency_seconds: Summary::of(&latencies),
+            kms_during: after.since(&before),
+        })
+    }
+
+    async fn holders(&self) -> BTreeMap<u32, String> {
+        cluster::shard_holders(
+            &self.client,
+            &self.env.pod_namespace,
+            &self.env.lease_prefix,
+        )
+        .await
+        .unwrap_or_default()
+    }
+
+    /// Wait until every shard is held by a running replica and every running
+    /// replica holds one, unchanged for a second.
+    async fn wait_balanced(&self, timeout: Duration) -> bool {
+        let started = Instant::now();
+        let mut stable_since: Option<(Instant, BTreeMap<u32, String>)> = None;
+        while started.elapsed() < timeout {
+            let h = self.holders().await;
+            let running: BTreeSet<String> = self.replicas.running().into_iter().collect();
+            let holders: BTreeSet<&String> = h.values().collect();
+            let ok = h.len() == self.env.shards as usize
+                && h.values().all(|x| running.contains(x))
+                && running.iter().all(|r| holders.contains(r));
+            if ok {
+                match &stable_since {
+                    Some((t, prev)) if *prev == h => {
+                        if t.elapsed() > Duration::from_secs(1) {
+                            return true;
+                        }
+                    }
+                    _ => stable_since = Some((Instant::now(), h)),
+                }
+            } else {
+                stable_since = None;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        false
+    }
+
+    /// Stop a replica `trials` times per kind (SIGTERM, SIGKILL) and measure
+    /// until its shards are held by others and a change in one of its
+    /// namespaces reached the Secret.
+    pub async fn failover(
+        &mut self,
+        kinds: &[String],
+        trials: usize,
+    ) -> anyhow::Result<Vec<Failover>> {
+        let ring = shard::ring::Ring::new(self.env.shards).context("bad --shards")?;
+        let names = self.replicas.names();
+        let mut out = Vec::new();
+        for kind in kinds {
+            let sig = if kind == "crash" { "KILL" } else { "TERM" };
+            let load = load();
+            let mut rows = Vec::new();
+            for trial in 0..trials {
+                if !self.wait_balanced(Duration::from_secs(120)).await {
+                    eprintln!(
+                        "[{}] shards not balanced; trial {trial} runs anyway",
+                        self.label
+                    );
+                }
+                let victim = names[trial % names.len()].clone();
+                let held = self.holders().await;
+                let moved: BTreeSet<u32> = held
+                    .iter()
+                    .filter(|(_, h)| **h == victim)
+                    .map(|(s, _)| *s)
+                    .collect();
+                let Some(ns) = self
+                    .namespaces
+                    .iter()
+                    .filter(|ns| moved.contains(&ring.shard_of(ns)))
+                    .nth(trial / names.len())
+                    .or_else(|| {
+                        self.namespaces
+                            .iter()
+                            .find(|ns| moved.contains(&ring.shard_of(ns)))
+                    })
+                    .cloned()
+                else {
+                    eprintln!(
+                        "[{}] {victim} holds no shard with a namespace; skipped",
+                        self.label
+                    );
+                    continue;
+                };
+                let value = format!(
+                    "fo-{kind}-{trial}-{}",
+                    k8s_openapi::jiff::Timestamp::now().as_millisecond()
+                );
+                let t0 = Instant::now();
+                self.replicas.send(&victim, sig);
+                self.kms
+                    .put_secret(&kms::folder(&ns), workload::KEY, &value)
+                    .await?;
+                let mut lease_at = None;
+                let mut secret_at = None;
+                while t0.elapsed() < Duration::from_secs(120)
+                    && (lease_at.is_none() || secret_at.is_none())
+                {
+                    if lease_at.is_none() {
+                        let h = self.holders().await;
+                        if moved
+                            .iter()
+                            .all(|s| h.get(s).is_some_and(|x| !x.is_empty() && *x != victim))
+                        {
+                            lease_at = Some(t0.elapsed());
+                        }
+                    }
+                    if secret_at.is_none()
+                        && let Some(t) = self.tracker.first_seen(&ns, "out-0", &value)
+                    {
+                        secret_at = Some(t.saturating_duration_since(t0));
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                let exited = self.replicas.wait_exit(&victim, Duration::from_secs(30));
+                let row = FailoverTrial {
+                    trial,
+                    replica: victim.clone(),
+                    shards_moved: moved.len(),
+                    namespace: ns,
+                    lease_seconds: lease_at.map(secs),
+                    secret_seconds: secret_at.map(secs),
+                    seconds: lease_at.zip(secret_at).map(|(a, b)| secs(a.max(b))),
+                    exited_by_itself: exited,
+                };
+                eprintln!("[{}] {kind} #{trial}: {:?}", self.label, row);
+                rows.push(row);
+                self.replicas.start(&victim)?;
+            }
+            let totals: Vec<f64> = rows.iter().filter_map(|r| r.seconds).collect();
+            let leases: Vec<f64> = rows.iter().filter_map(|r| r.lease_seconds).collect();
+            let secrets: Vec<f64> = rows.iter().filter_map(|r| r.secret_seconds).collect();
+            out.push(Failover {
+                kind: kind.clone(),
+                n: self.n,
+                replicas: names.len(),
+                sync: self.sync.clone(),
+                load,
+                trials: rows.len(),
+                seconds: Summary::of(&totals),
+                lease_seconds: Summary::of(&leases),
+                secret_seconds: Summary::of(&secrets),
+                rows,
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// Result of one restart.
+#[derive(Clone, Debug, Serialize)]
+pub struct Restart {
+    /// `cold` or `warm`.
+    pub mode: String,
+    /// Resources.
+    pub n: usize,
+    /// Replicas.
+    pub replicas: usize,
+    /// Load before.
+    pub load: Load,
+    /// Seconds until every replica's `/readyz` answered 200.
+    pub seconds_to_ready: Option<f64>,
+    /// KMS requests until then.
+    pub kms_until_ready: Option<KmsCounts>,
+    /// Length of the window.
+    pub window_seconds: f64,
+    /// KMS requests in the window after the start.
+    pub kms_in_window: KmsCounts,
+    /// Peak RSS and CPU per replica at the end of the window.
+    pub usage: Vec<Usage>,
+}
+
+/// Result of `change`.
+#[derive(Clone, Debug, Serialize)]
+pub struct Change {
+    /// Resources.
+    pub n: usize,
+    /// Replicas.
+    pub replicas: usize,
+    /// The resources' sync settings.
+    pub sync: SyncMode,
+    /// Share of folders changed.
+    pub percent: f64,
+    /// Folders changed.
+    pub folders_changed: usize,
+    /// Secrets that should follow.
+    pub secrets_expected: usize,
+    /// Secrets that did within the timeout.
+    pub secrets_followed: usize,
+    /// Load before.
+    pub load: Load,
+    /// Seconds from the KMS write to the Secret showing the value.
+    pub latency_seconds: Summary,
+    /// KMS requests meanwhile.
+    pub kms_during: KmsCounts,
+}
+
+/// One failover trial.
+#[derive(Clone, Debug, Serialize)]
+pub struct FailoverTrial {
+    /// Trial number.
+    pub trial: usize,
+    /// The replica stopped.
+    pub replica: String,
+    /// Shards it held.
+    pub shards_moved: usize,
+    /// The namespace whose folder changed.
+    pub namespace: String,
+    /// Seconds until its shard Leases were all held by others.
+    pub lease_seconds: Option<f64>,
+    /// Seconds until the change reached the Secret.
+    pub secret_seconds: Option<f64>,
+    /// The later of both.
+    pub seconds: Option<f64>,
+    /// Whether the process exited by itself (SIGTERM) within 30 s.
+    pub exited_by_itself: bool,
+}
+
+/// Result of `failover` of one kind.
+#[derive(Clone, Debug, Serialize)]
+pub struct Failover {
+    /// `graceful` (SIGTERM) or `crash` (SIGKILL).
+    pub kind: String,
+    /// Resources.
+    pub n: usize,
+    /// Replicas.
+    pub replicas: usize,
+    /// The resources' sync settings.
+    pub sync: SyncMode,
+    /// Load before the first trial.
+    pub load: Load,
+    /// Trials run.
+    pub trials: usize,
+    /// Signal → Leases moved and change applied.
+    pub seconds: Summary,
+    /// Signal → Leases moved.
+    pub lease_seconds: Summary,
+    /// Signal → change applied.
+    pub secret_seconds: Summary,
+    /// Every trial.
+    pub rows: Vec<FailoverTrial>,
+}
+
+/// Result of `devserver`.
+#[derive(Clone, Debug, Serialize)]
+pub struct DevServerBench {
+    /// Secrets in the folder listed.
+    pub secrets: usize,
+    /// Load before.
+    pub load: Load,
+    /// Sequential list latency, milliseconds.
+    pub latency_ms: Summary,
+    /// Lists per second with `concurrency` clients.
+    pub requests_per_second: f64,
+    /// Clients of the throughput run.
+    pub concurrency: usize,
+    /// Peak RSS and CPU of the dev server at the end.
+    pub server: Usage,
+}
+
+/// List latency and throughput of the dev server with `secrets` secrets in
+/// one folder.
+pub async fn devserver(
+    env: &Env,
+    secrets: usize,
+    requests: usize,
+    concurrency: usize,
+    seconds: Duration,
+) -> anyhow::Result<DevServerBench> {
+    let dir = env.work_dir.join("devserver");
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut seed = format!(
+        "projects:\n  - slug: {}\n    environments: [{}]\n    secrets:\n      {}:\n        /load:\n",
+        kms::PROJECT,
+        kms::ENV,
+        kms::ENV
+    );
+    for i in 0..secrets {
+        seed.push_str(&format!(
+            "          KEY_{i:05}: \"{}\"\n",
+            kms::initial_value("load", i)
+        ));
+    }
+    seed.push_str(&format!(
+        "identities:\n  - name: loader\n    universalAuth: {{clientId: load, clientSecret: load-secret}}\n    projects: [{}]\n",
+        kms::PROJECT
+    ));
+    let mut server = DevServer::start(&env.devserver_bin, &dir, &seed)?;
+    let token = server.login("load", "load-secret").await?;
+    let got = server.list(&token, "/load").await?;
+    anyhow::ensure!(got == secrets, "listed {got} secrets, expected {secrets}");
+    for _ in 0..20 {
+        server.list(&token, "/load").await?;
+    }
+    let load = load();
+    let mut lat = Vec::with_capacity(requests);
+    for _ in 0..requests {
+        let t = Instant::now();
+        server.list(&token, "/load").await?;
+        lat.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    let server_ref = &server;
+    for _ in 0..concurrency {
+        let token = token.clone();
+        tasks.push(async move {
+            let mut n = 0u64;
+            while started.elapsed() < seconds {
+                server_ref.list(&token, "/load").await?;
+                n += 1;
+            }
+            anyhow::Ok(n)
+        });
+    }
+    let counts = futures::future::try_join_all(tasks).await?;
+    let rps = counts.iter().sum::<u64>() as f64 / started.elapsed().as_secs_f64();
+    let usage = server
+        .pid()
+        .map(|p| crate::replicas::usage_of(p, "dev-server"))
+        .unwrap_or_default();
+    server.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(DevServerBench {
+        secrets,
+        load,
+        latency_ms: Summary::of(&lat),
+        requests_per_second: (rps * 10.0).round() / 10.0,
+        concurrency,
+        server: usage,
+    })
+}
+
+/// One line per result for the table.
+pub fn table_rows(results: &[(String, Value)]) -> Vec<[String; 3]> {
+    let f = |v: &Value| match v.as_f64() {
+        Some(x) => format!("{x:.3}"),
+        None => "—".to_owned(),
+    };
+    let mib = |v: &Value| -> String {
+        let peaks: Vec<String> = v
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|u| match u["peak_rss_mib"].as_f64() {
+                Some(x) => format!("{x:.0}"),
+                None => "?".into(),
+            })
+            .collect();
+        let cpu: Vec<String> = v
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|u| match u["cpu_seconds"].as_f64() {
+                Some(x) => format!("{x:.1}"),
+                None => "?".into(),
+            })
+            .collect();
+        format!("RSS MiB [{}] CPU s [{}]", peaks.join(","), cpu.join(","))
+    };
+    let ld = |v: &Value| format!("load {}", f(&v["load"]["loadavg"][0]));
+    results
+        .iter()
+        .map(|(name, v)| {
+            let (params, out) = match name.as_str() {
+                "converge" => (
+                    format!(
+                        "N={} R={} ns={} resync={} instant={}",
+                        v["n"], v["replicas"], v["namespaces"], v["sync"]["resync"], v["sync"]["instant"]
+                    ),
+                    format!(
+                        "{} s ({}/{} ready); KMS {} (login {}, fetch {}); apiserver {}; {}; {}",
+                        f(&v["seconds"]),
+                        v["converged"],
+                        v["n"],
+                        v["kms"]["total"],
+                        v["kms"]["logins"],
+                        v["kms"]["fetches"],
+                        f(&v["apiserver_requests"]),
+                        mib(&v["usage"]),
+                        ld(v)
+                    ),
+                ),
+                "restart" => (
+                    format!("{} N={} R={}", v["mode"], v["n"], v["replicas"]),
+                    format!(
+                        "ready {} s; first {} s: logins {}, fetches {} ({} × 304), KMS total {}; {}",
+                        f(&v["seconds_to_ready"]),
+                        v["window_seconds"],
+                        v["kms_in_window"]["logins"],
+                        v["kms_in_window"]["fetches"],
+                        v["kms_in_window"]["fetches_not_modified"],
+                        v["kms_in_window"]["total"],
+                        ld(v)
+                    ),
+                ),
+                "change" => (
+                    format!(
+                        "instant={} resync={} N={} R={} {}%",
+                        v["sync"]["instant"], v["sync"]["resync"], v["n"], v["replicas"], v["percent"]
+                    ),
+                    format!(
+                        "p50 {} s, p99 {} s, max {} s ({}/{} Secrets); KMS {}; {}",
+                        f(&v["latency_seconds"]["p50"]),
+                        f(&v["latency_seconds"]["p99"]),
+                        f(&v["latency_seconds"]["max"]),
+                        v["secrets_followed"],
+                        v["secrets_expected"],
+                        v["kms_during"]["total"],
+                        ld(v)
+                    ),
+                ),
+                "failover" => (
+                    format!("{} N={} R={} trials={}", v["kind"], v["n"], v["replicas"], v["trials"]),
+                    format!(
+                        "{}/{} changes applied within 120 s; median {} s, max {} s (leases: median {}, max {}; Secret: median {}, max {}); {}",
+                        v["secret_seconds"]["n"],
+                        v["trials"],
+                        f(&v["seconds"]["p50"]),
+                        f(&v["seconds"]["max"]),
+                        f(&v["lease_seconds"]["p50"]),
+                        f(&v["lease_seconds"]["max"]),
+                        f(&v["secret_seconds"]["p50"]),
+                        f(&v["secret_seconds"]["max"]),
+                        ld(v)
+                    ),
+                ),
+                "devserver" => (
+                    format!("{} secrets", v["secrets"]),
+                    format!(
+                        "list p50 {} ms, p99 {} ms; {} req/s with {} clients; {}",
+                        f(&v["latency_ms"]["p50"]),
+                        f(&v["latency_ms"]["p99"]),
+                        v["requests_per_second"],
+                        v["concurrency"],
+                        ld(v)
+                    ),
+                ),
+                _ => (String::new(), v.to_string()),
+            };
+            [name.clone(), params, out]
+        })
+        .collect()
+}
+
+/// A result as JSON with its scenario name.
+pub fn entry(name: &str, v: &impl Serialize) -> (String, Value) {
+    (
+        name.to_owned(),
+        serde_json::to_value(v).unwrap_or(json!(null)),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_rows_read_the_json() {
+        let v = json!({"n": 1000, "replicas": 3, "namespaces": 100, "seconds": 12.5, "converged": 1000,
+            "kms": {"total": 210, "logins": 100, "fetches": 100}, "apiserver_requests": 4000.0,
+            "usage": [{"peak_rss_mib": 30.2, "cpu_seconds": 4.0}], "load": {"loadavg": [1.0, 1.0, 1.0]}});
+        let rows = table_rows(&[("converge".into(), v)]);
+        assert!(
+            rows[0][1].starts_with("N=1000 R=3 ns=100"),
+            "{}",
+            rows[0][1]
+        );
+        assert!(
+            rows[0][2].starts_with("12.500 s (1000/1000 ready)"),
+            "{}",
+            rows[0][2]
+        );
+        assert!(rows[0][2].contains("RSS MiB [30] CPU s [4.0]"));
+    }
+}

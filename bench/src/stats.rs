@@ -1,0 +1,287 @@
+//! The pure parts of the measurements: percentiles and summaries of
+//! durations, `/proc/PID/status` and `/proc/PID/stat` parsing (peak RSS and
+//! CPU time), the API server's Prometheus text (`apiserver_request_total`),
+//! and the dev server's `/admin/stats` counters grouped into logins, fetches
+//! and the rest.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// The `q`-th percentile (0..=100) of `values` by the nearest-rank method;
+/// `None` for no values.
+pub fn percentile(values: &[f64], q: f64) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut v: Vec<f64> = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let q = q.clamp(0.0, 100.0);
+    // Nearest rank: the smallest value with at least q% of the values at or
+    // below it.
+    let rank = ((q / 100.0) * v.len() as f64).ceil() as usize;
+    Some(v[rank.clamp(1, v.len()) - 1])
+}
+
+/// Count, p50, p99, max and mean of a sample (seconds or any unit).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Summary {
+    /// Number of values.
+    pub n: usize,
+    /// Median (nearest rank).
+    pub p50: Option<f64>,
+    /// 99th percentile (nearest rank).
+    pub p99: Option<f64>,
+    /// Largest value.
+    pub max: Option<f64>,
+    /// Mean.
+    pub mean: Option<f64>,
+}
+
+impl Summary {
+    /// Summarise `values`.
+    pub fn of(values: &[f64]) -> Self {
+        let n = values.len();
+        Self {
+            n,
+            p50: percentile(values, 50.0),
+            p99: percentile(values, 99.0),
+            max: values.iter().copied().reduce(f64::max),
+            mean: (n > 0).then(|| values.iter().sum::<f64>() / n as f64),
+        }
+    }
+}
+
+/// `VmHWM` (peak resident set) of a `/proc/PID/status` text, in KiB.
+pub fn vm_hwm_kib(status: &str) -> Option<u64> {
+    status.lines().find_map(|l| {
+        let rest = l.strip_prefix("VmHWM:")?;
+        rest.split_whitespace().next()?.parse().ok()
+    })
+}
+
+/// `utime + stime` of a `/proc/PID/stat` text, in clock ticks. The command
+/// name (field 2) may hold spaces and parentheses, so fields are counted
+/// after the last `)`.
+pub fn cpu_ticks(stat: &str) -> Option<u64> {
+    let after = &stat[stat.rfind(')')? + 1..];
+    // After the name: field 3 (state) is index 0, utime (14) is index 11,
+    // stime (15) index 12.
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let utime: u64 = f.get(11)?.parse().ok()?;
+    let stime: u64 = f.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// The sum of every `apiserver_request_total` sample of a Prometheus text,
+/// and the sums by verb.
+pub fn apiserver_requests(metrics: &str) -> (f64, BTreeMap<String, f64>) {
+    let mut total = 0.0;
+    let mut by_verb: BTreeMap<String, f64> = BTreeMap::new();
+    for line in metrics.lines() {
+        let Some(rest) = line.strip_prefix("apiserver_request_total") else {
+            continue;
+        };
+        // `apiserver_request_total{labels} value` or without labels.
+        let (labels, value) = match rest.strip_prefix('{') {
+            Some(r) => match r.rfind('}') {
+                Some(end) => (&r[..end], r[end + 1..].trim()),
+                None => continue,
+            },
+            None if rest.starts_with(' ') => ("", rest.trim()),
+            None => continue,
+        };
+        let Some(v) = value
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse::<f64>().ok())
+        else {
+            continue;
+        };
+        total += v;
+        let verb = label(labels, "verb").unwrap_or_default();
+        *by_verb.entry(verb).or_default() += v;
+    }
+    (total, by_verb)
+}
+
+/// The value of label `name` in a Prometheus label set (`a="x",b="y"`).
+fn label(labels: &str, name: &str) -> Option<String> {
+    let pat = format!("{name}=\"");
+    let mut search = labels;
+    loop {
+        let i = search.find(&pat)?;
+        // Only a whole label name: at the start or after a comma.
+        if i == 0 || search[..i].ends_with(',') {
+            let rest = &search[i + pat.len()..];
+            return Some(rest[..rest.find('"')?].to_owned());
+        }
+        search = &search[i + pat.len()..];
+    }
+}
+
+/// KMS requests by kind, from the dev server's `/admin/stats` answer.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct KmsCounts {
+    /// Logins (every `…/login` route).
+    pub logins: u64,
+    /// Secret reads: the v3 and v4 list routes and the single-secret read.
+    pub fetches: u64,
+    /// Of the fetches, those answered `304 Not Modified`.
+    pub fetches_not_modified: u64,
+    /// Every request.
+    pub total: u64,
+    /// Requests by route (`METHOD /template`), every status together.
+    pub by_route: BTreeMap<String, u64>,
+}
+
+impl KmsCounts {
+    /// Group the counters of an `/admin/stats` answer.
+    pub fn from_stats(stats: &Value) -> Self {
+        let mut out = Self::default();
+        let Some(routes) = stats["requests"].as_object() else {
+            return out;
+        };
+        for (route, by_status) in routes {
+            let Some(m) = by_status.as_object() else {
+                continue;
+            };
+            let n: u64 = m.values().filter_map(Value::as_u64).sum();
+            let not_modified = m.get("304").and_then(Value::as_u64).unwrap_or(0);
+            out.total += n;
+            *out.by_route.entry(route.clone()).or_default() += n;
+            if is_login(route) {
+                out.logins += n;
+            } else if is_fetch(route) {
+                out.fetches += n;
+                out.fetches_not_modified += not_modified;
+            }
+        }
+        out
+    }
+
+    /// What `self` counted beyond `before` (counters only grow between
+    /// resets).
+    pub fn since(&self, before: &Self) -> Self {
+        let by_route = self
+            .by_route
+            .iter()
+            .map(|(k, v)| {
+                let b = before.by_route.get(k).copied().unwrap_or(0);
+                (k.clone(), v.saturating_sub(b))
+            })
+            .filter(|(_, v)| *v > 0)
+            .collect();
+        Self {
+            logins: self.logins.saturating_sub(before.logins),
+            fetches: self.fetches.saturating_sub(before.fetches),
+            fetches_not_modified: self
+                .fetches_not_modified
+                .saturating_sub(before.fetches_not_modified),
+            total: self.total.saturating_sub(before.total),
+            by_route,
+        }
+    }
+}
+
+fn is_login(route: &str) -> bool {
+    route.starts_with("POST ") && route.ends_with("/login")
+}
+
+fn is_fetch(route: &str) -> bool {
+    matches!(
+        route,
+        "GET /api/v3/secrets/raw" | "GET /api/v4/secrets" | "GET /api/v3/secrets/raw/:secretName"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn percentiles_by_nearest_rank() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 50.0), Some(50.0));
+        assert_eq!(percentile(&v, 99.0), Some(99.0));
+        assert_eq!(percentile(&v, 100.0), Some(100.0));
+        assert_eq!(percentile(&v, 0.0), Some(1.0));
+        assert_eq!(percentile(&[3.0, 1.0, 2.0], 50.0), Some(2.0));
+        assert_eq!(percentile(&[7.0], 99.0), Some(7.0));
+        assert_eq!(percentile(&[], 50.0), None);
+        // p99 of ten values is the largest.
+        let ten: Vec<f64> = (1..=10).map(f64::from).collect();
+        assert_eq!(percentile(&ten, 99.0), Some(10.0));
+    }
+
+    #[test]
+    fn summary_of_a_sample() {
+        let s = Summary::of(&[2.0, 4.0, 9.0]);
+        assert_eq!(s.n, 3);
+        assert_eq!(s.p50, Some(4.0));
+        assert_eq!(s.max, Some(9.0));
+        assert_eq!(s.mean, Some(5.0));
+        assert_eq!(Summary::of(&[]).p50, None);
+    }
+
+    #[test]
+    fn proc_status_and_stat() {
+        let status =
+            "Name:\tkms-operator\nVmPeak:\t  900 kB\nVmHWM:\t   45312 kB\nVmRSS:\t 40000 kB\n";
+        assert_eq!(vm_hwm_kib(status), Some(45312));
+        assert_eq!(vm_hwm_kib("Name: x\n"), None);
+        let stat =
+            "4242 (kms op (x)) S 1 4242 4242 0 -1 4194560 1000 0 0 0 250 37 0 0 20 0 8 0 100 0 0";
+        assert_eq!(cpu_ticks(stat), Some(287));
+        assert_eq!(cpu_ticks("4242 (short) S 1"), None);
+    }
+
+    #[test]
+    fn apiserver_request_totals() {
+        let text = "# HELP apiserver_request_total x\n# TYPE apiserver_request_total counter\n\
+apiserver_request_total{code=\"200\",component=\"apiserver\",dry_run=\"\",group=\"\",resource=\"secrets\",scope=\"namespace\",subresource=\"\",verb=\"GET\",version=\"v1\"} 12\n\
+apiserver_request_total{code=\"201\",component=\"apiserver\",resource=\"secrets\",verb=\"POST\"} 3\n\
+apiserver_request_total{code=\"200\",resource=\"leases\",subverb=\"x\",verb=\"PUT\"} 1.5e1\n\
+apiserver_request_duration_seconds_bucket{verb=\"GET\",le=\"0.1\"} 99\n\
+apiserver_request_total_other 5\n";
+        let (total, by_verb) = apiserver_requests(text);
+        assert_eq!(total, 30.0);
+        assert_eq!(by_verb["GET"], 12.0);
+        assert_eq!(by_verb["POST"], 3.0);
+        assert_eq!(by_verb["PUT"], 15.0);
+        assert_eq!(by_verb.len(), 3);
+    }
+
+    #[test]
+    fn dev_server_stats_grouped() {
+        let stats = json!({"requests": {
+            "POST /api/v1/auth/universal-auth/login": {"200": 3, "429": 1},
+            "GET /api/v3/secrets/raw": {"200": 10, "304": 40},
+            "GET /api/v2/workspace/:slug": {"200": 2},
+            "POST /api/v1/auth/token/renew": {"200": 1},
+            "GET *": {"404": 1, "dropped": 1}
+        }, "rateLimited": {}});
+        let c = KmsCounts::from_stats(&stats);
+        assert_eq!(c.logins, 4);
+        assert_eq!(c.fetches, 50);
+        assert_eq!(c.fetches_not_modified, 40);
+        assert_eq!(c.total, 59);
+        assert_eq!(c.by_route["GET /api/v2/workspace/:slug"], 2);
+        let later = KmsCounts::from_stats(&json!({"requests": {
+            "POST /api/v1/auth/universal-auth/login": {"200": 4, "429": 1},
+            "GET /api/v3/secrets/raw": {"200": 10, "304": 45},
+            "GET /api/v2/workspace/:slug": {"200": 2},
+            "POST /api/v1/auth/token/renew": {"200": 1},
+            "GET *": {"404": 1, "dropped": 1}
+        }}));
+        let d = later.since(&c);
+        assert_eq!(
+            (d.logins, d.fetches, d.fetches_not_modified, d.total),
+            (1, 5, 5, 6)
+        );
+        assert_eq!(d.by_route.len(), 2);
+        assert_eq!(KmsCounts::from_stats(&json!({})).total, 0);
+    }
+}
