@@ -859,6 +859,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                             .with_label_values(&[&s.to_string()])
                             .inc();
                         tracing::warn!(shard = s, %error, "shard Lease renewal failed");
+                        kms.hold_members();
+                        budget.hold_members();
+                    }
+                    Ok(shard::Event::RenewFailed { shard: None, .. }) => {
+                        kms.hold_members();
+                        budget.hold_members();
                     }
                     Ok(shard::Event::MembersChanged(members)) => {
                         let n = u32::try_from(members.len()).unwrap_or(u32::MAX).max(1);

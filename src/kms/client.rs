@@ -192,6 +192,11 @@ impl Kms {
         self.limiter.set_members(members);
     }
 
+    /// A Lease renewal failed: do not believe a smaller replica count yet.
+    pub fn hold_members(&self) {
+        self.limiter.hold_members();
+    }
+
     /// Check that an endpoint may be used (allow list), warning once per
     /// host about plain HTTP.
     pub fn check_endpoint(&self, endpoint: &Endpoint) -> Result<(), KmsError> {

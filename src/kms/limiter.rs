@@ -4,9 +4,11 @@
 //! `Retry-After` has passed, so no request of this replica adds to a storm.
 //!
 //! More replicas shrink the share at once; fewer grow it only after the
-//! smaller count has held for [`SHARE_HOLD`]. When the control plane is
-//! unreachable every replica sees the others' member Leases lapse and
-//! would otherwise take the whole budget, all at the same moment.
+//! smaller count has held for [`SHARE_HOLD`] with the control plane
+//! reachable ([`Limiter::hold_members`] restarts the hold on every failed
+//! Lease renewal). When the control plane is unreachable every replica sees
+//! the others' member Leases lapse and would otherwise take the whole
+//! budget, all at the same moment.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -67,6 +69,16 @@ impl Limiter {
         } else {
             let since = lower.map_or_else(Instant::now, |(_, since)| since);
             *lower = Some((members, since));
+        }
+    }
+
+    /// The control plane could not be reached (a Lease renewal failed): the
+    /// others' member Leases lapse for the same reason, so a smaller count
+    /// reported now proves nothing; its hold starts again.
+    pub fn hold_members(&self) {
+        let mut lower = self.lower.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((n, _)) = *lower {
+            *lower = Some((n, Instant::now()));
         }
     }
 
@@ -230,6 +242,19 @@ mod tests {
         assert!((l.rate() - 6.0).abs() < 1e-9);
         l.set_members(4);
         assert_eq!(l.members(), 4, "more members apply at once");
+        // While Lease renewals fail, a drop is never believed.
+        l.set_members(1);
+        for _ in 0..4 {
+            tokio::time::advance(SHARE_HOLD / 2).await;
+            l.hold_members();
+            assert_eq!(l.members(), 4);
+        }
+        tokio::time::advance(SHARE_HOLD).await;
+        assert_eq!(
+            l.members(),
+            1,
+            "believed once it held with renewals working"
+        );
     }
 
     #[tokio::test(start_paused = true)]

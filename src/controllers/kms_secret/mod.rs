@@ -326,16 +326,23 @@ async fn sync(
     let need_values = !all_intact || record.as_ref().is_none_or(|r| r.generation != generation);
     // Instant updates: an event since the last fetch makes the resource due
     // and skips the short-lived sharing of answers.
+    // A resource that starts listening (after a restart, a shard hand-over,
+    // or the option turned on) may have missed events meanwhile: it checks
+    // once, with a conditional request.
     let instant = plan::instant_updates(&cr.spec);
     let key = ObjectKey::new(&ns, &name);
     let fresh = instant && ctx.instant.take_fresh(&key);
-    let due = need_values || fresh || record.as_ref().is_none_or(|r| now >= r.next_due);
+    let newly_listening = instant && !ctx.instant.is_registered(&key);
+    let due = need_values
+        || fresh
+        || newly_listening
+        || record.as_ref().is_none_or(|r| now >= r.next_due);
 
     let mut strategy = None;
     let mut etag_out = record.as_ref().and_then(|r| r.etag.clone());
     // Data per target: fetched and planned, or (not due / 304) the target's
     // own current data.
-    let login = if due || (instant && !ctx.instant.is_registered(&key)) {
+    let login = if due {
         let AuthChoice { method, scope } = plan::auth_choice(&cr.spec, &ns, allow_cross)?;
         let identity = super::auth::identity(
             ctx,
