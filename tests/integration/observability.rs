@@ -205,10 +205,15 @@ async fn two_replicas_expose_consistent_metrics_and_status() {
 
     // Every metric the chart's alerts and dashboard query is served.
     let text = scrape(&ops[0]).await.expect("metrics");
+    // Families (`# TYPE`) and sample names, which for histograms carry the
+    // `_bucket`/`_sum`/`_count` suffixes.
     let served_names: std::collections::BTreeSet<&str> = text
         .lines()
-        .filter_map(|l| l.strip_prefix("# TYPE "))
-        .filter_map(|l| l.split_whitespace().next())
+        .filter_map(|l| match l.strip_prefix("# TYPE ") {
+            Some(rest) => rest.split_whitespace().next(),
+            None if l.starts_with('#') => None,
+            None => l.split(['{', ' ']).next(),
+        })
         .collect();
     let chart = harness::repo().join("helm/secrets-operator");
     let queried = [
