@@ -19,6 +19,10 @@ pub trait Ownership: Send + Sync + 'static {
     fn shard_of(&self, namespace: &str) -> u32;
     /// Whether this replica may work on `shard` now.
     fn owns(&self, shard: u32) -> bool;
+    /// Whether this replica holds `shard`, even if its last renewal is late
+    /// (then it may not work on it until the renewal lands, but its work is
+    /// kept, not dropped).
+    fn holds(&self, shard: u32) -> bool;
     /// A token cancelled when `shard` is lost (already cancelled if not
     /// owned).
     fn cancellation(&self, shard: u32) -> CancellationToken;
@@ -53,6 +57,9 @@ impl Ownership for SingleShard {
     fn owns(&self, shard: u32) -> bool {
         shard == 0
     }
+    fn holds(&self, shard: u32) -> bool {
+        shard == 0
+    }
     fn cancellation(&self, shard: u32) -> CancellationToken {
         if shard == 0 {
             self.token.child_token()
@@ -80,6 +87,9 @@ impl Ownership for shard::Coordinator {
     }
     fn owns(&self, shard: u32) -> bool {
         shard::Coordinator::owns(self, shard)
+    }
+    fn holds(&self, shard: u32) -> bool {
+        shard::Coordinator::holds(self, shard)
     }
     fn cancellation(&self, shard: u32) -> CancellationToken {
         shard::Coordinator::cancellation(self, shard)

@@ -212,6 +212,14 @@ impl Coordinator {
                 .is_some_and(|o| Instant::now() < o.renewed_at + self.inner.config.renew_deadline)
     }
 
+    /// Whether `shard` is held, even when its last renewal is older than the
+    /// renew deadline (a renewal that is only late: [`Self::owns`] is false
+    /// meanwhile, but the shard has not been lost).
+    pub fn holds(&self, shard: u32) -> bool {
+        let shared = lock(&self.inner.shared);
+        !shared.aborted && shared.owned.contains_key(&shard)
+    }
+
     /// A token cancelled when `shard` is lost (already cancelled when it is
     /// not owned now). Each call returns a child token: cancelling it does not
     /// affect the shard.

@@ -452,7 +452,10 @@ pub async fn run_workers<K, R>(
     for _ in 0..ctx.settings.workers.max(1) {
         let (ctx, queue, reconciler) = (ctx.clone(), queue.clone(), reconciler.clone());
         tasks.push(tokio::spawn(async move {
-            while let Some((key, shard)) = queue.next(|s| ctx.gate.owns(s)).await {
+            while let Some((key, shard)) = queue
+                .next(|s| ctx.gate.owns(s), |s| ctx.gate.holds(s))
+                .await
+            {
                 let cancel = ctx.gate.cancellation(shard);
                 let started = tokio::time::Instant::now();
                 let result = tokio::select! {
@@ -473,7 +476,14 @@ pub async fn run_workers<K, R>(
                         ctx.metrics.reconcile(controller, shard, "success", elapsed);
                     }
                     Err(SyncError::NotOwner) => {
-                        tracing::debug!(%key, shard, "shard lost during reconcile; dropped");
+                        // A shard that is still held (its renewal was only
+                        // late) keeps its work; a lost one drops it (the next
+                        // owner does a full pass).
+                        if ctx.gate.holds(shard) {
+                            queue.add_after(key.clone(), shard, queue::PARK);
+                        } else {
+                            tracing::debug!(%key, shard, "shard lost during reconcile; dropped");
+                        }
                         ctx.metrics.reconcile(controller, shard, "requeue", elapsed);
                     }
                     Err(e) => {

@@ -36,6 +36,10 @@ struct Inner<K> {
     closed: bool,
 }
 
+/// How long an entry of a held shard whose renewal is late waits before
+/// the next look.
+pub const PARK: Duration = Duration::from_secs(1);
+
 /// A deduplicating, delaying, per-shard work queue.
 pub struct Queue<K> {
     inner: Mutex<Inner<K>>,
@@ -130,9 +134,15 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
         None
     }
 
-    /// Wait for the next ready key whose shard `accept` allows; entries of
-    /// other shards are dropped. `None` once the queue is closed.
-    pub async fn next(&self, accept: impl Fn(u32) -> bool) -> Option<(K, u32)> {
+    /// Wait for the next ready key whose shard `accept` allows. Entries of
+    /// other shards are kept for another look after [`PARK`] when `keep`
+    /// says so (a held shard whose renewal is late), else dropped (a shard
+    /// that is not ours). `None` once the queue is closed.
+    pub async fn next(
+        &self,
+        accept: impl Fn(u32) -> bool,
+        keep: impl Fn(u32) -> bool,
+    ) -> Option<(K, u32)> {
         loop {
             let notified = self.notify.notified();
             let wait_until = {
@@ -140,8 +150,10 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
                 if q.closed {
                     return None;
                 }
-                let next_due = Self::promote(&mut q, Instant::now());
+                let now = Instant::now();
+                let mut next_due = Self::promote(&mut q, now);
                 let mut found = None;
+                let mut parked = Vec::new();
                 while let Some(key) = q.ready.pop_front() {
                     let Some((shard, _)) = q.queued.remove(&key) else {
                         continue;
@@ -151,6 +163,19 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
                         found = Some((key, shard));
                         break;
                     }
+                    if keep(shard) {
+                        parked.push((key, shard));
+                    }
+                }
+                if !parked.is_empty() {
+                    let at = now + PARK;
+                    for (key, shard) in parked {
+                        q.seq += 1;
+                        let seq = q.seq;
+                        q.delayed.insert((at, seq, key.clone()));
+                        q.queued.insert(key, (shard, Place::Delayed(at, seq)));
+                    }
+                    next_due = Some(next_due.map_or(at, |d| d.min(at)));
                 }
                 if let Some(item) = found {
                     // Others may be ready too.
@@ -271,8 +296,8 @@ mod tests {
         q.add("b", 0);
         q.add("a", 0);
         assert_eq!(q.len(), 2);
-        assert_eq!(q.next(|_| true).await, Some(("a", 0)));
-        assert_eq!(q.next(|_| true).await, Some(("b", 0)));
+        assert_eq!(q.next(|_| true, |_| false).await, Some(("a", 0)));
+        assert_eq!(q.next(|_| true, |_| false).await, Some(("b", 0)));
     }
 
     #[tokio::test(start_paused = true)]
@@ -282,7 +307,7 @@ mod tests {
         q.add_after("a", 0, Duration::from_secs(5));
         q.add_after("a", 0, Duration::from_secs(20));
         let start = Instant::now();
-        assert_eq!(q.next(|_| true).await, Some(("a", 0)));
+        assert_eq!(q.next(|_| true, |_| false).await, Some(("a", 0)));
         assert_eq!(start.elapsed(), Duration::from_secs(5));
     }
 
@@ -290,12 +315,29 @@ mod tests {
     async fn a_key_in_progress_is_requeued_after_done() {
         let q: Queue<&str> = Queue::new();
         q.add("a", 0);
-        let (k, _) = q.next(|_| true).await.unwrap();
+        let (k, _) = q.next(|_| true, |_| false).await.unwrap();
         q.add("a", 0);
         assert_eq!(q.len(), 0, "not handed out twice while processing");
         q.done(&k);
         assert_eq!(q.len(), 1);
-        assert_eq!(q.next(|_| true).await, Some(("a", 0)));
+        assert_eq!(q.next(|_| true, |_| false).await, Some(("a", 0)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn entries_of_a_held_shard_wait_for_its_renewal() {
+        let q: Queue<&str> = Queue::new();
+        q.add("a", 1);
+        let renewed = std::sync::atomic::AtomicBool::new(false);
+        let owns = |s: u32| s == 1 && renewed.load(std::sync::atomic::Ordering::SeqCst);
+        // Shard 1 is held but its renewal is late: "a" is kept, not handed out.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(500), q.next(owns, |s| s == 1))
+                .await
+                .is_err()
+        );
+        assert_eq!(q.len(), 1);
+        renewed.store(true, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(q.next(owns, |s| s == 1).await, Some(("a", 1)));
     }
 
     #[tokio::test(start_paused = true)]
@@ -309,7 +351,7 @@ mod tests {
         assert_eq!(q.len(), 1);
         q.add("d", 3);
         // Shard 2 is not accepted: its entry is dropped, "d" is handed out.
-        assert_eq!(q.next(|s| s == 3).await, Some(("d", 3)));
+        assert_eq!(q.next(|s| s == 3, |_| false).await, Some(("d", 3)));
         assert!(q.is_empty());
     }
 
@@ -317,7 +359,7 @@ mod tests {
     async fn close_wakes_waiters() {
         let q = std::sync::Arc::new(Queue::<&str>::new());
         let q2 = q.clone();
-        let waiter = tokio::spawn(async move { q2.next(|_| true).await });
+        let waiter = tokio::spawn(async move { q2.next(|_| true, |_| false).await });
         tokio::time::sleep(Duration::from_millis(10)).await;
         q.close();
         assert_eq!(waiter.await.unwrap(), None);
