@@ -22,8 +22,19 @@ fn opts(encryption: Option<u8>) -> Options {
     }
 }
 
+/// Open, waiting while a store of this process that was just dropped still
+/// holds the engine's lock (sled releases it from a background thread,
+/// which a loaded machine may run late).
 fn open(dir: &Path, encryption: Option<u8>) -> (Store, OpenReport) {
-    Store::open(dir, opts(encryption)).expect("open")
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match Store::open(dir, opts(encryption)) {
+            Err(StorageError::Locked { .. }) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            other => return other.expect("open"),
+        }
+    }
 }
 
 fn sync_record(generation: i64) -> SyncRecord {
