@@ -891,6 +891,9 @@ async fn patch_meta(
     }
 }
 
+/// How long recording a new lease may take before it is revoked instead.
+const RECORD_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// What a new lease is recorded with.
 struct NewLease {
     reason: &'static str,
@@ -928,10 +931,19 @@ async fn create_and_record(
     record_lease(&mut status, &created, &step);
     // The lease is recorded before its credentials are used; if that fails
     // or the shard is lost first, it is revoked now.
+    // Bounded: with etcd down the API server holds a write for up to a
+    // minute, and a replica stopped meanwhile would forget the lease.
+    let record = tokio::time::timeout(RECORD_TIMEOUT, write_status(&client, &written, &status));
     let result = tokio::select! {
         biased;
         () = cancel.cancelled() => Err(SyncError::NotOwner),
-        r = write_status(&client, &written, &status) => r,
+        r = record => r.unwrap_or_else(|_| {
+            Err(SyncError::Kube {
+                context: "writing the status".to_owned(),
+                message: format!("no answer within {}s", RECORD_TIMEOUT.as_secs()),
+                code: None,
+            })
+        }),
     };
     match result {
         Ok(w) => Ok((created, status, w)),
