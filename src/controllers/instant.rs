@@ -139,7 +139,7 @@ impl InstantUpdates {
 
     /// Listen for `key` on `sub` with `identity` (replacing what it listened
     /// to before). Returns the stream's current state.
-    pub fn register(&self, key: &ObjectKey, identity: &Identity, sub: Subscription) -> StreamState {
+    fn register(&self, key: &ObjectKey, identity: &Identity, sub: Subscription) -> StreamState {
         let stream_key = (identity.key(), sub.clone());
         let previous = self
             .by_resource
@@ -235,13 +235,10 @@ impl InstantUpdates {
             .unwrap_or_else(|e| e.into_inner())
             .remove(key)
     }
-
-    /// Open streams (for tests and metrics).
-    pub fn streams(&self) -> usize {
-        self.streams.lock().unwrap_or_else(|e| e.into_inner()).len()
-    }
 }
 
+/// One stream's task: open, read, notify the listeners, reopen with backoff
+/// until the KMS says the feature is not available.
 async fn run(
     kms: Arc<Kms>,
     identity: Identity,
