@@ -297,7 +297,10 @@ async fn kubernetes_ldap_and_service_token_auth_sync() {
     }
 }
 
+// A latency bound: measured alone (`scripts/test.sh` runs the ignored tests
+// after the others, one at a time), not among forty tests sharing two cores.
 #[tokio::test]
+#[ignore = "timing: run alone with `-- --ignored --test-threads=1`"]
 async fn instant_updates_follow_changes_within_two_seconds() {
     let client = harness::client().await;
     let ns = TestNamespace::new(&client, "ks-instant").await;

@@ -280,7 +280,10 @@ async fn three_replicas_split_the_shards_and_sync_everything_once() {
     assert!(lists <= 300, "{lists} list requests for 300 resources");
 }
 
+// Hand-over time bounds: measured alone (`scripts/test.sh` runs the ignored
+// tests after the others, one at a time).
 #[tokio::test]
+#[ignore = "timing: run alone with `-- --ignored --test-threads=1`"]
 async fn failover_is_fast_sticky_and_fenced() {
     let client = harness::client().await;
     let home = TestNamespace::new(&client, "shard-fo").await;
