@@ -1,6 +1,7 @@
 //! Watched caches: a reflector store per watched namespace (or one for the
 //! whole cluster), queried as one, with a callback on every watch event so
-//! controllers can turn events into queue entries.
+//! controllers can turn events into queue entries. Objects are stored without
+//! their managed fields and `kubectl`'s last-applied copy.
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -81,6 +82,22 @@ where
     }
 }
 
+/// The annotation `kubectl apply` (client side) keeps the last applied object
+/// in: a second copy of the spec that no controller reads.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Drop what no controller reads before an object enters a store: its
+/// managed fields (often larger than the object itself) and `kubectl`'s copy
+/// of the last applied object. At 10,000 resources the stores are most of a
+/// replica's memory.
+fn slim<K: Resource>(o: &mut K) {
+    let meta = o.meta_mut();
+    meta.managed_fields = None;
+    if let Some(a) = meta.annotations.as_mut() {
+        a.remove(LAST_APPLIED);
+    }
+}
+
 /// Start watching `K` in `namespaces` (all of them when empty) with the given
 /// watcher settings. Returns the stores and the futures that drive the
 /// watches; `on_event` sees every event after the store has applied it.
@@ -118,7 +135,9 @@ where
         let on_event = on_event.clone();
         let stream = reflector::reflector(
             writer,
-            watcher::watcher(api, config.clone()).default_backoff(),
+            watcher::watcher(api, config.clone())
+                .default_backoff()
+                .modify(slim::<K>),
         );
         let kind = std::any::type_name::<K>();
         drivers.push(
@@ -135,4 +154,39 @@ where
         );
     }
     (Scoped { stores }, drivers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Secret;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
+
+    #[test]
+    fn slim_drops_managed_fields_and_the_last_applied_copy_only() {
+        let mut s = Secret {
+            metadata: ObjectMeta {
+                name: Some("a".into()),
+                managed_fields: Some(vec![ManagedFieldsEntry {
+                    manager: Some("kubectl".into()),
+                    ..Default::default()
+                }]),
+                annotations: Some(
+                    [
+                        (LAST_APPLIED.to_owned(), "{\"kind\":\"Secret\"}".to_owned()),
+                        ("secrets.hanzo.ai/version".to_owned(), "v1".to_owned()),
+                    ]
+                    .into(),
+                ),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        slim(&mut s);
+        assert_eq!(s.metadata.managed_fields, None);
+        let annotations = s.metadata.annotations.unwrap();
+        assert_eq!(annotations.len(), 1);
+        assert_eq!(annotations["secrets.hanzo.ai/version"], "v1");
+        assert_eq!(s.metadata.name.as_deref(), Some("a"));
+    }
 }
