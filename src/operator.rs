@@ -17,7 +17,7 @@ use kube::{Client, ResourceExt};
 use crate::api::kms_secret::KmsSecret;
 use crate::cli::RunArgs;
 use crate::controllers::queue::Queue;
-use crate::controllers::refs::{GLOBAL_CONFIG_NAME, GlobalConfig};
+use crate::controllers::refs::{GLOBAL_CONFIG_NAME, GlobalConfig, SecretReads};
 use crate::controllers::stores;
 use crate::controllers::target::{MANAGED_LABEL, OWNER_ANNOTATION, VERSION_ANNOTATION};
 use crate::controllers::{
@@ -430,29 +430,58 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     drivers.extend(d);
     let (push_resources, dynamic_resources) = (push.resources.clone(), dynamic.resources.clone());
 
-    // Credential, CA and source Secrets (metadata only): a change sends the
-    // resources that read them round.
+    // Credential, CA and source Secrets (metadata only): the current version
+    // of each keeps the shared reads of referenced Secrets honest, and a
+    // change sends the resources that read them round.
+    let referenced = Arc::new(SecretReads::default());
     {
-        let (queues, gate, index) = (queues.clone(), gate.clone(), index.clone());
-        let apis: Vec<kube::Api<PartialObjectMeta<Secret>>> = if namespaces.is_empty() {
-            vec![kube::Api::all(client.clone())]
-        } else {
-            namespaces
-                .iter()
-                .map(|ns| kube::Api::namespaced(client.clone(), ns))
-                .collect()
-        };
-        for api in apis {
-            let (queues, gate, index) = (queues.clone(), gate.clone(), index.clone());
+        let scopes: Vec<(Option<String>, kube::Api<PartialObjectMeta<Secret>>)> =
+            if namespaces.is_empty() {
+                vec![(None, kube::Api::all(client.clone()))]
+            } else {
+                namespaces
+                    .iter()
+                    .map(|ns| (Some(ns.clone()), kube::Api::namespaced(client.clone(), ns)))
+                    .collect()
+            };
+        for (scope, api) in scopes {
+            let (queues, gate, index, referenced) = (
+                queues.clone(),
+                gate.clone(),
+                index.clone(),
+                referenced.clone(),
+            );
             drivers.push(Box::pin(async move {
                 use futures::StreamExt;
                 use kube::runtime::WatchStreamExt;
                 let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
                 let mut stream = std::pin::pin!(stream);
+                let scope = scope.as_deref();
                 while let Some(event) = stream.next().await {
-                    let o: PartialObjectMeta<Secret> = match event {
-                        Ok(Event::Apply(o) | Event::Delete(o)) => o,
-                        Ok(_) => continue,
+                    let (o, deleted): (PartialObjectMeta<Secret>, bool) = match event {
+                        Ok(Event::Apply(o)) => (o, false),
+                        Ok(Event::Delete(o)) => (o, true),
+                        Ok(Event::Init) => {
+                            referenced.relist_started(scope);
+                            continue;
+                        }
+                        Ok(Event::InitApply(o)) => {
+                            // Changed while the watch was down: as a change.
+                            let changed = referenced.relisted(
+                                scope,
+                                o.metadata.namespace.as_deref().unwrap_or_default(),
+                                o.metadata.name.as_deref().unwrap_or_default(),
+                                o.metadata.resource_version.as_deref(),
+                            );
+                            if !changed {
+                                continue;
+                            }
+                            (o, false)
+                        }
+                        Ok(Event::InitDone) => {
+                            referenced.relist_done(scope);
+                            continue;
+                        }
                         Err(e) => {
                             tracing::warn!(error = %e, "watch of Secret metadata failed; retrying");
                             continue;
@@ -460,6 +489,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                     };
                     let ns = o.metadata.namespace.clone().unwrap_or_default();
                     let name = o.metadata.name.clone().unwrap_or_default();
+                    // The version first, so the resources queued below read
+                    // the new data.
+                    if deleted {
+                        referenced.gone(&ns, &name);
+                    } else {
+                        referenced.seen(&ns, &name, o.metadata.resource_version.as_deref());
+                    }
                     for owner in index.dependents(&ns, &name) {
                         queues.owner(&owner, gate.as_ref());
                     }
@@ -541,6 +577,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             global,
             kms_secret_queue: queue.clone(),
             consumers: consumers.clone(),
+            referenced,
             cache: cache.clone(),
         },
         kms_secrets.clone(),

@@ -14,13 +14,13 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::authentication::v1::TokenRequest;
-use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use kube::api::{Api, PostParams};
 use secrecy::SecretString;
 
 use super::Context;
 use super::error::SyncError;
-use super::refs::{get_secret, resolve_endpoint, secret_string};
+use super::refs::{resolve_endpoint, secret_string};
 use crate::api::common::{GenericAuthentication, TlsConfig};
 use crate::kms::auth::JwtSource;
 use crate::kms::cloud::{self, CloudMethod};
@@ -77,23 +77,34 @@ pub enum AuthMethod {
     Unsupported(&'static str),
 }
 
-/// Read the string value of `key` from the Secret `ns/name`, trimmed.
-async fn secret_key(
+/// Read the Secret `ns/name` that holds a method's credentials.
+async fn credentials_secret(
     ctx: &Context,
+    ns: &str,
+    name: &str,
+    what: &str,
+) -> Result<Arc<Secret>, SyncError> {
+    ctx.referenced
+        .get(&ctx.client, ns, name)
+        .await?
+        .ok_or_else(|| SyncError::Reference {
+            reason: "CredentialsNotFound",
+            message: format!("{what} Secret {ns}/{name} not found"),
+        })
+}
+
+/// The string value of the first of `keys` present (trimmed, not empty) in
+/// the credentials Secret `ns/name`.
+fn secret_key(
+    secret: &Secret,
     ns: &str,
     name: &str,
     keys: &[&str],
     what: &str,
 ) -> Result<String, SyncError> {
-    let secret = get_secret(&ctx.client, ns, name)
-        .await?
-        .ok_or_else(|| SyncError::Reference {
-            reason: "CredentialsNotFound",
-            message: format!("{what} Secret {ns}/{name} not found"),
-        })?;
     keys.iter()
         .find_map(|k| {
-            secret_string(&secret, k)
+            secret_string(secret, k)
                 .map(|v| v.trim().to_owned())
                 .filter(|v| !v.is_empty())
         })
@@ -109,11 +120,11 @@ pub async fn universal_credentials(
     ns: &str,
     name: &str,
 ) -> Result<Credentials, SyncError> {
+    let what = "credentials";
+    let secret = credentials_secret(ctx, ns, name, what).await?;
     Ok(Credentials::UniversalAuth {
-        client_id: secret_key(ctx, ns, name, &["clientId"], "credentials").await?,
-        client_secret: secret_key(ctx, ns, name, &["clientSecret"], "credentials")
-            .await?
-            .into(),
+        client_id: secret_key(&secret, ns, name, &["clientId"], what)?,
+        client_secret: secret_key(&secret, ns, name, &["clientSecret"], what)?.into(),
     })
 }
 
@@ -171,7 +182,7 @@ fn jwt_source(
                         "ServiceAccount {ns}/{name} has no token Secret; set autoCreateServiceAccountToken: true to use a requested token"
                     )
                 })?;
-            let secret = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client, &ns)
+            let secret = Api::<Secret>::namespaced(client, &ns)
                 .get_opt(&secret_name)
                 .await
                 .map_err(|e| format!("reading Secret {ns}/{secret_name}: {e}"))?
@@ -212,22 +223,19 @@ pub async fn credentials(ctx: &Context, method: &AuthMethod) -> Result<Credentia
         AuthMethod::Ldap {
             identity_id,
             credentials: (ns, name),
-        } => Ok(Credentials::Ldap {
-            identity_id: identity_id.clone(),
-            username: secret_key(ctx, ns, name, &["username"], "LDAP credentials").await?,
-            password: secret_key(ctx, ns, name, &["password"], "LDAP credentials")
-                .await?
-                .into(),
-        }),
+        } => {
+            let what = "LDAP credentials";
+            let secret = credentials_secret(ctx, ns, name, what).await?;
+            Ok(Credentials::Ldap {
+                identity_id: identity_id.clone(),
+                username: secret_key(&secret, ns, name, &["username"], what)?,
+                password: secret_key(&secret, ns, name, &["password"], what)?.into(),
+            })
+        }
         AuthMethod::ServiceToken { secret: (ns, name) } => {
-            let token = secret_key(
-                ctx,
-                ns,
-                name,
-                &["kmsToken", "infisicalToken"],
-                "service token",
-            )
-            .await?;
+            let what = "service token";
+            let secret = credentials_secret(ctx, ns, name, what).await?;
+            let token = secret_key(&secret, ns, name, &["kmsToken", "infisicalToken"], what)?;
             let clean: String = token.chars().filter(|c| !c.is_whitespace()).collect();
             if !clean.starts_with("st.") || clean.split('.').count() < 3 {
                 return Err(SyncError::Reference {
@@ -295,6 +303,7 @@ pub async fn identity(
     let allow_cross = ctx.settings.allow_cross_namespace_refs;
     let endpoint = resolve_endpoint(
         &ctx.client,
+        &ctx.referenced,
         ns,
         host_api,
         tls,

@@ -243,6 +243,9 @@ pub struct Context {
     pub cache: Option<storage::Store>,
     /// Instant-update streams of the KmsSecrets that ask for them.
     pub instant: instant::InstantUpdates,
+    /// Reads of referenced Secrets (credentials, CA bundles, push sources),
+    /// shared while unchanged.
+    pub referenced: Arc<refs::SecretReads>,
     /// Steps that must finish even when their reconcile is dropped (a lease
     /// created and then recorded or revoked); shutdown waits for them.
     pub critical: tokio_util::task::TaskTracker,
@@ -273,6 +276,8 @@ pub struct ContextParts {
     pub kms_secret_queue: Arc<Queue<ObjectKey>>,
     /// Which workloads use which objects.
     pub consumers: Arc<crate::reload::ConsumerIndex>,
+    /// Reads of referenced Secrets, kept current by the metadata watch.
+    pub referenced: Arc<refs::SecretReads>,
     /// The persistent cache, if configured.
     pub cache: Option<storage::Store>,
 }
@@ -305,6 +310,7 @@ impl Context {
             config_maps,
             kms_secret_queue: parts.kms_secret_queue,
             consumers: parts.consumers,
+            referenced: parts.referenced,
             cache: parts.cache,
             global: parts.global,
             records: Mutex::new(HashMap::new()),

@@ -526,6 +526,71 @@ async fn one_login_per_identity_and_one_list_per_scope() {
     );
 }
 
+// Credentials Secrets are read once per version and shared by the resources
+// that use them; a change is read again at once, without waiting for a
+// resync (the shared copy must never outlive its version).
+#[tokio::test]
+async fn changed_credentials_are_read_again_at_once() {
+    let client = harness::client().await;
+    let ns = TestNamespace::new(&client, "ks-creds").await;
+    let kms = DevServer::start(&seed(&[("A", "1")])).await;
+    let secrets = Api::<Secret>::namespaced(client.clone(), &ns.name);
+    let wrong: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "kms-credentials", "namespace": ns.name},
+        "stringData": {"clientId": CLIENT_ID, "clientSecret": "not-the-secret"}
+    }))
+    .unwrap();
+    secrets
+        .create(&PostParams::default(), &wrong)
+        .await
+        .expect("credentials");
+    let _op = Operator::start(&ns.name, &[&ns.name], &[]);
+    for i in 0..3 {
+        apply_cr(
+            &client,
+            &ns.name,
+            kms_secret(&format!("cr{i}"), &kms.api(), &format!("out{i}"), "1h"),
+        )
+        .await;
+    }
+    for i in 0..3 {
+        let (_, _, message) = wait_condition(
+            &client,
+            &ns.name,
+            &format!("cr{i}"),
+            "secrets.hanzo.ai/LoadedKMSToken",
+            "False",
+            Duration::from_secs(20),
+        )
+        .await;
+        assert!(!message.contains("not-the-secret"), "{message}");
+    }
+    assert!(kms.count(LOGIN, Some("401")).await >= 1);
+    assert!(secrets.get_opt("out0").await.unwrap().is_none());
+
+    kms.reset_stats().await;
+    secrets
+        .patch(
+            "kms-credentials",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"clientSecret": CLIENT_SECRET}})),
+        )
+        .await
+        .expect("fix the credentials");
+    for i in 0..3 {
+        wait_data(
+            &client,
+            &ns.name,
+            &format!("out{i}"),
+            &expect(&[("A", "1")]),
+            Duration::from_secs(15),
+        )
+        .await;
+    }
+    // One identity: one successful login for the three resources.
+    assert_eq!(kms.count(LOGIN, Some("200")).await, 1);
+}
+
 #[tokio::test]
 async fn invalid_references_are_reported_and_nothing_is_written() {
     let client = harness::client().await;

@@ -58,7 +58,6 @@ use self::write::Cause;
 use super::apply::ensure_owner;
 use super::error::SyncError;
 use super::queue::Queue;
-use super::refs::get_secret;
 use super::stores::{self, Scoped};
 use super::{Action, Context, ObjectKey, Reconciler, RefIndex};
 use crate::api::cluster_generator::{ClusterGenerator, ClusterGeneratorSpec};
@@ -365,7 +364,9 @@ impl Controller {
         // What the resource wants: source keys (and templates), generators.
         let source = match plan::source_ref(cr, allow_cross)? {
             Some((sns, sname)) => {
-                let secret = get_secret(&ctx.client, &sns, &sname)
+                let secret = ctx
+                    .referenced
+                    .get(&ctx.client, &sns, &sname)
                     .await?
                     .ok_or_else(|| SyncError::Reference {
                         reason: "SourceSecretNotFound",
@@ -373,9 +374,9 @@ impl Controller {
                     })?;
                 let data: BTreeMap<String, Vec<u8>> = secret
                     .data
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|(k, v)| (k, v.0))
+                    .iter()
+                    .flatten()
+                    .map(|(k, v)| (k.clone(), v.0.clone()))
                     .collect();
                 let template = cr
                     .spec
