@@ -982,7 +982,14 @@ fn matrix(ns: &str, a: &str, b: &str) -> Vec<Entry> {
                 "scopedNamespaces": [a],
                 "hostAPI": "https://kms.example.com/api",
                 "tls": {"caRef": {"secretName": "kms-ca"}},
-                "security": {"allowCrossNamespaceReferences": true, "allowedKmsHosts": ["kms.example.com", "*.example.org"]}
+                "security": {"allowCrossNamespaceReferences": true, "allowedKmsHosts": ["kms.example.com", "*.example.org"]},
+                "cloud": {
+                    "awsStsEndpoint": "https://sts.eu-west-1.amazonaws.com",
+                    "awsImdsEndpoint": "http://169.254.169.254",
+                    "azureImdsEndpoint": "http://169.254.169.254/metadata",
+                    "gcpMetadataEndpoint": "http://metadata.google.internal",
+                    "timeout": "5s"
+                }
             }),
             watched: vec![a.clone()],
             check: Box::new({
@@ -1016,6 +1023,18 @@ fn matrix(ns: &str, a: &str, b: &str) -> Vec<Entry> {
                         r.env_value("KMS_OPERATOR_ALLOWED_KMS_HOSTS").as_deref(),
                         Some("kms.example.com,*.example.org")
                     );
+                    for (name, value) in [
+                        ("AWS_STS_ENDPOINT", "https://sts.eu-west-1.amazonaws.com"),
+                        ("AWS_IMDS_ENDPOINT", "http://169.254.169.254"),
+                        ("AZURE_IMDS_ENDPOINT", "http://169.254.169.254/metadata"),
+                        ("GCP_METADATA_ENDPOINT", "http://metadata.google.internal"),
+                        ("CLOUD_TIMEOUT", "5s"),
+                    ] {
+                        assert_eq!(
+                            r.env_value(&format!("KMS_OPERATOR_{name}")).as_deref(),
+                            Some(value)
+                        );
+                    }
                 }
             }),
         },
@@ -1368,6 +1387,10 @@ async fn values_schema_rejects_wrong_values_with_a_readable_error() {
             "/leaderElection/leaseDuration",
         ),
         (json!({"scopedNamespaces": 5}), "/scopedNamespaces"),
+        (
+            json!({"cloud": {"awsStsEndpoint": "sts.amazonaws.com"}}),
+            "/cloud/awsStsEndpoint",
+        ),
         (
             json!({"replicaCont": 3}),
             "additional properties 'replicaCont' not allowed",
