@@ -37,7 +37,8 @@ use workload::{Crd, SyncMode};
 
 /// Benchmarks of kms-operator on a local control plane and the dev KMS.
 #[derive(Debug, Parser)]
-#[command(name = "kms-bench", version)]
+// `--version` names the peer CRD's version, so clap's own version flag is off.
+#[command(name = "kms-bench", disable_version_flag = true)]
 struct Args {
     /// Scenarios: converge, restart, change, failover, devserver, all.
     #[arg(required = true, value_delimiter = ',')]
@@ -469,5 +470,19 @@ fn main() -> ExitCode {
             eprintln!("kms-bench: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        // clap checks names and flags only in debug builds, at parse time.
+        Args::command().debug_assert();
+        let a = Args::try_parse_from(["kms-bench", "converge", "--version", "v1"]).unwrap();
+        assert_eq!(a.version, "v1");
     }
 }
