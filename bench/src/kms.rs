@@ -4,12 +4,9 @@
 //! `devserver` scenario (login, list).
 
 use std::fmt::Write as _;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use serde_json::{Value, json};
 
 use crate::stats::KmsCounts;
@@ -66,93 +63,26 @@ pub fn initial_value(ns: &str, k: usize) -> String {
     format!("{:0>32}", format!("v0-{ns}-{k}"))
 }
 
-/// A running dev server.
-pub struct DevServer {
-    child: Option<Child>,
-    /// Base URL (`http://127.0.0.1:PORT`).
-    pub url: String,
-    http: reqwest::Client,
+/// The dev server of a benchmark session, with the benchmark's admin token.
+pub struct DevServer(kms_testkit::devserver::DevServer);
+
+impl std::ops::Deref for DevServer {
+    type Target = kms_testkit::devserver::DevServer;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for DevServer {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
 }
 
 impl DevServer {
     /// Start `bin dev-server` with `seed` (YAML), its data and log in `dir`.
     pub fn start(bin: &Path, dir: &Path, seed: &str) -> anyhow::Result<Self> {
-        std::fs::create_dir_all(dir)?;
-        let seed_path = dir.join("seed.yaml");
-        std::fs::write(&seed_path, seed)?;
-        let log = std::fs::File::create(dir.join("dev-server.log"))?;
-        let mut child = Command::new(bin)
-            .args(["dev-server", "--addr", "127.0.0.1:0"])
-            .arg("--admin-token")
-            .arg(ADMIN_TOKEN)
-            .arg("--seed")
-            .arg(&seed_path)
-            .arg("--data-dir")
-            .arg(dir.join("data"))
-            .stdout(Stdio::piped())
-            .stderr(log)
-            .spawn()
-            .context("starting the dev server")?;
-        let stdout = child.stdout.take().context("stdout")?;
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut tx = Some(tx);
-            // Read to the end so the server never blocks on a full pipe.
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(url) = line.split("listening on ").nth(1)
-                    && let Some(t) = tx.take()
-                {
-                    let _ = t.send(url.trim().trim_end_matches('/').to_owned());
-                }
-            }
-        });
-        let url = match rx.recv_timeout(Duration::from_secs(120)) {
-            Ok(u) => u,
-            Err(_) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                bail!("the dev server did not start (see {})", dir.display());
-            }
-        };
-        Ok(Self {
-            child: Some(child),
-            url,
-            http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(30))
-                .build()?,
-        })
-    }
-
-    /// The API base the resources name (`<url>/api`).
-    pub fn api(&self) -> String {
-        format!("{}/api", self.url)
-    }
-
-    /// PID of the server process.
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
-    }
-
-    async fn admin(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> anyhow::Result<Value> {
-        let mut req = self
-            .http
-            .request(method, format!("{}/admin/{path}", self.url))
-            .bearer_auth(ADMIN_TOKEN);
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().await?;
-        let status = resp.status();
-        let text = resp.text().await?;
-        if !status.is_success() {
-            bail!("admin {path}: {status}: {text}");
-        }
-        Ok(serde_json::from_str(&text).unwrap_or(Value::Null))
+        kms_testkit::devserver::DevServer::start(bin, dir, seed, ADMIN_TOKEN, &[]).map(Self)
     }
 
     /// The request counters, grouped.
@@ -168,21 +98,15 @@ impl DevServer {
             .map(drop)
     }
 
-    /// Set a secret (admin: not counted).
+    /// Set a secret of the workload's project (admin: not counted).
     pub async fn put_secret(&self, path: &str, key: &str, value: &str) -> anyhow::Result<()> {
-        self.admin(
-            reqwest::Method::PUT,
-            "secrets",
-            Some(json!({"project": PROJECT, "environment": ENV, "path": path, "key": key, "value": value})),
-        )
-        .await
-        .map(drop)
+        self.0.put_secret(PROJECT, ENV, path, key, value).await
     }
 
     /// A universal-auth login: the access token.
     pub async fn login(&self, client_id: &str, client_secret: &str) -> anyhow::Result<String> {
         let v: Value = self
-            .http
+            .http()
             .post(format!("{}/v1/auth/universal-auth/login", self.api()))
             .json(&json!({"clientId": client_id, "clientSecret": client_secret}))
             .send()
@@ -196,7 +120,7 @@ impl DevServer {
     /// `GET /api/v3/secrets/raw` of `path`; the number of secrets answered.
     pub async fn list(&self, token: &str, path: &str) -> anyhow::Result<usize> {
         let resp = self
-            .http
+            .http()
             .get(format!("{}/v3/secrets/raw", self.api()))
             .bearer_auth(token)
             .query(&[
@@ -209,30 +133,6 @@ impl DevServer {
             .error_for_status()?;
         let v: Value = resp.json().await?;
         Ok(v["secrets"].as_array().map_or(0, Vec::len))
-    }
-
-    /// Stop the server (SIGTERM, then kill after 10 s).
-    pub fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            crate::replicas::signal(c.id(), "TERM");
-            for _ in 0..100 {
-                if let Ok(Some(_)) = c.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for DevServer {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
     }
 }
 

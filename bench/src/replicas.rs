@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -14,6 +14,7 @@ use serde::Serialize;
 
 use crate::peer;
 use crate::stats;
+use kms_testkit::signal;
 
 /// What every replica of a session shares.
 #[derive(Clone, Debug)]
@@ -62,15 +63,6 @@ pub struct Usage {
     pub peak_rss_mib: Option<f64>,
     /// User + system CPU time, seconds.
     pub cpu_seconds: Option<f64>,
-}
-
-/// Send `sig` (a name such as `TERM`) to `pid`.
-pub fn signal(pid: u32, sig: &str) {
-    let _ = Command::new("kill")
-        .arg(format!("-{sig}"))
-        .arg(pid.to_string())
-        .stderr(Stdio::null())
-        .status();
 }
 
 fn free_addr() -> anyhow::Result<String> {

@@ -4,12 +4,9 @@
 //! budget checker can subtract them.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
@@ -36,14 +33,24 @@ pub struct AdminLease {
     pub data: BTreeMap<String, String>,
 }
 
-/// A running dev server.
+/// The dev server of a run, with the requests the runner made to its API.
 pub struct DevServer {
-    child: Option<Child>,
-    /// Base URL (`http://127.0.0.1:PORT`).
-    pub url: String,
-    http: reqwest::Client,
+    server: kms_testkit::devserver::DevServer,
     own: Arc<AtomicU64>,
     token: tokio::sync::Mutex<Option<String>>,
+}
+
+impl std::ops::Deref for DevServer {
+    type Target = kms_testkit::devserver::DevServer;
+    fn deref(&self) -> &Self::Target {
+        &self.server
+    }
+}
+
+impl std::ops::DerefMut for DevServer {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.server
+    }
 }
 
 fn parse_time(v: &Value) -> Option<Ms> {
@@ -54,96 +61,26 @@ fn parse_time(v: &Value) -> Option<Ms> {
 }
 
 impl DevServer {
-    /// Start `bin dev-server` with `seed` (YAML), its data and log in `dir`.
+    /// Start `bin dev-server` with `seed` (YAML), its data and log in `dir`;
+    /// leases may be as short as a second.
     pub fn start(bin: &Path, dir: &Path, seed: &str) -> anyhow::Result<Self> {
-        std::fs::create_dir_all(dir)?;
-        let seed_path = dir.join("seed.yaml");
-        std::fs::write(&seed_path, seed)?;
-        let mut child = Command::new(bin)
-            .args([
-                "dev-server",
-                "--addr",
-                "127.0.0.1:0",
-                "--min-lease-ttl",
-                "1s",
-            ])
-            .arg("--admin-token")
-            .arg(ADMIN_TOKEN)
-            .arg("--seed")
-            .arg(&seed_path)
-            .arg("--data-dir")
-            .arg(dir.join("data"))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("starting the dev server")?;
-        let stdout = child.stdout.take().context("stdout")?;
-        let stderr = child.stderr.take().context("stderr")?;
-        let mut log = std::fs::File::create(dir.join("dev-server.log"))?;
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut tx = Some(tx);
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(url) = line.split("listening on ").nth(1)
-                    && let Some(t) = tx.take()
-                {
-                    let _ = t.send(url.trim().trim_end_matches('/').to_owned());
-                }
-            }
-        });
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let _ = writeln!(log, "{line}");
-            }
-        });
-        let url = match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok(u) => u,
-            Err(_) => {
-                let _ = child.kill();
-                bail!("the dev server did not start (see its log)");
-            }
-        };
+        let server = kms_testkit::devserver::DevServer::start(
+            bin,
+            dir,
+            seed,
+            ADMIN_TOKEN,
+            &["--min-lease-ttl", "1s"],
+        )?;
         Ok(Self {
-            child: Some(child),
-            url,
-            http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(20))
-                .build()?,
+            server,
             own: Arc::new(AtomicU64::new(0)),
             token: tokio::sync::Mutex::new(None),
         })
     }
 
-    /// The API base the resources name (`<url>/api`).
-    pub fn api(&self) -> String {
-        format!("{}/api", self.url)
-    }
-
     /// API requests the runner made itself.
     pub fn own_requests(&self) -> u64 {
         self.own.load(Ordering::SeqCst)
-    }
-
-    async fn admin(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> anyhow::Result<Value> {
-        let mut req = self
-            .http
-            .request(method, format!("{}/admin/{path}", self.url))
-            .bearer_auth(ADMIN_TOKEN);
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().await?;
-        let status = resp.status();
-        let text = resp.text().await?;
-        if !status.is_success() {
-            bail!("admin {path}: {status}: {text}");
-        }
-        Ok(serde_json::from_str(&text).unwrap_or(Value::Null))
     }
 
     /// Requests the server counted so far (every route and outcome).
@@ -217,15 +154,10 @@ impl DevServer {
             .collect())
     }
 
-    /// Create or update a secret (admin: not counted, not faulted).
+    /// Create or update a secret of the run's project (admin: not counted,
+    /// not faulted).
     pub async fn put_secret(&self, path: &str, key: &str, value: &str) -> anyhow::Result<()> {
-        self.admin(
-            reqwest::Method::PUT,
-            "secrets",
-            Some(json!({"project": PROJECT, "environment": ENV, "path": path, "key": key, "value": value})),
-        )
-        .await
-        .map(drop)
+        self.server.put_secret(PROJECT, ENV, path, key, value).await
     }
 
     async fn token(&self) -> anyhow::Result<String> {
@@ -234,7 +166,7 @@ impl DevServer {
             return Ok(t.clone());
         }
         let resp = self
-            .http
+            .http()
             .post(format!("{}/v1/auth/universal-auth/login", self.api()))
             .json(&json!({"clientId": CLIENT_ID, "clientSecret": CLIENT_SECRET}))
             .send()
@@ -254,7 +186,7 @@ impl DevServer {
     ) -> anyhow::Result<BTreeMap<String, BTreeMap<String, String>>> {
         let token = self.token().await?;
         let resp = self
-            .http
+            .http()
             .get(format!("{}/v3/secrets/raw", self.api()))
             .bearer_auth(token)
             .query(&[
@@ -285,32 +217,5 @@ impl DevServer {
                 .insert(k.to_owned(), val.to_owned());
         }
         Ok(out)
-    }
-
-    /// Stop the server.
-    pub fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = Command::new("kill")
-                .arg("-TERM")
-                .arg(c.id().to_string())
-                .status();
-            for _ in 0..50 {
-                if let Ok(Some(_)) = c.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for DevServer {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
     }
 }

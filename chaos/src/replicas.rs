@@ -14,6 +14,7 @@ use anyhow::Context;
 use serde_json::Value;
 
 use crate::history::{History, Ms, ShardLogLine, WriteObs, now_ms};
+use kms_testkit::signal;
 
 /// Settings shared by every replica of a run.
 #[derive(Clone, Debug)]
@@ -175,14 +176,6 @@ fn capture(
             let _ = writeln!(file.lock().unwrap_or_else(|e| e.into_inner()), "{line}");
         }
     });
-}
-
-fn signal(pid: u32, sig: &str) {
-    let _ = Command::new("kill")
-        .arg(format!("-{sig}"))
-        .arg(pid.to_string())
-        .stderr(Stdio::null())
-        .status();
 }
 
 impl Replicas {
