@@ -39,7 +39,8 @@ phase "cargo test" cargo test --workspace --locked
 # Tests that assert a latency bound (instant updates, shard hand-over) are
 # #[ignore]d above and run here one at a time, so the bound is the operator's
 # and not the cost of sharing two cores with every other test.
-phase "timing tests (alone)" cargo test --locked -p kms-operator --test integration -- --ignored --test-threads=1 --nocapture
+# (`--workspace`, as above: the same features, so nothing is rebuilt.)
+phase "timing tests (alone)" cargo test --workspace --locked --test integration -- --ignored --test-threads=1 --nocapture
 
 # The chaos suite's short profile (about 5 minutes, at least 30 faults) on the
 # same control plane, which it also restarts (kube-apiserver, etcd) when it is
