@@ -75,9 +75,9 @@ pub async fn create_namespace(client: &Client, name: &str) -> anyhow::Result<()>
     testenv::create_namespace(client, name, &[]).await
 }
 
-/// The API server's request counter: the sum of `apiserver_request_total`
-/// and its sums by verb.
-pub async fn apiserver_requests(client: &Client) -> anyhow::Result<(f64, BTreeMap<String, f64>)> {
+/// The API server's request counter (`apiserver_request_total`): the sum,
+/// by verb, and by verb and resource.
+pub async fn apiserver_requests(client: &Client) -> anyhow::Result<stats::ApiRequests> {
     let req = http::Request::get("/metrics").body(Vec::new())?;
     let text = client
         .request_text(req)

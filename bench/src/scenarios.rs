@@ -124,6 +124,9 @@ pub struct Converge {
     pub apiserver_requests: f64,
     /// The same by verb.
     pub apiserver_by_verb: BTreeMap<String, f64>,
+    /// The same by verb and resource (`APPLY kmssecrets/status`).
+    #[serde(default)]
+    pub apiserver_by_request: BTreeMap<String, f64>,
     /// Peak RSS and CPU per replica at that time.
     pub usage: Vec<Usage>,
     /// Seconds spent creating the resources (before the replicas started).
@@ -196,7 +199,7 @@ impl Session {
             sync: sync.clone(),
         };
         s.kms.reset_counts().await?;
-        let (api_before, verbs_before) = cluster::apiserver_requests(&s.client).await?;
+        let api_before = cluster::apiserver_requests(&s.client).await?;
         let load = load();
         eprintln!("[{label}] starting {r} replica(s), load {:?}", load.loadavg);
         let t0 = Instant::now();
@@ -212,7 +215,9 @@ impl Session {
             .await;
         let usage = s.replicas.usage();
         let counts = s.kms.counts().await?;
-        let (api_after, verbs_after) = cluster::apiserver_requests(&s.client).await?;
+        let api = cluster::apiserver_requests(&s.client)
+            .await?
+            .since(&api_before);
         let exited = s.replicas.exited();
         if !exited.is_empty() {
             eprintln!("[{label}] replicas exited: {exited:?}");
@@ -226,12 +231,9 @@ impl Session {
             seconds: took.map(secs),
             converged: s.tracker.converged(),
             kms: counts,
-            apiserver_requests: api_after - api_before,
-            apiserver_by_verb: verbs_after
-                .iter()
-                .map(|(k, v)| (k.clone(), v - verbs_before.get(k).copied().unwrap_or(0.0)))
-                .filter(|(_, v)| *v > 0.0)
-                .collect(),
+            apiserver_requests: api.total,
+            apiserver_by_verb: api.by_verb,
+            apiserver_by_request: api.by_request,
             usage,
             create_seconds,
         };

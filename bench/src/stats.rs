@@ -76,9 +76,8 @@ pub fn cpu_ticks(stat: &str) -> Option<u64> {
 
 /// The sum of every `apiserver_request_total` sample of a Prometheus text,
 /// and the sums by verb.
-pub fn apiserver_requests(metrics: &str) -> (f64, BTreeMap<String, f64>) {
-    let mut total = 0.0;
-    let mut by_verb: BTreeMap<String, f64> = BTreeMap::new();
+pub fn apiserver_requests(metrics: &str) -> ApiRequests {
+    let mut out = ApiRequests::default();
     for line in metrics.lines() {
         let Some(rest) = line.strip_prefix("apiserver_request_total") else {
             continue;
@@ -99,11 +98,46 @@ pub fn apiserver_requests(metrics: &str) -> (f64, BTreeMap<String, f64>) {
         else {
             continue;
         };
-        total += v;
+        out.total += v;
         let verb = label(labels, "verb").unwrap_or_default();
-        *by_verb.entry(verb).or_default() += v;
+        let mut resource = label(labels, "resource").unwrap_or_default();
+        if let Some(sub) = label(labels, "subresource").filter(|s| !s.is_empty()) {
+            resource = format!("{resource}/{sub}");
+        }
+        *out.by_request
+            .entry(format!("{verb} {resource}"))
+            .or_default() += v;
+        *out.by_verb.entry(verb).or_default() += v;
     }
-    (total, by_verb)
+    out
+}
+
+/// The API server's request counter at one moment.
+#[derive(Clone, Debug, Default)]
+pub struct ApiRequests {
+    /// Every request.
+    pub total: f64,
+    /// By verb (`GET`, `APPLY`, …).
+    pub by_verb: BTreeMap<String, f64>,
+    /// By verb and resource (`APPLY kmssecrets/status`).
+    pub by_request: BTreeMap<String, f64>,
+}
+
+impl ApiRequests {
+    /// What was counted since `before`, leaving out what did not change.
+    pub fn since(&self, before: &Self) -> Self {
+        let diff = |now: &BTreeMap<String, f64>, then: &BTreeMap<String, f64>| {
+            now.iter()
+                .map(|(k, v)| (k.clone(), v - then.get(k).copied().unwrap_or(0.0)))
+                .filter(|(_, v)| *v > 0.0)
+                .collect()
+        };
+        Self {
+            total: self.total - before.total,
+            by_verb: diff(&self.by_verb, &before.by_verb),
+            by_request: diff(&self.by_request, &before.by_request),
+        }
+    }
 }
 
 /// The value of label `name` in a Prometheus label set (`a="x",b="y"`).
@@ -246,12 +280,22 @@ apiserver_request_total{code=\"201\",component=\"apiserver\",resource=\"secrets\
 apiserver_request_total{code=\"200\",resource=\"leases\",subverb=\"x\",verb=\"PUT\"} 1.5e1\n\
 apiserver_request_duration_seconds_bucket{verb=\"GET\",le=\"0.1\"} 99\n\
 apiserver_request_total_other 5\n";
-        let (total, by_verb) = apiserver_requests(text);
-        assert_eq!(total, 30.0);
-        assert_eq!(by_verb["GET"], 12.0);
-        assert_eq!(by_verb["POST"], 3.0);
-        assert_eq!(by_verb["PUT"], 15.0);
-        assert_eq!(by_verb.len(), 3);
+        let counted = apiserver_requests(text);
+        assert_eq!(counted.total, 30.0);
+        assert_eq!(counted.by_verb["GET"], 12.0);
+        assert_eq!(counted.by_verb["POST"], 3.0);
+        assert_eq!(counted.by_verb["PUT"], 15.0);
+        assert_eq!(counted.by_verb.len(), 3);
+        assert_eq!(counted.by_request["GET secrets"], 12.0);
+        assert_eq!(counted.by_request["PUT leases"], 15.0);
+        let mut later = counted.clone();
+        later.total += 2.0;
+        *later.by_verb.get_mut("GET").unwrap() += 2.0;
+        *later.by_request.get_mut("GET secrets").unwrap() += 2.0;
+        let d = later.since(&counted);
+        assert_eq!(d.total, 2.0);
+        assert_eq!(d.by_verb.len(), 1);
+        assert_eq!(d.by_request["GET secrets"], 2.0);
     }
 
     #[test]
