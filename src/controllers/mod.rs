@@ -137,6 +137,64 @@ pub enum Action {
     Done,
 }
 
+/// How long a resource waits for the watch to show the status this replica
+/// wrote before it is reconciled from the older copy anyway.
+const UNSEEN_STATUS_WAIT: Duration = Duration::from_secs(10);
+
+/// How soon a resource whose cached copy predates its last status write is
+/// looked at again.
+pub const UNSEEN_STATUS_RETRY: Duration = Duration::from_millis(200);
+
+/// Status writes of this replica that its watch cache may not show yet: by
+/// resource, the resourceVersion the status was computed from and when.
+#[derive(Default)]
+pub struct UnseenStatus(HashMap<String, (String, std::time::Instant)>);
+
+impl UnseenStatus {
+    /// The status of `id` was written from the object at `resource_version`.
+    pub fn written(&mut self, id: &str, resource_version: Option<String>, now: std::time::Instant) {
+        match resource_version {
+            Some(rv) => {
+                self.0.insert(id.to_owned(), (rv, now));
+            }
+            None => {
+                self.0.remove(id);
+            }
+        }
+    }
+
+    /// Whether a cached copy at `cached_version` is the object the last
+    /// write started from (so the cache has not seen the write). A watch
+    /// that has not delivered the write within [`UNSEEN_STATUS_WAIT`] no
+    /// longer holds the resource up. Answers `false` once only: a newer copy
+    /// ends the wait for good.
+    pub fn unseen(
+        &mut self,
+        id: &str,
+        cached_version: Option<&str>,
+        now: std::time::Instant,
+    ) -> bool {
+        match self.0.get(id) {
+            Some((rv, at))
+                if Some(rv.as_str()) == cached_version
+                    && now.duration_since(*at) < UNSEEN_STATUS_WAIT =>
+            {
+                true
+            }
+            Some(_) => {
+                self.0.remove(id);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Forget `id` (deleted).
+    pub fn forget(&mut self, id: &str) {
+        self.0.remove(id);
+    }
+}
+
 /// What the operator remembers of an object's last sync.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SyncRecord {
@@ -251,6 +309,7 @@ pub struct Context {
     pub critical: tokio_util::task::TaskTracker,
     global: Arc<RwLock<GlobalConfig>>,
     records: Mutex<HashMap<String, SyncRecord>>,
+    unseen_status: Mutex<UnseenStatus>,
     failures: Mutex<HashMap<String, u32>>,
 }
 
@@ -314,6 +373,7 @@ impl Context {
             cache: parts.cache,
             global: parts.global,
             records: Mutex::new(HashMap::new()),
+            unseen_status: Mutex::new(UnseenStatus::default()),
             failures: Mutex::new(HashMap::new()),
         }
     }
@@ -383,9 +443,33 @@ impl Context {
         self.cache.as_ref().map(|c| c.data_hasher().hash_map(data))
     }
 
+    /// This replica wrote the status of `id`, computed from the object at
+    /// `resource_version`: until the watch cache shows a newer object, the
+    /// cached status is older than the one in the API.
+    pub fn status_written(&self, id: &str, resource_version: Option<String>) {
+        self.unseen_status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .written(id, resource_version, std::time::Instant::now());
+    }
+
+    /// Whether the cached copy of `id` (at `cached_version`) predates a
+    /// status this replica wrote: reconciling from it would write the older
+    /// status back (dropping conditions, announcing `Ready` again).
+    pub fn status_unseen(&self, id: &str, cached_version: Option<&str>) -> bool {
+        self.unseen_status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .unseen(id, cached_version, std::time::Instant::now())
+    }
+
     /// Forget what is known of a deleted object.
     pub fn forget(&self, key: &ObjectKey) {
         self.instant.unregister(key);
+        self.unseen_status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .forget(&kms_secret::owner_id(&key.namespace, &key.name));
         self.failures
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -506,5 +590,37 @@ pub async fn run_workers<K, R>(
     }
     for t in tasks {
         let _ = t.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    #[test]
+    fn a_status_write_holds_the_older_cached_copy_back_until_a_newer_one_arrives() {
+        let mut u = UnseenStatus::default();
+        let t0 = Instant::now();
+        assert!(!u.unseen("KmsSecret/a/x", Some("5"), t0));
+        u.written("KmsSecret/a/x", Some("5".into()), t0);
+        // The cache still holds the object the write started from.
+        assert!(u.unseen("KmsSecret/a/x", Some("5"), t0 + Duration::from_millis(300)));
+        assert!(!u.unseen("KmsSecret/b/x", Some("5"), t0));
+        // The write (or anything newer) arrived: no more waiting, even if a
+        // copy at the old version showed up again.
+        assert!(!u.unseen("KmsSecret/a/x", Some("6"), t0 + Duration::from_secs(1)));
+        assert!(!u.unseen("KmsSecret/a/x", Some("5"), t0 + Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn a_watch_that_never_delivers_holds_nothing_up_for_long() {
+        let mut u = UnseenStatus::default();
+        let t0 = Instant::now();
+        u.written("KmsSecret/a/x", Some("5".into()), t0);
+        assert!(!u.unseen("KmsSecret/a/x", Some("5"), t0 + UNSEEN_STATUS_WAIT));
+        u.written("KmsSecret/a/x", Some("7".into()), t0);
+        u.forget("KmsSecret/a/x");
+        assert!(!u.unseen("KmsSecret/a/x", Some("7"), t0));
     }
 }

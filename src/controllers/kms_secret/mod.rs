@@ -117,6 +117,14 @@ pub async fn reconcile(
         ctx.forget(key);
         return Ok(Action::Done);
     }
+    // Our last status write is not in the cache yet (the target's watch event
+    // came first): wait for it rather than write the older status back.
+    let id = owner_id(&key.namespace, &key.name);
+    if ctx.status_unseen(&id, cr.resource_version().as_deref()) {
+        return Ok(Action::RequeueAt(
+            SystemTime::now() + super::UNSEEN_STATUS_RETRY,
+        ));
+    }
     let outcome = sync(ctx, &cr, shard, cancel).await;
     if matches!(outcome, Err(SyncError::NotOwner)) {
         return Err(SyncError::NotOwner);
@@ -568,6 +576,13 @@ fn now_time() -> Time {
     Time(k8s_openapi::jiff::Timestamp::now())
 }
 
+/// A time as the API server stores it (RFC 3339, whole seconds), so that a
+/// status compared with its cached copy is not "changed" by the fraction
+/// of a second the cache never had (a write the server would find empty).
+fn whole_seconds(t: k8s_openapi::jiff::Timestamp) -> Time {
+    Time(k8s_openapi::jiff::Timestamp::from_second(t.as_second()).unwrap_or(t))
+}
+
 /// Write the status for the outcome of a sync (one patch, only when it
 /// changes), and an Event when `Ready` changes.
 async fn write_status(
@@ -614,7 +629,7 @@ async fn write_status(
                 &now,
             );
             if let Some(t) = s.last_sync {
-                status.last_sync_time = Some(Time(
+                status.last_sync_time = Some(whole_seconds(
                     k8s_openapi::jiff::Timestamp::try_from(t).unwrap_or(now.0),
                 ));
             }
@@ -732,6 +747,7 @@ async fn write_status(
         )
         .await
         .map_err(|e| SyncError::kube("writing the status", e))?;
+    ctx.status_written(&owner_id(&ns, &cr.name_any()), cr.resource_version());
 
     // One Event per change of Ready (status or reason), not per resync.
     let before =
@@ -799,5 +815,28 @@ impl super::Reconciler<ObjectKey> for Controller {
         cancel: &'a CancellationToken,
     ) -> futures::future::BoxFuture<'a, Result<Action, SyncError>> {
         Box::pin(reconcile(ctx, key, shard, cancel))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sync_time_compares_equal_to_its_copy_read_back_from_the_api() {
+        let t = k8s_openapi::jiff::Timestamp::from_nanosecond(1_764_756_877_123_456_789).unwrap();
+        let written = KmsSecretStatus {
+            last_sync_time: Some(whole_seconds(t)),
+            ..KmsSecretStatus::default()
+        };
+        // What the watch cache holds after the round trip through the API.
+        let cached: KmsSecretStatus =
+            serde_json::from_value(serde_json::to_value(&written).unwrap()).unwrap();
+        assert!(status_unchanged(&cached, &written));
+        let exact = KmsSecretStatus {
+            last_sync_time: Some(Time(t)),
+            ..KmsSecretStatus::default()
+        };
+        assert!(!status_unchanged(&cached, &exact));
     }
 }
