@@ -407,12 +407,29 @@ fn only_the_latest_corrupt_copy_is_kept() {
     assert_eq!(copies.len(), 1);
 }
 
+/// The engine opened directly (to damage it), waiting like `open` while a
+/// store that was just dropped still holds its lock.
+fn raw_engine(path: &std::path::Path) -> sled::Db {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match sled::open(path) {
+            Err(sled::Error::Io(e))
+                if e.to_string().contains("could not acquire lock")
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            other => return other.expect("open the engine"),
+        }
+    }
+}
+
 #[test]
 fn unknown_format_or_lost_marker_is_recovered() {
     let dir = tempfile::tempdir().unwrap();
     drop(open(dir.path(), None));
     {
-        let db = sled::open(dir.path().join("db")).unwrap();
+        let db = raw_engine(&dir.path().join("db"));
         let meta = db.open_tree("meta").unwrap();
         meta.insert("format", &b"kms-operator-cache\x09"[..])
             .unwrap();
@@ -424,7 +441,7 @@ fn unknown_format_or_lost_marker_is_recovered() {
     drop(_store);
 
     {
-        let db = sled::open(dir.path().join("db")).unwrap();
+        let db = raw_engine(&dir.path().join("db"));
         db.open_tree("meta").unwrap().remove("format").unwrap();
         db.flush().unwrap();
     }
@@ -484,7 +501,7 @@ fn a_foreign_engine_lock_is_reported_as_locked_not_corrupt() {
     let dir = tempfile::tempdir().unwrap();
     drop(open(dir.path(), None));
     // Something holding the database itself without our lock file.
-    let foreign = sled::open(dir.path().join("db")).unwrap();
+    let foreign = raw_engine(&dir.path().join("db"));
     let err = Store::open(dir.path(), opts(None)).unwrap_err();
     assert!(matches!(err, StorageError::Locked { .. }), "{err:?}");
     drop(foreign);
