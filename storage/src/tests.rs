@@ -26,9 +26,14 @@ fn opts(encryption: Option<u8>) -> Options {
 /// holds the engine's lock (sled releases it from a background thread,
 /// which a loaded machine may run late).
 fn open(dir: &Path, encryption: Option<u8>) -> (Store, OpenReport) {
+    open_with(dir, || opts(encryption))
+}
+
+/// [`open`] with other options.
+fn open_with(dir: &Path, options: impl Fn() -> Options) -> (Store, OpenReport) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
-        match Store::open(dir, opts(encryption)) {
+        match Store::open(dir, options()) {
             Err(StorageError::Locked { .. }) if std::time::Instant::now() < deadline => {
                 std::thread::sleep(std::time::Duration::from_millis(50));
             }
@@ -318,8 +323,7 @@ fn corrupt_and_reopen(name: &str, damage: impl Fn(&Path)) {
         store.flush().unwrap();
     }
     damage(&dir.path().join("db"));
-    let (store, report) =
-        Store::open(dir.path(), opts(None)).unwrap_or_else(|e| panic!("{name}: open failed: {e}"));
+    let (store, report) = open(dir.path(), None);
     let reason = report
         .recovered
         .clone()
@@ -551,14 +555,10 @@ fn tokens_are_encrypted_at_rest() {
     assert!(!files_contain(&cache, SECRET_VALUE.as_bytes()));
     assert!(!files_contain(&cache, &[7u8; 32]));
 
-    let (store, report) = Store::open(
-        &cache,
-        Options {
-            encryption_key: Some(EncryptionKey::from_file(&key_file).unwrap()),
-            ..Options::default()
-        },
-    )
-    .unwrap();
+    let (store, report) = open_with(&cache, || Options {
+        encryption_key: Some(EncryptionKey::from_file(&key_file).unwrap()),
+        ..Options::default()
+    });
     assert!(!report.key_changed);
     assert_eq!(store.get_token(IDENTITY), Lookup::Hit(token_record()));
 }
@@ -795,14 +795,10 @@ fn max_bytes_refuses_new_records_only() {
     store.remove_sync("existing").unwrap();
     // With no bound the same write passes.
     drop(store);
-    let (store, _) = Store::open(
-        dir.path(),
-        Options {
-            max_bytes: None,
-            ..opts(Some(1))
-        },
-    )
-    .unwrap();
+    let (store, _) = open_with(dir.path(), || Options {
+        max_bytes: None,
+        ..opts(Some(1))
+    });
     store.put_sync("new", &sync_record(1)).unwrap();
     // A generous bound passes too.
     drop(store);
