@@ -56,9 +56,9 @@ type SecretKey = (String, String);
 /// from the last copy read when that copy is the current version and asks the
 /// API otherwise (a Secret outside the watched namespaces is always read from
 /// the API). The ten resources of a namespace that share a credentials Secret
-/// cost one GET instead of ten (twenty before this, when universal auth read
-/// the Secret once per key). Copies are kept only of Secrets that were read,
-/// without their managed fields, and dropped when the Secret goes.
+/// cost one GET between changes instead of one each. Copies are kept only of
+/// Secrets that were read, without their managed fields, and dropped when the
+/// Secret goes.
 #[derive(Default)]
 pub struct SecretReads {
     versions: std::sync::Mutex<Versions>,
