@@ -92,12 +92,21 @@ pub struct RunArgs {
     /// File with a key that encrypts tokens kept in the persistent cache.
     #[arg(long, env = "KMS_OPERATOR_CACHE_ENCRYPTION_KEY_FILE")]
     pub cache_encryption_key_file: Option<PathBuf>,
-    /// Address of the metrics server (`host:port` or `:port`; `0` disables it).
-    #[arg(long, alias = "metrics-bind-address", default_value = "0.0.0.0:8443", value_parser = parse_bind_addr, env = "KMS_OPERATOR_METRICS_ADDR")]
+    /// Address of the metrics server (`host:port` or `:port`; `0` disables
+    /// it). Loopback by default; any other address needs `--metrics-tls`
+    /// (or, knowingly, `--metrics-insecure`).
+    #[arg(long, alias = "metrics-bind-address", default_value = "127.0.0.1:8443", value_parser = parse_bind_addr, env = "KMS_OPERATOR_METRICS_ADDR")]
     pub metrics_addr: BindAddr,
     /// Serve metrics over HTTPS with bearer-token authentication.
     #[arg(long, env = "KMS_OPERATOR_METRICS_TLS")]
     pub metrics_tls: bool,
+    /// Allow plain, unauthenticated HTTP metrics on a non-loopback address.
+    #[arg(
+        long,
+        env = "KMS_OPERATOR_METRICS_INSECURE",
+        conflicts_with = "metrics_tls"
+    )]
+    pub metrics_insecure: bool,
     /// Directory of the metrics server's certificate (with `--metrics-tls`);
     /// without it a self-signed certificate is made at start.
     #[arg(long, env = "KMS_OPERATOR_METRICS_CERT_PATH")]
@@ -212,6 +221,11 @@ pub struct DevServerArgs {
     /// Private key (PEM) of `--tls-cert`.
     #[arg(long, requires = "tls_cert", env = "KMS_OPERATOR_TLS_KEY")]
     pub tls_key: Option<PathBuf>,
+    /// Answer a list of a folder or environment that does not exist with
+    /// 404 `NotFound`, as current servers do, instead of an empty list (as
+    /// older servers do).
+    #[arg(long, env = "KMS_OPERATOR_MISSING_FOLDERS_NOT_FOUND")]
+    pub missing_folders_not_found: bool,
 }
 
 /// Output format of `kms-operator status`.
@@ -305,8 +319,9 @@ mod tests {
         assert_eq!(a.cleanup_timeout, Duration::from_secs(3600));
         assert_eq!(
             a.metrics_addr,
-            BindAddr::Addr("0.0.0.0:8443".parse().unwrap())
+            BindAddr::Addr("127.0.0.1:8443".parse().unwrap())
         );
+        assert!(!a.metrics_tls && !a.metrics_insecure);
         assert_eq!(
             a.health_addr,
             BindAddr::Addr("0.0.0.0:8081".parse().unwrap())

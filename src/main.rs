@@ -45,6 +45,7 @@ fn main() -> anyhow::Result<()> {
                 rate_limit_per_minute: args.rate_limit_per_minute,
                 tls_cert: args.tls_cert,
                 tls_key: args.tls_key,
+                missing_folders_not_found: args.missing_folders_not_found,
                 ..kms_devserver::Config::default()
             };
             tokio::runtime::Builder::new_multi_thread()

@@ -19,7 +19,7 @@ pub const RESULTS: [&str; 3] = ["success", "error", "requeue"];
 /// Workload kinds that can be reloaded.
 pub const RELOAD_KINDS: [&str; 3] = ["Deployment", "StatefulSet", "DaemonSet"];
 /// KMS routes, as metric label values.
-pub const KMS_ENDPOINTS: [&str; 19] = [
+pub const KMS_ENDPOINTS: [&str; 20] = [
     "POST /api/v1/auth/universal-auth/login",
     "POST /api/v1/auth/kubernetes-auth/login",
     "POST /api/v1/auth/ldap-auth/login",
@@ -36,9 +36,18 @@ pub const KMS_ENDPOINTS: [&str; 19] = [
     "DELETE /api/v3/secrets/batch/raw",
     "GET /api/v2/workspace/:slug",
     "GET /api/v1/workspace/:id",
+    "GET /api/v1/folders",
     "POST /api/v1/dynamic-secrets/leases",
     "POST /api/v1/dynamic-secrets/leases/:leaseId/renew",
     "DELETE /api/v1/dynamic-secrets/leases/:leaseId",
+];
+/// Kinds whose objects may fail to decode (watched custom resources), as
+/// metric label values.
+pub const DECODED_KINDS: [&str; 4] = [
+    "KmsSecret",
+    "KmsPushSecret",
+    "KmsDynamicSecret",
+    "ClusterGenerator",
 ];
 /// Login methods, as metric label values.
 pub const LOGIN_METHODS: [&str; 8] = [
@@ -92,6 +101,8 @@ pub struct Metrics {
     pub dynamic_leases: IntGaugeVec,
     /// `kms_operator_reloads_total{kind}`.
     pub reloads: IntCounterVec,
+    /// `kms_operator_undecodable_objects{kind}`.
+    pub undecodable_objects: IntGaugeVec,
     process_rss: IntGauge,
     process_cpu: Gauge,
     process_fds: IntGauge,
@@ -232,6 +243,11 @@ impl Metrics {
             "Workload rollouts triggered.",
             &["kind"],
         );
+        let undecodable_objects = gauge_vec(
+            "kms_operator_undecodable_objects",
+            "Watched objects skipped because this version cannot decode them.",
+            &["kind"],
+        );
         let process_rss = IntGauge::new(
             "process_resident_memory_bytes",
             "Resident memory size in bytes.",
@@ -268,6 +284,7 @@ impl Metrics {
             cache_errors,
             dynamic_leases,
             reloads,
+            undecodable_objects,
             process_rss,
             process_cpu,
             process_fds,
@@ -308,6 +325,9 @@ impl Metrics {
         }
         for k in RELOAD_KINDS {
             self.reloads.with_label_values(&[k]);
+        }
+        for k in DECODED_KINDS {
+            self.undecodable_objects.with_label_values(&[k]);
         }
     }
 

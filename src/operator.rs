@@ -125,6 +125,7 @@ impl Queues {
 
 /// Run the operator until SIGTERM or SIGINT.
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    server::check_exposure(&args.metrics_addr, args.metrics_tls, args.metrics_insecure)?;
     let client = Client::try_default().await?;
     let pod_name = args
         .pod_name
@@ -207,43 +208,47 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let global = Arc::new(RwLock::new(GlobalConfig::default()));
     let index = Arc::new(RefIndex::default());
     let mut drivers: Vec<BoxFuture<'static, ()>> = Vec::new();
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "kms-operator".into(),
+            instance: Some(pod_name.clone()),
+        },
+    );
+    let undecodable = stores::Undecodable::new(metrics.clone(), Some(recorder.clone()));
+    let watches = stores::Watches::new(client.clone(), namespaces.clone(), undecodable.clone());
 
     // KmsSecrets: reconcile on creation, spec, label, annotation or deletion
     // changes (not on our own status writes).
     let (kms_secrets, d) = {
         let (queue, gate, index) = (queue.clone(), gate.clone(), index.clone());
         let seen: Mutex<HashMap<String, _>> = Mutex::new(HashMap::new());
-        stores::watch::<KmsSecret, _>(
-            &client,
-            &namespaces,
-            &watcher::Config::default(),
-            move |event| {
-                let (o, initial, deleted) = match event {
-                    Event::Apply(o) => (o, false, false),
-                    Event::InitApply(o) => (o, true, false),
-                    Event::Delete(o) => (o, false, true),
-                    Event::Init | Event::InitDone => return,
-                };
-                let key = ObjectKey::new(o.namespace().unwrap_or_default(), o.name_any());
-                let uid = o.uid().unwrap_or_default();
-                let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
-                let owner = kms_secret::owner_id(&key.namespace, &key.name);
-                if deleted {
-                    seen.remove(&uid);
-                    index.remove(&owner);
-                } else {
-                    let fp = fingerprint(o);
-                    let changed = seen.get(&uid) != Some(&fp);
-                    seen.insert(uid, fp);
-                    index.set(&owner, referenced_secrets(o));
-                    if !changed && !initial {
-                        return;
-                    }
+        watches.watch::<KmsSecret, _>(&watcher::Config::default(), move |event| {
+            let (o, initial, deleted) = match event {
+                Event::Apply(o) => (o, false, false),
+                Event::InitApply(o) => (o, true, false),
+                Event::Delete(o) => (o, false, true),
+                Event::Init | Event::InitDone => return,
+            };
+            let key = ObjectKey::new(o.namespace().unwrap_or_default(), o.name_any());
+            let uid = o.uid().unwrap_or_default();
+            let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+            let owner = kms_secret::owner_id(&key.namespace, &key.name);
+            if deleted {
+                seen.remove(&uid);
+                index.remove(&owner);
+            } else {
+                let fp = fingerprint(o);
+                let changed = seen.get(&uid) != Some(&fp);
+                seen.insert(uid, fp);
+                index.set(&owner, referenced_secrets(o));
+                if !changed && !initial {
+                    return;
                 }
-                let shard = gate.shard_of(&key.namespace);
-                queue.add(key, shard);
-            },
-        )
+            }
+            let shard = gate.shard_of(&key.namespace);
+            queue.add(key, shard);
+        })
     };
     drivers.extend(d);
 
@@ -288,7 +293,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let (secrets, d) = {
         let trigger = managed_trigger(Source::Secret);
-        stores::watch::<Secret, _>(&client, &namespaces, &managed, move |event| match event {
+        watches.watch::<Secret, _>(&managed, move |event| match event {
             Event::Apply(o) | Event::InitApply(o) => trigger(
                 o.namespace().unwrap_or_default(),
                 o.name_any(),
@@ -307,7 +312,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     drivers.extend(d);
     let (config_maps, d) = {
         let trigger = managed_trigger(Source::ConfigMap);
-        stores::watch::<ConfigMap, _>(&client, &namespaces, &managed, move |event| match event {
+        watches.watch::<ConfigMap, _>(&managed, move |event| match event {
             Event::Apply(o) | Event::InitApply(o) => trigger(
                 o.namespace().unwrap_or_default(),
                 o.name_any(),
@@ -379,11 +384,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     macro_rules! watch_workloads {
         ($ty:ty, $kind:expr) => {{
             let trigger = workload_trigger($kind);
-            let (store, d) = stores::watch::<$ty, _>(
-                &client,
-                &namespaces,
-                &watcher::Config::default(),
-                move |event| match event {
+            let (store, d) =
+                watches.watch::<$ty, _>(&watcher::Config::default(), move |event| match event {
                     Event::Apply(o) | Event::InitApply(o) => trigger(
                         o.namespace().unwrap_or_default(),
                         o.name_any(),
@@ -399,8 +401,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                         true,
                     ),
                     Event::Init | Event::InitDone => {}
-                },
-            );
+                });
             drivers.extend(d);
             store
         }};
@@ -412,17 +413,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
 
     // Push and dynamic secrets.
-    let (push, d) = kms_push_secret::watch(
-        &client,
-        &namespaces,
-        gate.clone(),
-        queues.push.clone(),
-        index.clone(),
-    );
+    let (push, d) =
+        kms_push_secret::watch(&watches, gate.clone(), queues.push.clone(), index.clone());
     drivers.extend(d);
     let (dynamic, d) = kms_dynamic_secret::watch(
-        &client,
-        &namespaces,
+        &watches,
         gate.clone(),
         queues.dynamic.clone(),
         index.clone(),
@@ -512,9 +507,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             push_resources.clone(),
             dynamic_resources.clone(),
         );
-        stores::watch::<ConfigMap, _>(
-            &client,
-            std::slice::from_ref(&args.pod_namespace),
+        stores::Watches::new(
+            client.clone(),
+            vec![args.pod_namespace.clone()],
+            undecodable.clone(),
+        )
+        .watch::<ConfigMap, _>(
             &watcher::Config::default().fields(&format!("metadata.name={GLOBAL_CONFIG_NAME}")),
             move |event| {
                 let parsed = match event {
@@ -558,13 +556,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     drivers.extend(d);
 
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "kms-operator".into(),
-            instance: Some(pod_name.clone()),
-        },
-    );
     let ctx = Arc::new(Context::new(
         ContextParts {
             client: client.clone(),
@@ -589,22 +580,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     for d in drivers {
         watch_tasks.push(tokio::spawn(d));
     }
+    // Ready means the workers run: set once every cache has its initial
+    // list and the workers are started (below). Asking it never touches the
+    // caches' own readiness futures.
+    let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let ready = {
-        let (a, b, c, g) = (
-            kms_secrets.clone(),
-            secrets.clone(),
-            config_maps.clone(),
-            global_store.clone(),
-        );
-        let (p, d) = (push.resources.clone(), dynamic.resources.clone());
-        Arc::new(move || {
-            a.is_ready()
-                && b.is_ready()
-                && c.is_ready()
-                && g.is_ready()
-                && p.is_ready()
-                && d.is_ready()
-        })
+        let started = started.clone();
+        Arc::new(move || started.load(std::sync::atomic::Ordering::Acquire))
     };
     let tls = server::MetricsTls {
         enabled: args.metrics_tls,
@@ -627,6 +609,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     kms_secrets.wait_ready().await;
     secrets.wait_ready().await;
     config_maps.wait_ready().await;
+    global_store.wait_ready().await;
     workloads.deployments.wait_ready().await;
     workloads.stateful_sets.wait_ready().await;
     workloads.daemon_sets.wait_ready().await;
@@ -720,6 +703,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         kms_dynamic_secret::CONTROLLER,
         Arc::new(dynamic),
     ));
+    tracing::info!("workers started; ready");
+    started.store(true, std::sync::atomic::Ordering::Release);
 
     // Shard ownership: drain a shard before its Lease is given up; a full
     // pass over every object of a gained shard; metrics; the budget shares.
@@ -988,6 +973,9 @@ fn open_cache(args: &RunArgs) -> anyhow::Result<Option<storage::Store>> {
         Ok((store, report)) => {
             if let Some(reason) = &report.recovered {
                 tracing::warn!(%reason, moved_to = ?report.moved_to, "the cache was unreadable; it was moved aside and is rebuilt");
+            }
+            if let Some(why) = &report.permissions {
+                tracing::warn!(%why, "the cache directory is not private; the files in it are");
             }
             tracing::info!(
                 dir = %dir.display(),

@@ -32,6 +32,19 @@ use tokio::time::Instant;
 use crate::cli::BindAddr;
 use crate::metrics::Metrics;
 
+/// Refuse to serve metrics in plain, unauthenticated HTTP on an address
+/// other pods or hosts can reach, unless asked to with `insecure`.
+pub fn check_exposure(addr: &BindAddr, tls: bool, insecure: bool) -> anyhow::Result<()> {
+    match addr {
+        BindAddr::Addr(a) if !tls && !insecure && !a.ip().is_loopback() => Err(anyhow::anyhow!(
+            "--metrics-addr {a} is not a loopback address: serve metrics over HTTPS with token \
+             authentication (--metrics-tls), or accept plain unauthenticated HTTP with \
+             --metrics-insecure"
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Readiness check.
 pub type ReadyFn = Arc<dyn Fn() -> bool + Send + Sync>;
 
@@ -85,8 +98,21 @@ fn metrics_routes(metrics: Metrics) -> Router {
     )
 }
 
-/// Decisions by token digest: when decided, and whether allowed.
-type Decisions = HashMap<[u8; 32], (Instant, bool)>;
+/// What the API server says of a bearer token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// An authenticated user who may `get /metrics`.
+    Allowed,
+    /// Not a valid token (TokenReview: not authenticated): 401.
+    Unauthenticated,
+    /// A valid token of a user who may not `get /metrics`: 403.
+    Forbidden,
+    /// The API server could not be asked (not cached): 503.
+    Unknown,
+}
+
+/// Decisions by token digest: when decided, and what.
+type Decisions = HashMap<[u8; 32], (Instant, Decision)>;
 
 /// Token authentication and authorisation through the API server.
 #[derive(Clone)]
@@ -105,29 +131,32 @@ impl TokenAuth {
     }
 
     /// Whether `token` belongs to a user who may `get /metrics`.
-    pub async fn allowed(&self, token: &str) -> bool {
+    pub async fn allowed(&self, token: &str) -> Decision {
         let digest = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
         let mut key = [0u8; 32];
         key.copy_from_slice(digest.as_ref());
         {
             let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
             cache.retain(|_, (at, _)| at.elapsed() < Duration::from_secs(60));
-            if let Some((_, allowed)) = cache.get(&key) {
-                return *allowed;
+            if let Some((_, decision)) = cache.get(&key) {
+                return *decision;
             }
         }
-        let allowed = self.review(token).await.unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "could not review a metrics token");
-            false
-        });
+        let decision = match self.review(token).await {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not review a metrics token");
+                return Decision::Unknown;
+            }
+        };
         self.cache
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(key, (Instant::now(), allowed));
-        allowed
+            .insert(key, (Instant::now(), decision));
+        decision
     }
 
-    async fn review(&self, token: &str) -> Result<bool, kube::Error> {
+    async fn review(&self, token: &str) -> Result<Decision, kube::Error> {
         let review = TokenReview {
             spec: TokenReviewSpec {
                 token: token.to_owned(),
@@ -139,7 +168,7 @@ impl TokenAuth {
             .create(&PostParams::default(), &review)
             .await?;
         let Some(status) = reviewed.status.filter(|s| s.authenticated == Some(true)) else {
-            return Ok(false);
+            return Ok(Decision::Unauthenticated);
         };
         let user = status.user.unwrap_or_default();
         let sar = SubjectAccessReview {
@@ -159,7 +188,11 @@ impl TokenAuth {
         let decided = Api::<SubjectAccessReview>::all(self.client.clone())
             .create(&PostParams::default(), &sar)
             .await?;
-        Ok(decided.status.is_some_and(|s| s.allowed))
+        Ok(if decided.status.is_some_and(|s| s.allowed) {
+            Decision::Allowed
+        } else {
+            Decision::Forbidden
+        })
     }
 }
 
@@ -172,10 +205,22 @@ async fn require_token(State(auth): State<TokenAuth>, request: Request, next: Ne
         .map(str::trim)
         .filter(|t| !t.is_empty())
         .map(str::to_owned);
-    match token {
-        None => (StatusCode::UNAUTHORIZED, "a bearer token is required").into_response(),
-        Some(t) if auth.allowed(&t).await => next.run(request).await,
-        Some(_) => (StatusCode::FORBIDDEN, "the token may not get /metrics").into_response(),
+    let Some(token) = token else {
+        return (StatusCode::UNAUTHORIZED, "a bearer token is required").into_response();
+    };
+    match auth.allowed(&token).await {
+        Decision::Allowed => next.run(request).await,
+        Decision::Unauthenticated => {
+            (StatusCode::UNAUTHORIZED, "the bearer token is not valid").into_response()
+        }
+        Decision::Forbidden => {
+            (StatusCode::FORBIDDEN, "the token may not get /metrics").into_response()
+        }
+        Decision::Unknown => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the token could not be checked; try again",
+        )
+            .into_response(),
     }
 }
 

@@ -200,7 +200,7 @@ pub struct History {
     /// Every kill -9 of a replica process.
     pub kills: Vec<Ms>,
     /// Leases a replica logged it tried to revoke after failing to record
-    /// them (`could not record a new lease; revoked it`).
+    /// them (`could not record a new lease; revoking it`).
     pub revoke_attempts: Vec<String>,
     /// Lease snapshots.
     pub snapshots: Vec<LeaseSnapshot>,

@@ -135,7 +135,7 @@ pub fn ingest(line: &str, replica: &str, history: &Mutex<History>, counts: &Mute
                     message: msg.to_owned(),
                 });
         }
-        "could not record a new lease; revoked it" => {
+        "could not record a new lease; revoking it" => {
             if let Some(id) = v["fields"]["lease"].as_str() {
                 history
                     .lock()

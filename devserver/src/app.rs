@@ -24,6 +24,7 @@ pub(crate) struct Settings {
     pub limits: Limits,
     pub reviewer: Option<Reviewer>,
     pub event_ping_interval: Duration,
+    pub missing_folders_not_found: bool,
 }
 
 /// A handle on the shared state (cheap to clone).
@@ -42,6 +43,8 @@ pub(crate) struct Inner {
     pub reviewer: Option<Reviewer>,
     pub admin_token: Option<String>,
     pub min_lease_ttl: Duration,
+    /// A missing folder or environment is a 404, not an empty list.
+    pub missing_folders_not_found: bool,
     compare_key: hmac::Key,
 }
 
@@ -68,6 +71,7 @@ impl App {
             reviewer: s.reviewer,
             admin_token: s.admin_token.filter(|t| !t.is_empty()),
             min_lease_ttl: s.min_lease_ttl,
+            missing_folders_not_found: s.missing_folders_not_found,
             compare_key: hmac::Key::new(hmac::HMAC_SHA256, &compare),
         }))
     }

@@ -130,6 +130,10 @@ pub struct Config {
     pub tls_key: Option<PathBuf>,
     /// How often event streams send a ping (15 s, as the real server).
     pub event_ping_interval: Duration,
+    /// Answer a list of a folder or environment that does not exist with
+    /// 404 `NotFound` (as current servers do) instead of an empty list (as
+    /// the recorded October 2024 server does, the default).
+    pub missing_folders_not_found: bool,
 }
 
 impl Default for Config {
@@ -145,6 +149,7 @@ impl Default for Config {
             tls_cert: None,
             tls_key: None,
             event_ping_interval: Duration::from_secs(15),
+            missing_folders_not_found: false,
         }
     }
 }
@@ -265,6 +270,7 @@ pub async fn start(config: Config) -> Result<Running, Error> {
             .unwrap_or_default(),
         reviewer,
         event_ping_interval: config.event_ping_interval,
+        missing_folders_not_found: config.missing_folders_not_found,
     });
     let listener = tokio::net::TcpListener::bind(config.addr)
         .await

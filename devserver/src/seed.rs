@@ -739,13 +739,6 @@ impl Seed {
                     }
                 }
             }
-            if let Some(k) = &i.kubernetes_auth
-                && k.allowed_audience
-                    .as_ref()
-                    .is_some_and(|a| a.trim().is_empty())
-            {
-                problems.push(format!("{at}: empty kubernetesAuth.allowedAudience"));
-            }
             if let Some(l) = &i.ldap_auth
                 && (l.username.trim().is_empty() || l.password.trim().is_empty())
             {

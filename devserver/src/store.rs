@@ -894,7 +894,13 @@ fn seed_identity(
                 kubernetes_auth: i.kubernetes_auth.as_ref().map(|k| KubernetesAuth {
                     allowed_namespaces: k.allowed_namespaces.0.clone(),
                     allowed_names: k.allowed_names.0.clone(),
-                    allowed_audience: k.allowed_audience.as_ref().map(|a| a.trim().to_owned()),
+                    // An empty audience means no audience check, as in the real
+                    // API.
+                    allowed_audience: k
+                        .allowed_audience
+                        .as_ref()
+                        .map(|a| a.trim().to_owned())
+                        .filter(|a| !a.is_empty()),
                     access_token_ttl: k.access_token_ttl,
                     access_token_max_ttl: k.access_token_max_ttl,
                 }),

@@ -20,7 +20,11 @@ use serde_json::{Map, Value, json};
 
 use super::Context;
 use super::error::SyncError;
-use super::target::{Desired, MANAGED_LABEL, OWNER_ANNOTATION, Observed, Removals, TargetKind};
+use super::target::{
+    Desired, MANAGED_ANNOTATIONS_ANNOTATION, MANAGED_BY_LABEL, MANAGED_LABEL,
+    MANAGED_LABELS_ANNOTATION, OWNER_ANNOTATION, Observed, Removals, TargetKind,
+    VERSION_ANNOTATION,
+};
 
 /// The field manager of every write.
 pub const FIELD_MANAGER: &str = "kms-operator";
@@ -194,8 +198,10 @@ pub async fn delete(
 }
 
 /// Let go of an object the resource no longer lists but does not own:
-/// remove the owner annotation and the managed label so that it is no longer
-/// watched or claimed (its data stays).
+/// remove every marker of the operator — the owner and version annotations,
+/// the key trackers, the managed label and `app.kubernetes.io/managed-by` —
+/// so that it is no longer watched or claimed, and another resource may take
+/// it only with the documented opt-in (its data stays).
 pub async fn release(
     ctx: &Context,
     kind: TargetKind,
@@ -205,8 +211,15 @@ pub async fn release(
 ) -> Result<(), SyncError> {
     let removals = Removals {
         data: Vec::new(),
-        labels: vec![MANAGED_LABEL.to_owned()],
-        annotations: vec![OWNER_ANNOTATION.to_owned()],
+        labels: vec![MANAGED_LABEL.to_owned(), MANAGED_BY_LABEL.to_owned()],
+        annotations: [
+            OWNER_ANNOTATION,
+            VERSION_ANNOTATION,
+            MANAGED_LABELS_ANNOTATION,
+            MANAGED_ANNOTATIONS_ANNOTATION,
+        ]
+        .map(str::to_owned)
+        .to_vec(),
     };
     match remove_entries(ctx, kind, ns, name, resource_version, &removals).await {
         Err(SyncError::Kube {

@@ -24,7 +24,8 @@ use super::refs::{resolve_endpoint, secret_string};
 use crate::api::common::{GenericAuthentication, TlsConfig};
 use crate::kms::auth::JwtSource;
 use crate::kms::cloud::{self, CloudMethod};
-use crate::kms::{Credentials, Identity};
+use crate::kms::endpoint::host_allowed;
+use crate::kms::{Credentials, DEFAULT_HOST_API, Endpoint, Identity, KmsError};
 
 /// How a resource logs in, with its references resolved to namespaces.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -299,7 +300,6 @@ pub async fn identity(
     tls: Option<&TlsConfig>,
     method: &AuthMethod,
 ) -> Result<Identity, SyncError> {
-    let credentials = credentials(ctx, method).await?;
     let allow_cross = ctx.settings.allow_cross_namespace_refs;
     let endpoint = resolve_endpoint(
         &ctx.client,
@@ -312,9 +312,42 @@ pub async fn identity(
     )
     .await?;
     ctx.kms.check_endpoint(&endpoint).map_err(SyncError::Kms)?;
+    if let AuthMethod::Cloud { method, .. } = method {
+        let global = ctx
+            .global_config()
+            .host_api
+            .unwrap_or_else(|| DEFAULT_HOST_API.to_owned());
+        trusted_for_cloud(&endpoint, &global, ctx.kms.allowed_hosts(), *method)
+            .map_err(SyncError::Auth)?;
+    }
+    let credentials = credentials(ctx, method).await?;
     Ok(Identity {
         endpoint,
         credentials,
+    })
+}
+
+/// The methods that prove the operator's own cloud identity (AWS, Azure,
+/// GCP; the GCP key files are the operator's too) reach only hosts the
+/// cluster admin trusts: the global `hostAPI` (`kms-config`, else the
+/// default) and the `--allowed-kms-hosts` patterns. Anyone who may create a
+/// resource could otherwise send the operator's credentials to a host of
+/// their choosing.
+pub fn trusted_for_cloud(
+    endpoint: &Endpoint,
+    global_host_api: &str,
+    allowed: &[String],
+    method: CloudMethod,
+) -> Result<(), KmsError> {
+    let global = Endpoint::new(global_host_api, None).ok();
+    let same_as_global = global.as_ref().is_some_and(|g| g.origin == endpoint.origin);
+    if same_as_global || (!allowed.is_empty() && host_allowed(&endpoint.host, allowed)) {
+        return Ok(());
+    }
+    Err(KmsError::HostNotTrusted {
+        method: method.field(),
+        host: endpoint.origin.clone(),
+        trusted: global.map_or_else(|| global_host_api.to_owned(), |g| g.origin),
     })
 }
 
@@ -330,4 +363,73 @@ pub async fn generic_identity(
     let method =
         super::kms_secret::plan::generic_method(auth, ns, ctx.settings.allow_cross_namespace_refs)?;
     identity(ctx, ns, host_api, tls, &method).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cloud_identities_reach_only_trusted_hosts() {
+        let ep = |url: &str| Endpoint::new(url, None).unwrap();
+        let global = "https://kms.example.com/api";
+        let none: Vec<String> = Vec::new();
+        // The global host, whatever path prefix the resource writes.
+        for ok in [
+            "https://kms.example.com",
+            "https://kms.example.com:443/api/",
+        ] {
+            assert!(
+                trusted_for_cloud(&ep(ok), global, &none, CloudMethod::AwsIam).is_ok(),
+                "{ok}"
+            );
+        }
+        // Another host, port or scheme is not the global host.
+        for bad in [
+            "http://attacker.example/api",
+            "https://kms.example.com:8443",
+            "http://kms.example.com",
+            "https://kms.example.com.evil.io",
+        ] {
+            let err = trusted_for_cloud(&ep(bad), global, &none, CloudMethod::GcpIdToken)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.starts_with("gcpIdTokenAuth logs in with the operator's own cloud identity"),
+                "{err}"
+            );
+            assert!(err.contains("--allowed-kms-hosts"), "{err}");
+            assert!(err.contains("https://kms.example.com:443"), "{err}");
+        }
+        // The default host when kms-config names none.
+        assert!(
+            trusted_for_cloud(
+                &ep("https://kms.hanzo.ai"),
+                DEFAULT_HOST_API,
+                &none,
+                CloudMethod::Azure
+            )
+            .is_ok()
+        );
+        // The allow list trusts more hosts (an empty one trusts no more).
+        let allowed = vec!["*.internal".to_owned()];
+        assert!(
+            trusted_for_cloud(
+                &ep("http://kms.internal:8080"),
+                global,
+                &allowed,
+                CloudMethod::GcpIam
+            )
+            .is_ok()
+        );
+        assert!(
+            trusted_for_cloud(
+                &ep("http://kms.other"),
+                global,
+                &allowed,
+                CloudMethod::GcpIam
+            )
+            .is_err()
+        );
+    }
 }

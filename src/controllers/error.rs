@@ -26,6 +26,27 @@ pub enum SyncError {
     /// Talking to the KMS failed.
     #[error("{0}")]
     Kms(KmsError),
+    /// Reading the resource's scope failed; the message names it.
+    #[error("{error} ({scope})")]
+    KmsScope {
+        /// What the KMS answered.
+        error: KmsError,
+        /// The scope read: project, environment and folder.
+        scope: String,
+    },
+    /// The scope's environment or folder does not exist, or whether it does
+    /// could not be found out; the targets keep their data.
+    #[error("{message}")]
+    Folder {
+        /// Bounded reason: `FolderNotFound`, `EnvironmentNotFound` or
+        /// `FolderCheckFailed`.
+        reason: &'static str,
+        /// What is wrong, naming the environment and folder.
+        message: String,
+        /// Whether retrying soon may help (the check itself failed on a
+        /// passing error).
+        transient: bool,
+    },
     /// A template failed.
     #[error("{0}")]
     Template(String),
@@ -76,10 +97,17 @@ impl SyncError {
                 KmsError::Api { status, .. } if *status >= 500 => e.reason(),
                 KmsError::InvalidHost { .. }
                 | KmsError::HostNotAllowed { .. }
+                | KmsError::HostNotTrusted { .. }
+                | KmsError::Certificate { .. }
                 | KmsError::InvalidCa(_) => e.reason(),
                 _ => "AuthenticationFailed",
             },
             SyncError::Kms(e) => e.reason(),
+            SyncError::KmsScope { error, .. } => match error.status() {
+                Some(404) => "FolderNotFound",
+                _ => error.reason(),
+            },
+            SyncError::Folder { reason, .. } => reason,
             SyncError::Template(_) => "TemplateError",
             SyncError::Kube {
                 code: Some(409), ..
@@ -92,7 +120,10 @@ impl SyncError {
     /// Whether retrying soon may help (as opposed to waiting for a change).
     pub fn is_transient(&self) -> bool {
         match self {
-            SyncError::Auth(e) | SyncError::Kms(e) => e.is_transient(),
+            SyncError::Auth(e) | SyncError::Kms(e) | SyncError::KmsScope { error: e, .. } => {
+                e.is_transient()
+            }
+            SyncError::Folder { transient, .. } => *transient,
             SyncError::Kube { code, .. } => code.is_none_or(|c| c >= 500 || c == 409 || c == 429),
             SyncError::NotOwner => true,
             _ => false,
@@ -102,7 +133,9 @@ impl SyncError {
     /// The least delay before the next attempt, when the KMS asked for one.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            SyncError::Auth(e) | SyncError::Kms(e) => e.retry_after(),
+            SyncError::Auth(e) | SyncError::Kms(e) | SyncError::KmsScope { error: e, .. } => {
+                e.retry_after()
+            }
             _ => None,
         }
     }

@@ -228,6 +228,17 @@ impl InstantUpdates {
         }
     }
 
+    /// Mark `key` as having an event to fetch again (its sync failed after
+    /// taking the event), if it still listens.
+    pub fn mark_fresh(&self, key: &ObjectKey) {
+        if self.is_registered(key) {
+            self.fresh
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(key.clone());
+        }
+    }
+
     /// Whether an event arrived for `key` since its last fetch (and clear it).
     pub fn take_fresh(&self, key: &ObjectKey) -> bool {
         self.fresh

@@ -2,26 +2,74 @@
 //! whole cluster), queried as one, with a callback on every watch event so
 //! controllers can turn events into queue entries. Objects are stored without
 //! their managed fields and `kubectl`'s last-applied copy.
+//!
+//! Two things no single object may break:
+//!
+//! - **Decoding.** An object this version's types cannot decode (a field
+//!   value a later schema removed, say) would fail the whole list, so the
+//!   kind's watch would never sync and the replica would never start. Each
+//!   object is decoded on its own: one that fails is skipped and reported
+//!   once per version ([`Undecodable`]: a Warning Event on it, one log line
+//!   naming it without its body, the `kms_operator_undecodable_objects`
+//!   gauge); every other object and kind goes on.
+//! - **Readiness.** Whether a store has its initial list is a flag the
+//!   watch sets ([`Ready`]); asking it never touches the start-up task's
+//!   wait (kube's `wait_until_ready` keeps one waker only, so a readiness
+//!   probe that polled it could steal the start-up task's wake-up).
 
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
-use futures::{FutureExt, StreamExt};
+use futures::{FutureExt, Stream, StreamExt};
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::Api;
+use kube::core::ObjectMeta;
 use kube::runtime::WatchStreamExt;
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, Resource};
-use serde::de::DeserializeOwned;
+use serde::de::{DeserializeOwned, Deserializer};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::metrics::Metrics;
+
+/// Whether a watch has delivered its initial list. Cheap to clone; any
+/// number of tasks may wait on it or ask it.
+#[derive(Clone)]
+pub struct Ready(watch::Receiver<bool>);
+
+impl Ready {
+    fn new() -> (watch::Sender<bool>, Ready) {
+        let (tx, rx) = watch::channel(false);
+        (tx, Ready(rx))
+    }
+
+    /// Whether the initial list has been delivered.
+    pub fn is_ready(&self) -> bool {
+        *self.0.borrow()
+    }
+
+    /// Wait for the initial list (returns at once when it was delivered).
+    pub async fn wait(&self) {
+        let mut rx = self.0.clone();
+        // An error means the watch is gone for good (shutdown).
+        let _ = rx.wait_for(|ready| *ready).await;
+    }
+}
 
 /// Stores of one kind over the watched namespaces.
 pub struct Scoped<K: Resource + Clone + 'static>
 where
     K::DynamicType: std::hash::Hash + Eq + Clone,
 {
-    /// `(namespace, store)`; a `None` namespace covers the whole cluster.
-    stores: Vec<(Option<String>, Store<K>)>,
+    /// `(namespace, store, ready)`; a `None` namespace covers the whole
+    /// cluster.
+    stores: Vec<(Option<String>, Store<K>, Ready)>,
 }
 
 impl<K: Resource + Clone + 'static> Clone for Scoped<K>
@@ -43,8 +91,8 @@ where
     fn store_for(&self, namespace: Option<&str>) -> Option<&Store<K>> {
         self.stores
             .iter()
-            .find(|(ns, _)| ns.is_none() || ns.as_deref() == namespace)
-            .map(|(_, s)| s)
+            .find(|(ns, _, _)| ns.is_none() || ns.as_deref() == namespace)
+            .map(|(_, s, _)| s)
     }
 
     /// The cached object, if it exists and its namespace is watched.
@@ -63,22 +111,19 @@ where
 
     /// Every cached object.
     pub fn all(&self) -> Vec<Arc<K>> {
-        self.stores.iter().flat_map(|(_, s)| s.state()).collect()
+        self.stores.iter().flat_map(|(_, s, _)| s.state()).collect()
     }
 
     /// Wait until every store has its initial list.
     pub async fn wait_ready(&self) {
-        for (_, s) in &self.stores {
-            let _ = s.wait_until_ready().await;
+        for (_, _, ready) in &self.stores {
+            ready.wait().await;
         }
     }
 
     /// Whether every store has its initial list.
     pub fn is_ready(&self) -> bool {
-        // A store that has seen its initial list answers immediately.
-        self.stores
-            .iter()
-            .all(|(_, s)| s.wait_until_ready().now_or_never().is_some())
+        self.stores.iter().all(|(_, _, ready)| ready.is_ready())
     }
 }
 
@@ -98,69 +143,475 @@ fn slim<K: Resource>(o: &mut K) {
     }
 }
 
-/// Start watching `K` in `namespaces` (all of them when empty) with the given
-/// watcher settings. Returns the stores and the futures that drive the
-/// watches; `on_event` sees every event after the store has applied it.
-pub fn watch<K, F>(
-    client: &Client,
-    namespaces: &[String],
-    config: &watcher::Config,
-    on_event: F,
-) -> (Scoped<K>, Vec<BoxFuture<'static, ()>>)
-where
-    K: Resource<Scope = kube::core::NamespaceResourceScope>
-        + Clone
-        + Debug
-        + DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-    K::DynamicType: Default + std::hash::Hash + Eq + Clone,
-    F: Fn(&Event<K>) + Send + Sync + 'static,
-{
-    let on_event = Arc::new(on_event);
-    let apis: Vec<(Option<String>, Api<K>)> = if namespaces.is_empty() {
-        vec![(None, Api::all(client.clone()))]
-    } else {
-        namespaces
-            .iter()
-            .map(|ns| (Some(ns.clone()), Api::namespaced(client.clone(), ns)))
-            .collect()
-    };
-    let mut stores = Vec::new();
-    let mut drivers = Vec::new();
-    for (ns, api) in apis {
-        let (reader, writer) = reflector::store();
-        stores.push((ns.clone(), reader));
-        let on_event = on_event.clone();
-        let stream = reflector::reflector(
-            writer,
-            watcher::watcher(api, config.clone())
-                .default_backoff()
-                .modify(slim::<K>),
-        );
-        let kind = std::any::type_name::<K>();
-        drivers.push(
-            async move {
-                let mut stream = std::pin::pin!(stream);
-                while let Some(item) = stream.next().await {
-                    match item {
-                        Ok(event) => on_event(&event),
-                        Err(e) => tracing::warn!(kind, namespace = ns.as_deref().unwrap_or("*"), error = %e, "watch failed; retrying"),
-                    }
+/// An object as the API server sent it: decoded, or not decodable by this
+/// version's types (then only its metadata, and why).
+#[derive(Clone, Debug)]
+enum Lenient<K> {
+    Decoded(K),
+    Undecodable {
+        meta: Box<ObjectMeta>,
+        error: String,
+    },
+}
+
+impl<'de, K: DeserializeOwned> Deserialize<'de> for Lenient<K> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = Box::<serde_json::value::RawValue>::deserialize(d)?;
+        match serde_json::from_str::<K>(raw.get()) {
+            Ok(k) => Ok(Lenient::Decoded(k)),
+            Err(e) => {
+                #[derive(Deserialize)]
+                struct MetaOnly {
+                    #[serde(default)]
+                    metadata: ObjectMeta,
                 }
+                let meta = serde_json::from_str::<MetaOnly>(raw.get())
+                    .map(|m| m.metadata)
+                    .unwrap_or_default();
+                Ok(Lenient::Undecodable {
+                    meta: Box::new(meta),
+                    error: describe_decode_error(&e),
+                })
             }
-            .boxed(),
-        );
+        }
     }
-    (Scoped { stores }, drivers)
+}
+
+// Only decoded from watches; never sent.
+impl<K: Serialize> Serialize for Lenient<K> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Lenient::Decoded(k) => k.serialize(s),
+            Lenient::Undecodable { meta, .. } => meta.serialize(s),
+        }
+    }
+}
+
+impl<K: Resource> Resource for Lenient<K> {
+    type DynamicType = K::DynamicType;
+    type Scope = K::Scope;
+
+    fn kind(dt: &Self::DynamicType) -> Cow<'_, str> {
+        K::kind(dt)
+    }
+    fn group(dt: &Self::DynamicType) -> Cow<'_, str> {
+        K::group(dt)
+    }
+    fn version(dt: &Self::DynamicType) -> Cow<'_, str> {
+        K::version(dt)
+    }
+    fn plural(dt: &Self::DynamicType) -> Cow<'_, str> {
+        K::plural(dt)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        match self {
+            Lenient::Decoded(k) => k.meta(),
+            Lenient::Undecodable { meta, .. } => meta,
+        }
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        match self {
+            Lenient::Decoded(k) => k.meta_mut(),
+            Lenient::Undecodable { meta, .. } => meta,
+        }
+    }
+}
+
+/// What a decoding error says, without the values it may quote: serde's
+/// "invalid type: string \"…\", expected u32" names the offending value,
+/// which may be anything a user wrote. Variant and field names are kept.
+fn describe_decode_error(e: &serde_json::Error) -> String {
+    let message = e.to_string();
+    let message = message
+        .split(" at line ")
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    for prefix in ["invalid type: ", "invalid value: ", "invalid length "] {
+        if let Some(rest) = message.strip_prefix(prefix) {
+            let expected = rest.rsplit(", expected ").next().unwrap_or_default();
+            return format!(
+                "{}, expected {expected}",
+                prefix.trim_end_matches([':', ' '])
+            );
+        }
+    }
+    message
+}
+
+/// A watched object identified for reporting: kind, namespace, name.
+type ObjectId = (String, Option<String>, String);
+
+/// Where objects that cannot be decoded are reported: once per object and
+/// version, as a Warning Event on the object, a log line naming it (never
+/// its body) and the `kms_operator_undecodable_objects{kind}` gauge.
+#[derive(Clone)]
+pub struct Undecodable {
+    inner: Arc<UndecodableInner>,
+}
+
+struct UndecodableInner {
+    metrics: Metrics,
+    recorder: Option<Recorder>,
+    /// Objects skipped now, with the resourceVersion reported.
+    skipped: Mutex<HashMap<ObjectId, Option<String>>>,
+}
+
+impl Undecodable {
+    /// Report into `metrics`, and as Events through `recorder` when given.
+    pub fn new(metrics: Metrics, recorder: Option<Recorder>) -> Self {
+        Self {
+            inner: Arc::new(UndecodableInner {
+                metrics,
+                recorder,
+                skipped: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    fn skipped_now(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectId, Option<String>>> {
+        self.inner.skipped.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn gauge(&self, kind: &str, delta: i64) {
+        self.inner
+            .metrics
+            .undecodable_objects
+            .with_label_values(&[kind])
+            .add(delta);
+    }
+
+    /// An object of `kind` could not be decoded.
+    fn skip(&self, kind: &str, api_version: &str, meta: &ObjectMeta, error: &str) {
+        let id = (
+            kind.to_owned(),
+            meta.namespace.clone(),
+            meta.name.clone().unwrap_or_default(),
+        );
+        let version = meta.resource_version.clone();
+        {
+            let mut skipped = self.skipped_now();
+            match skipped.insert(id.clone(), version.clone()) {
+                Some(old) if old == version => return,
+                Some(_) => {}
+                None => self.gauge(kind, 1),
+            }
+        }
+        let at = match &id.1 {
+            Some(ns) => format!("{ns}/{}", id.2),
+            None => id.2.clone(),
+        };
+        tracing::warn!(
+            kind,
+            object = %at,
+            resource_version = version.as_deref().unwrap_or_default(),
+            error,
+            "skipped an object this version of kms-operator cannot decode; every other object goes on"
+        );
+        let Some(recorder) = self.inner.recorder.clone() else {
+            return;
+        };
+        let reference = ObjectReference {
+            api_version: Some(api_version.to_owned()),
+            kind: Some(kind.to_owned()),
+            name: meta.name.clone(),
+            namespace: meta.namespace.clone(),
+            uid: meta.uid.clone(),
+            resource_version: version,
+            ..ObjectReference::default()
+        };
+        let event = KubeEvent {
+            type_: EventType::Warning,
+            reason: "UndecodableObject".to_owned(),
+            note: Some(crate::controllers::conditions::bounded(&format!(
+                "kms-operator {} cannot read this {kind} ({error}); it is skipped until it is \
+                 corrected or the operator is upgraded",
+                env!("CARGO_PKG_VERSION")
+            ))),
+            action: "Decode".to_owned(),
+            secondary: None,
+        };
+        tokio::spawn(async move {
+            if let Err(e) = recorder.publish(&event, &reference).await {
+                tracing::debug!(error = %e, "could not publish an UndecodableObject Event");
+            }
+        });
+    }
+
+    /// An object of `kind` decodes again, or is gone.
+    fn clear(&self, kind: &str, namespace: Option<&str>, name: &str) {
+        let id = (
+            kind.to_owned(),
+            namespace.map(str::to_owned),
+            name.to_owned(),
+        );
+        if self.skipped_now().remove(&id).is_some() {
+            self.gauge(kind, -1);
+        }
+    }
+
+    /// A re-list of `kind` in `scope` (every namespace when `None`) is
+    /// complete: skipped objects it did not list again are gone.
+    fn relisted(&self, kind: &str, scope: Option<&str>, listed: &HashSet<ObjectId>) {
+        let mut gone = 0;
+        self.skipped_now().retain(|id, _| {
+            let in_scope = id.0 == kind && (scope.is_none() || id.1.as_deref() == scope);
+            let keep = !in_scope || listed.contains(id);
+            if !keep {
+                gone += 1;
+            }
+            keep
+        });
+        if gone > 0 {
+            self.gauge(kind, -gone);
+        }
+    }
+}
+
+/// Turn watch events of leniently decoded objects into events of `K`:
+/// undecodable objects are reported and left out; one that no longer
+/// decodes leaves the store (a delete of the copy it holds), so no
+/// controller acts on a spec it can no longer read.
+fn decoded<K, S>(
+    events: S,
+    reader: Store<K>,
+    report: Undecodable,
+    scope: Option<String>,
+) -> impl Stream<Item = watcher::Result<Event<K>>>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Default + std::hash::Hash + Eq + Clone,
+    S: Stream<Item = watcher::Result<Event<Lenient<K>>>>,
+{
+    let dt = K::DynamicType::default();
+    let kind = K::kind(&dt).into_owned();
+    let api_version = K::api_version(&dt).into_owned();
+    let mut relisted: Option<HashSet<ObjectId>> = None;
+    let stored = move |meta: &ObjectMeta| {
+        let mut key = ObjectRef::<K>::new(meta.name.as_deref().unwrap_or_default());
+        if let Some(ns) = &meta.namespace {
+            key = key.within(ns);
+        }
+        reader.get(&key).map(|o| (*o).clone())
+    };
+    events.filter_map(move |item| {
+        let out = match item {
+            Err(e) => Some(Err(e)),
+            Ok(Event::Init) => {
+                relisted = Some(HashSet::new());
+                Some(Ok(Event::Init))
+            }
+            Ok(Event::InitDone) => {
+                if let Some(listed) = relisted.take() {
+                    report.relisted(&kind, scope.as_deref(), &listed);
+                }
+                Some(Ok(Event::InitDone))
+            }
+            Ok(Event::Apply(Lenient::Decoded(k))) => {
+                report.clear(&kind, k.meta().namespace.as_deref(), &name_of(k.meta()));
+                Some(Ok(Event::Apply(k)))
+            }
+            Ok(Event::InitApply(Lenient::Decoded(k))) => {
+                report.clear(&kind, k.meta().namespace.as_deref(), &name_of(k.meta()));
+                Some(Ok(Event::InitApply(k)))
+            }
+            Ok(Event::Delete(Lenient::Decoded(k))) => {
+                report.clear(&kind, k.meta().namespace.as_deref(), &name_of(k.meta()));
+                Some(Ok(Event::Delete(k)))
+            }
+            Ok(Event::Apply(Lenient::Undecodable { meta, error })) => {
+                report.skip(&kind, &api_version, &meta, &error);
+                stored(&meta).map(|old| Ok(Event::Delete(old)))
+            }
+            Ok(Event::InitApply(Lenient::Undecodable { meta, error })) => {
+                report.skip(&kind, &api_version, &meta, &error);
+                if let Some(listed) = relisted.as_mut() {
+                    listed.insert((kind.clone(), meta.namespace.clone(), name_of(&meta)));
+                }
+                None
+            }
+            Ok(Event::Delete(Lenient::Undecodable { meta, .. })) => {
+                report.clear(&kind, meta.namespace.as_deref(), &name_of(&meta));
+                stored(&meta).map(|old| Ok(Event::Delete(old)))
+            }
+        };
+        futures::future::ready(out)
+    })
+}
+
+fn name_of(meta: &ObjectMeta) -> String {
+    meta.name.clone().unwrap_or_default()
+}
+
+/// A reflector over `api` whose objects are decoded one by one (see the
+/// module docs): the store, its readiness, and the stream that drives both.
+fn lenient_reflector<K>(
+    api: Api<Lenient<K>>,
+    config: &watcher::Config,
+    report: &Undecodable,
+    scope: Option<String>,
+) -> (
+    Store<K>,
+    Ready,
+    watch::Sender<bool>,
+    impl Stream<Item = watcher::Result<Event<K>>> + Send + 'static,
+)
+where
+    K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Default + std::hash::Hash + Eq + Clone,
+{
+    let (reader, writer) = reflector::store();
+    let (mark_ready, ready) = Ready::new();
+    let events = watcher::watcher(api, config.clone())
+        .default_backoff()
+        .modify(slim::<Lenient<K>>);
+    let stream = reflector::reflector(
+        writer,
+        decoded(events, reader.clone(), report.clone(), scope),
+    );
+    (reader, ready, mark_ready, stream)
+}
+
+/// What every watch of a replica shares: the client, the watched
+/// namespaces (all when empty) and where undecodable objects are reported.
+#[derive(Clone)]
+pub struct Watches {
+    client: Client,
+    namespaces: Vec<String>,
+    report: Undecodable,
+}
+
+impl Watches {
+    /// Watches through `client` of `namespaces` (all when empty).
+    pub fn new(client: Client, namespaces: Vec<String>, report: Undecodable) -> Self {
+        Self {
+            client,
+            namespaces,
+            report,
+        }
+    }
+
+    /// The client.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The watched namespaces (empty: all of them).
+    pub fn namespaces(&self) -> &[String] {
+        &self.namespaces
+    }
+
+    /// Start watching the namespaced kind `K` with the given watcher
+    /// settings. Returns the stores and the futures that drive the watches;
+    /// `on_event` sees every event after the store has applied it.
+    pub fn watch<K, F>(
+        &self,
+        config: &watcher::Config,
+        on_event: F,
+    ) -> (Scoped<K>, Vec<BoxFuture<'static, ()>>)
+    where
+        K: Resource<Scope = kube::core::NamespaceResourceScope>
+            + Clone
+            + Debug
+            + DeserializeOwned
+            + Serialize
+            + Send
+            + Sync
+            + 'static,
+        K::DynamicType: Default + std::hash::Hash + Eq + Clone,
+        F: Fn(&Event<K>) + Send + Sync + 'static,
+    {
+        let on_event = Arc::new(on_event);
+        let apis: Vec<(Option<String>, Api<Lenient<K>>)> = if self.namespaces.is_empty() {
+            vec![(None, Api::all(self.client.clone()))]
+        } else {
+            self.namespaces
+                .iter()
+                .map(|ns| (Some(ns.clone()), Api::namespaced(self.client.clone(), ns)))
+                .collect()
+        };
+        let mut stores = Vec::new();
+        let mut drivers = Vec::new();
+        for (ns, api) in apis {
+            let (reader, ready, mark_ready, stream) =
+                lenient_reflector(api, config, &self.report, ns.clone());
+            stores.push((ns.clone(), reader, ready));
+            let on_event = on_event.clone();
+            drivers.push(drive(stream, mark_ready, ns, move |e| on_event(e)));
+        }
+        (Scoped { stores }, drivers)
+    }
+
+    /// Start watching the cluster-scoped kind `K`: its store, readiness and
+    /// the future that drives the watch; `on_event` sees every event after
+    /// the store has applied it.
+    pub fn watch_cluster<K, F>(
+        &self,
+        config: &watcher::Config,
+        on_event: F,
+    ) -> (Store<K>, Ready, BoxFuture<'static, ()>)
+    where
+        K: Resource<Scope = kube::core::ClusterResourceScope>
+            + Clone
+            + Debug
+            + DeserializeOwned
+            + Serialize
+            + Send
+            + Sync
+            + 'static,
+        K::DynamicType: Default + std::hash::Hash + Eq + Clone,
+        F: FnMut(&Event<K>) + Send + 'static,
+    {
+        let api: Api<Lenient<K>> = Api::all(self.client.clone());
+        let (reader, ready, mark_ready, stream) =
+            lenient_reflector(api, config, &self.report, None);
+        (reader, ready, drive(stream, mark_ready, None, on_event))
+    }
+}
+
+/// Drive a reflector stream: mark the store ready at its first complete
+/// list, hand every event to `on_event`, log watch failures (they are
+/// retried with backoff).
+fn drive<K, S, F>(
+    stream: S,
+    mark_ready: watch::Sender<bool>,
+    namespace: Option<String>,
+    mut on_event: F,
+) -> BoxFuture<'static, ()>
+where
+    K: Resource + Send + 'static,
+    K::DynamicType: Default,
+    S: Stream<Item = watcher::Result<Event<K>>> + Send + 'static,
+    F: FnMut(&Event<K>) + Send + 'static,
+{
+    let kind = K::kind(&K::DynamicType::default()).into_owned();
+    async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(event) => {
+                    if matches!(event, Event::InitDone) {
+                        mark_ready.send_replace(true);
+                    }
+                    on_event(&event);
+                }
+                Err(e) => tracing::warn!(
+                    kind,
+                    namespace = namespace.as_deref().unwrap_or("*"),
+                    error = %e,
+                    "watch failed; retrying"
+                ),
+            }
+        }
+    }
+    .boxed()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::Secret;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 
     #[test]
     fn slim_drops_managed_fields_and_the_last_applied_copy_only() {
@@ -188,5 +639,63 @@ mod tests {
         assert_eq!(annotations.len(), 1);
         assert_eq!(annotations["secrets.hanzo.ai/version"], "v1");
         assert_eq!(s.metadata.name.as_deref(), Some("a"));
+    }
+
+    /// A list with one object of a shape the types refuse decodes the
+    /// others and keeps the bad one's name, and why, without its values.
+    #[test]
+    fn one_undecodable_object_does_not_fail_the_list() {
+        #[derive(Deserialize)]
+        struct List {
+            items: Vec<Lenient<crate::api::kms_push_secret::KmsPushSecret>>,
+        }
+        let good = |name: &str| {
+            serde_json::json!({
+                "apiVersion": "secrets.hanzo.ai/v1alpha1", "kind": "KmsPushSecret",
+                "metadata": {"name": name, "namespace": "a", "resourceVersion": "7"},
+                "spec": {"destination": {"projectSlug": "p", "environmentSlug": "dev", "secretsPath": "/"},
+                         "push": {"secret": {"secretName": "src"}},
+                         "authentication": {"universalAuth": {"credentialsRef": {"secretName": "c"}}}}
+            })
+        };
+        let mut bad = good("broken");
+        bad["spec"]["updatePolicy"] = serde_json::json!("SomethingRemoved");
+        let mut typed = good("typed");
+        typed["spec"]["push"]["secret"] = serde_json::json!("hunter2");
+        let list = serde_json::json!({"items": [good("one"), bad, typed, good("two")]});
+        // As the client decodes it: from the response's bytes.
+        let list: List = serde_json::from_str(&list.to_string()).expect("the list decodes");
+        let names: Vec<(String, bool)> = list
+            .items
+            .iter()
+            .map(|o| {
+                (
+                    o.meta().name.clone().unwrap(),
+                    matches!(o, Lenient::Decoded(_)),
+                )
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("one".into(), true),
+                ("broken".into(), false),
+                ("typed".into(), false),
+                ("two".into(), true)
+            ]
+        );
+        let Lenient::Undecodable { error, meta } = &list.items[1] else {
+            unreachable!()
+        };
+        assert!(
+            error.contains("unknown variant `SomethingRemoved`"),
+            "{error}"
+        );
+        assert_eq!(meta.resource_version.as_deref(), Some("7"));
+        let Lenient::Undecodable { error, .. } = &list.items[2] else {
+            unreachable!()
+        };
+        assert!(!error.contains("hunter2"), "{error}");
+        assert!(error.starts_with("invalid type, expected"), "{error}");
     }
 }

@@ -349,6 +349,27 @@ pub fn diff(observed: &Observed, desired: &Desired, policy: CreationPolicy) -> (
     (removals, changed)
 }
 
+/// Whether `name` is a valid Secret or ConfigMap name (an RFC 1123 DNS
+/// subdomain: lower-case letters, digits, `-` and `.`, starting and ending
+/// with a letter or digit, at most 253 characters).
+pub fn valid_object_name(name: &str) -> bool {
+    name.len() <= 253
+        && !name.is_empty()
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
+/// Whether `name` is a valid namespace name (an RFC 1123 DNS label).
+pub fn valid_namespace_name(name: &str) -> bool {
+    name.len() <= 63 && !name.contains('.') && valid_object_name(name)
+}
+
 /// Whether a data key is valid for a Secret or ConfigMap.
 pub fn valid_data_key(key: &str) -> bool {
     !key.is_empty()
@@ -506,6 +527,29 @@ mod tests {
         assert!(o.data_intact());
         let edited = obs(&[("A", "2")], &[(VERSION_ANNOTATION, &v)]);
         assert!(!edited.data_intact());
+    }
+
+    #[test]
+    fn object_names() {
+        for ok in ["a", "db-creds", "a.b-c", "0x", &"a".repeat(253)] {
+            assert!(valid_object_name(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "A",
+            "my_secret",
+            "-a",
+            "a-",
+            "a..b",
+            ".a",
+            "a b",
+            &"a".repeat(254),
+        ] {
+            assert!(!valid_object_name(bad), "{bad}");
+        }
+        assert!(valid_namespace_name("team-a"));
+        assert!(!valid_namespace_name("team.a"));
+        assert!(!valid_namespace_name(&"a".repeat(64)));
     }
 
     #[test]

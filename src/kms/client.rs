@@ -31,6 +31,10 @@ const RENEW: &str = "POST /api/v1/auth/token/renew";
 const LIST: &str = "GET /api/v3/secrets/raw";
 const GET_ONE: &str = "GET /api/v3/secrets/raw/:secretName";
 
+/// The longest 429 pause a request waits out in its worker; a longer one
+/// ends the request with [`KmsError::RateLimited`] at once.
+const LONGEST_INLINE_WAIT: Duration = Duration::from_secs(1);
+
 /// Largest response body accepted.
 const MAX_BODY: usize = 32 * 1024 * 1024;
 
@@ -197,6 +201,11 @@ impl Kms {
         self.limiter.hold_members();
     }
 
+    /// The `--allowed-kms-hosts` patterns (empty: any host).
+    pub fn allowed_hosts(&self) -> &[String] {
+        &self.config.allowed_hosts
+    }
+
     /// Check that an endpoint may be used (allow list), warning once per
     /// host about plain HTTP.
     pub fn check_endpoint(&self, endpoint: &Endpoint) -> Result<(), KmsError> {
@@ -239,8 +248,20 @@ impl Kms {
         let deadline = started + self.config.retry_budget;
         let mut delay = self.config.retry_base;
         loop {
-            if self.limiter.acquire(&endpoint.host).await == Acquired::AfterWaiting {
-                self.metrics.kms_throttled.inc();
+            // A pause the KMS asked for is not waited out here (only its last
+            // moment): the reconcile gives its worker back and comes round
+            // when the pause ends.
+            match self
+                .limiter
+                .acquire_unless_paused(&endpoint.origin, LONGEST_INLINE_WAIT)
+                .await
+            {
+                Ok(Acquired::Immediately) => {}
+                Ok(Acquired::AfterWaiting) => self.metrics.kms_throttled.inc(),
+                Err(left) => {
+                    self.metrics.kms_throttled.inc();
+                    return Err(KmsError::rate_limited(route, left));
+                }
             }
             let t0 = Instant::now();
             let result = build(&client).send().await;
@@ -248,36 +269,41 @@ impl Kms {
                 Ok(resp) => {
                     let status = resp.status();
                     let headers = resp.headers().clone();
-                    match read_body(resp).await {
+                    match read_capped(resp, MAX_BODY).await {
                         Ok(body) => Ok(Reply {
                             status,
                             headers,
                             body,
                         }),
-                        Err(reason) => Err(KmsError::Transport {
+                        // Asking again would read as much again: not retried.
+                        Err(e @ BodyError::TooLarge(_)) => {
+                            self.metrics
+                                .kms_request(route, Some(status.as_u16()), t0.elapsed());
+                            return Err(KmsError::Decode {
+                                endpoint: route,
+                                reason: e.to_string(),
+                            });
+                        }
+                        Err(BodyError::Read(reason)) => Err(KmsError::Transport {
                             host: endpoint.host.clone(),
                             reason,
                         }),
                     }
                 }
-                Err(e) => Err(KmsError::Transport {
-                    host: endpoint.host.clone(),
-                    reason: describe_reqwest_error(&e),
-                }),
+                Err(e) => Err(transport_error(&endpoint.host, &e)),
             };
             let status = outcome.as_ref().ok().map(|r| r.status.as_u16());
             self.metrics.kms_request(route, status, t0.elapsed());
             let retry_in = match &outcome {
+                // A certificate that is not trusted stays so: report it now.
+                Err(KmsError::Certificate { .. }) => None,
                 Err(_) => Some(self.jitter(delay)),
                 Ok(r) if r.status == StatusCode::TOO_MANY_REQUESTS => {
                     let wait = retry_after(&r.headers, &r.body);
-                    self.limiter.pause(&endpoint.host, wait);
+                    self.limiter.pause(&endpoint.origin, wait);
                     self.metrics.kms_throttled.inc();
-                    if Instant::now() + wait > deadline {
-                        return Err(KmsError::RateLimited {
-                            endpoint: route,
-                            retry_after: wait,
-                        });
+                    if wait > LONGEST_INLINE_WAIT || Instant::now() + wait > deadline {
+                        return Err(KmsError::rate_limited(route, wait));
                     }
                     // The limiter holds the next attempt back until then.
                     Some(Duration::ZERO)
@@ -382,7 +408,7 @@ impl Kms {
     }
 
     /// The project id of a service token (asked once per identity).
-    async fn service_token_project(
+    pub(super) async fn service_token_project(
         &self,
         identity: &Identity,
         token: &SecretString,
@@ -694,18 +720,102 @@ pub fn unix_ms(t: std::time::SystemTime) -> i64 {
         .unwrap_or(0)
 }
 
-async fn read_body(resp: reqwest::Response) -> Result<bytes::Bytes, String> {
-    if resp.content_length().is_some_and(|l| l > MAX_BODY as u64) {
-        return Err(format!("response larger than {MAX_BODY} bytes"));
+/// Read a response body of at most `max` bytes. The cap holds while the
+/// body streams in, whatever the response declares: a chunked body (no
+/// `Content-Length`) that runs past it is cut off at the first chunk beyond
+/// the cap, so a hostile or broken server cannot make the operator buffer
+/// more than `max` plus one chunk.
+pub(crate) async fn read_capped(
+    mut resp: reqwest::Response,
+    max: usize,
+) -> Result<bytes::Bytes, BodyError> {
+    if resp.content_length().is_some_and(|l| l > max as u64) {
+        return Err(BodyError::TooLarge(max));
     }
-    let body = resp.bytes().await.map_err(|e| describe_reqwest_error(&e))?;
-    if body.len() > MAX_BODY {
-        return Err(format!("response larger than {MAX_BODY} bytes"));
+    let mut body = bytes::BytesMut::new();
+    while let Some(chunk) = resp
+        .chunk()
+        .await
+        .map_err(|e| BodyError::Read(describe_reqwest_error(&e)))?
+    {
+        if body.len() + chunk.len() > max {
+            return Err(BodyError::TooLarge(max));
+        }
+        body.extend_from_slice(&chunk);
     }
-    Ok(body)
+    Ok(body.freeze())
 }
 
-fn describe_reqwest_error(e: &reqwest::Error) -> String {
+/// Why a response body was not read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum BodyError {
+    /// It is larger than the cap (in bytes): not read further.
+    TooLarge(usize),
+    /// The connection failed while reading it.
+    Read(String),
+}
+
+impl std::fmt::Display for BodyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BodyError::TooLarge(max) => write!(f, "response larger than {max} bytes"),
+            BodyError::Read(reason) => f.write_str(reason),
+        }
+    }
+}
+
+impl From<BodyError> for String {
+    fn from(e: BodyError) -> String {
+        e.to_string()
+    }
+}
+
+/// The error of a request that got no answer: a certificate the TLS
+/// library refused, or a transport failure.
+pub(crate) fn transport_error(host: &str, e: &reqwest::Error) -> KmsError {
+    match certificate_problem(e) {
+        Some(reason) => KmsError::Certificate {
+            host: host.to_owned(),
+            reason,
+        },
+        None => KmsError::Transport {
+            host: host.to_owned(),
+            reason: describe_reqwest_error(e),
+        },
+    }
+}
+
+/// What rustls said of the server's certificate, if that is why the
+/// request failed. The rustls error sits inside an `io::Error` of the TLS
+/// stream, which `source()` skips, so each `io::Error` is opened too.
+fn certificate_problem(e: &reqwest::Error) -> Option<String> {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+    while let Some(err) = next {
+        let tls = err.downcast_ref::<rustls::Error>().or_else(|| {
+            err.downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref())
+                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        });
+        if let Some(
+            tls @ (rustls::Error::InvalidCertificate(_)
+            | rustls::Error::NoCertificatesPresented
+            | rustls::Error::InvalidCertRevocationList(_)),
+        ) = tls
+        {
+            return Some(tls.to_string());
+        }
+        // The TLS error may reach us wrapped in a type of the connector's:
+        // rustls's own words are recognisable.
+        let text = err.to_string();
+        if let Some(at) = text.find("invalid peer certificate") {
+            return Some(text[at..].to_owned());
+        }
+        next = err.source();
+    }
+    None
+}
+
+pub(crate) fn describe_reqwest_error(e: &reqwest::Error) -> String {
     // The URL carries no secret (tokens travel in headers and bodies), but
     // keep the message short: the kind of failure and its innermost cause.
     let kind = if e.is_timeout() {
@@ -780,10 +890,7 @@ pub(super) fn api_error_of(
 pub(super) fn api_error(route: &'static str, reply: &Reply) -> KmsError {
     let status = reply.status.as_u16();
     if status == 429 {
-        return KmsError::RateLimited {
-            endpoint: route,
-            retry_after: retry_after(&reply.headers, &reply.body),
-        };
+        return KmsError::rate_limited(route, retry_after(&reply.headers, &reply.body));
     }
     let (error, message) = match serde_json::from_slice::<ErrorBody>(&reply.body) {
         Ok(body) => (body.error.clone().unwrap_or_default(), body.message_text()),
@@ -817,7 +924,7 @@ fn truncate(s: &str, max: usize) -> String {
 
 /// How long a 429 asks us to wait: `Retry-After` seconds, else the number in
 /// "try again in N seconds", else 60 s. Capped at 10 minutes.
-fn retry_after(headers: &HeaderMap, body: &[u8]) -> Duration {
+pub(super) fn retry_after(headers: &HeaderMap, body: &[u8]) -> Duration {
     let from_header = headers
         .get(RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
@@ -983,6 +1090,60 @@ mod tests {
             }
         }
         assert_eq!(seen, 36, "every recorded fixture must be checked");
+    }
+
+    /// Serve one HTTP/1.1 response made of `chunks` chunks of `size` bytes,
+    /// chunked (no Content-Length), and count the bytes written.
+    async fn chunked_server(
+        chunks: usize,
+        size: usize,
+    ) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/", listener.local_addr().unwrap());
+        let written = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = written.clone();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf).await;
+            let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n";
+            if s.write_all(head.as_bytes()).await.is_err() {
+                return;
+            }
+            let chunk = vec![b' '; size];
+            for _ in 0..chunks {
+                let frame = [format!("{size:x}\r\n").as_bytes(), &chunk, b"\r\n"].concat();
+                if s.write_all(&frame).await.is_err() {
+                    return;
+                }
+                counter.fetch_add(size, std::sync::atomic::Ordering::Relaxed);
+            }
+            let _ = s.write_all(b"0\r\n\r\n").await;
+        });
+        (url, written)
+    }
+
+    #[tokio::test]
+    async fn the_body_cap_holds_while_a_chunked_body_streams() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::Client::new();
+        // 64 MiB announced by nobody, cap 1 MiB: cut off after about 1 MiB.
+        let (url, written) = chunked_server(1024, 64 * 1024).await;
+        let resp = http.get(&url).send().await.unwrap();
+        assert!(resp.content_length().is_none());
+        let err = read_capped(resp, 1 << 20).await.unwrap_err();
+        assert_eq!(err, BodyError::TooLarge(1 << 20));
+        assert_eq!(err.to_string(), "response larger than 1048576 bytes");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let sent = written.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(sent < 16 << 20, "the server could write {sent} bytes");
+        // Within the cap it is read whole.
+        let (url, _) = chunked_server(16, 1024).await;
+        let body = read_capped(http.get(&url).send().await.unwrap(), 1 << 20)
+            .await
+            .unwrap();
+        assert_eq!(body.len(), 16 * 1024);
     }
 
     #[test]

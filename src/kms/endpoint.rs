@@ -17,8 +17,11 @@ pub const DEFAULT_HOST_API: &str = "https://kms.hanzo.ai/api";
 pub struct Endpoint {
     /// Base URL ending in `/api`.
     pub base: String,
-    /// Host name (for rate limiting, metrics and the allow list).
+    /// Host name (for metrics and the allow list).
     pub host: String,
+    /// Scheme, host and port: the unit of the request budget and of 429
+    /// pauses, and what the cloud methods' trust is checked against.
+    pub origin: String,
     /// PEM CA bundle trusted in addition to the system roots.
     pub ca_pem: Option<Arc<Vec<u8>>>,
 }
@@ -28,13 +31,20 @@ impl Endpoint {
     pub fn new(host_api: &str, ca_pem: Option<Vec<u8>>) -> Result<Self, KmsError> {
         let base = normalize_base(host_api)?;
         let url = url::Url::parse(&base).map_err(|e| KmsError::InvalidHost {
-            url: host_api.to_owned(),
+            url: redact_userinfo(host_api),
             reason: e.to_string(),
         })?;
         let host = url.host_str().unwrap_or_default().to_owned();
+        let origin = format!(
+            "{}://{}:{}",
+            url.scheme(),
+            host,
+            url.port_or_known_default().unwrap_or_default()
+        );
         Ok(Self {
             base,
             host,
+            origin,
             ca_pem: ca_pem.map(Arc::new),
         })
     }
@@ -64,7 +74,7 @@ pub fn hex(bytes: &[u8]) -> String {
 pub fn normalize_base(input: &str) -> Result<String, KmsError> {
     let trimmed = input.trim().trim_end_matches('/');
     let invalid = |reason: &str| KmsError::InvalidHost {
-        url: input.to_owned(),
+        url: redact_userinfo(input),
         reason: reason.to_owned(),
     };
     if trimmed.is_empty() {
@@ -87,6 +97,21 @@ pub fn normalize_base(input: &str) -> Result<String, KmsError> {
         Ok(trimmed.to_owned())
     } else {
         Ok(format!("{trimmed}/api"))
+    }
+}
+
+/// A URL as it may be shown (conditions, Events, logs): credentials written
+/// into it (`https://user:pass@host`) are replaced by `***`. Works on text
+/// that is not a valid URL too, since that is when it is shown.
+pub fn redact_userinfo(url: &str) -> String {
+    let (scheme, rest) = match url.find("://") {
+        Some(i) => url.split_at(i + 3),
+        None => ("", url),
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}***@{}", &rest[at + 1..]),
+        None => url.to_owned(),
     }
 }
 
@@ -188,6 +213,24 @@ mod tests {
     }
 
     #[test]
+    fn credentials_in_a_url_are_never_shown() {
+        for (input, shown) in [
+            ("http://user:pass@kms.io/api", "http://***@kms.io/api"),
+            ("https://tok@kms.io", "https://***@kms.io"),
+            ("user:p@ss@kms.io/x", "***@kms.io/x"),
+            ("https://kms.io/a@b", "https://kms.io/a@b"),
+            ("https://kms.io", "https://kms.io"),
+        ] {
+            assert_eq!(redact_userinfo(input), shown, "{input}");
+        }
+        let err = normalize_base("http://admin:hunter2@kms.io").unwrap_err();
+        assert!(!err.to_string().contains("hunter2"), "{err}");
+        assert!(err.to_string().contains("***@kms.io"), "{err}");
+        let err = normalize_base("ftp://admin:hunter2@kms.io").unwrap_err();
+        assert!(!err.to_string().contains("hunter2"), "{err}");
+    }
+
+    #[test]
     fn allow_list() {
         let pats = vec!["*.example.com".to_owned(), "kms.internal".to_owned()];
         assert!(host_allowed("kms.example.com", &pats));
@@ -208,5 +251,12 @@ mod tests {
         assert_eq!(a.trust_key(), "");
         assert_ne!(b.trust_key(), c.trust_key());
         assert_eq!(b.host, "x.io");
+        assert_eq!(b.origin, "https://x.io:443");
+        assert_eq!(
+            Endpoint::new("http://127.0.0.1:8080/kms", None)
+                .unwrap()
+                .origin,
+            "http://127.0.0.1:8080"
+        );
     }
 }

@@ -20,6 +20,22 @@ pub enum KmsError {
         /// The refused host.
         host: String,
     },
+    /// A login method that proves the operator's own cloud identity was
+    /// pointed at a host the cluster admin has not trusted; nothing was sent.
+    #[error(
+        "{method} logs in with the operator's own cloud identity, so it may only talk to a KMS the \
+         cluster admin trusts: {host} is neither the operator's global hostAPI ({trusted}) nor \
+         listed in --allowed-kms-hosts (chart value security.allowedKmsHosts). Add it there, or use \
+         a method whose credentials live in this namespace; no request was sent"
+    )]
+    HostNotTrusted {
+        /// The spec field of the method (`awsIamAuth`, ...).
+        method: &'static str,
+        /// The refused host (scheme, host and port).
+        host: String,
+        /// The global hostAPI, the one host trusted by default.
+        trusted: String,
+    },
     /// The CA bundle cannot be used.
     #[error("invalid CA bundle: {0}")]
     InvalidCa(String),
@@ -29,6 +45,19 @@ pub enum KmsError {
         /// The host that could not be reached.
         host: String,
         /// What failed (connect, TLS, timeout, reset).
+        reason: String,
+    },
+    /// The KMS's TLS certificate is not trusted (unknown issuer, expired,
+    /// wrong name). Not transient: retrying cannot help until the CA or the
+    /// certificate changes.
+    #[error(
+        "the KMS at {host} presented a TLS certificate that is not trusted: {reason}; \
+         set tls.caRef to the CA that issued it (or fix the server's certificate)"
+    )]
+    Certificate {
+        /// The host whose certificate was refused.
+        host: String,
+        /// What the TLS library said of the certificate.
         reason: String,
     },
     /// The KMS answered with an error status.
@@ -43,13 +72,20 @@ pub enum KmsError {
         /// The `message` field of the server's envelope.
         message: String,
     },
-    /// The KMS (or our own budget) asked us to slow down.
-    #[error("KMS {endpoint} is rate limiting requests; retrying in {}s", retry_after.as_secs().max(1))]
+    /// The KMS asked us to slow down (a `429`): no request goes to that
+    /// endpoint before `until`.
+    #[error(
+        "KMS {endpoint} is rate limiting requests (429); waiting until {} ({}s) before the next request",
+        rfc3339(*until),
+        retry_after.as_secs().max(1)
+    )]
     RateLimited {
         /// The route template.
         endpoint: &'static str,
-        /// How long to wait before the next request to this host.
+        /// How long to wait before the next request to this endpoint.
         retry_after: Duration,
+        /// When the wait ends.
+        until: std::time::SystemTime,
     },
     /// Local credential material could not be produced (e.g. a
     /// service-account token for Kubernetes auth).
@@ -63,6 +99,25 @@ pub enum KmsError {
         /// What was wrong with it.
         reason: String,
     },
+}
+
+/// `2026-12-03T14:05:00Z` (whole seconds, UTC).
+fn rfc3339(t: std::time::SystemTime) -> String {
+    k8s_openapi::jiff::Timestamp::try_from(t)
+        .ok()
+        .and_then(|ts| k8s_openapi::jiff::Timestamp::from_second(ts.as_second()).ok())
+        .map_or_else(String::new, |ts| ts.to_string())
+}
+
+impl KmsError {
+    /// A `429` pause of `retry_after` from now.
+    pub fn rate_limited(endpoint: &'static str, retry_after: Duration) -> Self {
+        KmsError::RateLimited {
+            endpoint,
+            retry_after,
+            until: std::time::SystemTime::now() + retry_after,
+        }
+    }
 }
 
 fn error_suffix(error: &str) -> String {
@@ -107,9 +162,11 @@ impl KmsError {
         match self {
             KmsError::InvalidHost { .. } => "InvalidHost",
             KmsError::HostNotAllowed { .. } => "HostNotAllowed",
+            KmsError::HostNotTrusted { .. } => "UntrustedKMSHost",
             KmsError::InvalidCa(_) => "InvalidCA",
             KmsError::Credentials(_) => "CredentialsInvalid",
             KmsError::Transport { .. } => "KMSUnreachable",
+            KmsError::Certificate { .. } => "KMSCertificateInvalid",
             KmsError::RateLimited { .. } => "KMSRateLimited",
             KmsError::Decode { .. } => "KMSBadResponse",
             KmsError::Api { status, .. } => match status {

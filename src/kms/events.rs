@@ -5,13 +5,11 @@
 use std::time::Duration;
 
 use secrecy::ExposeSecret;
-use serde::Deserialize;
 
-use super::client::{Kms, api_error_of, parse};
+use super::client::{Kms, api_error_of};
 use super::{Identity, KmsError};
 
 const SUBSCRIBE: &str = "POST /api/v1/events/subscribe/project-events";
-const PROJECT: &str = "GET /api/v2/workspace/:slug";
 
 /// Secret events a subscription registers for.
 pub const SECRET_EVENTS: [&str; 4] = [
@@ -41,50 +39,74 @@ pub enum Message {
     Change(String),
 }
 
-/// An open event stream.
-pub struct EventStream {
-    response: reqwest::Response,
-    buffer: String,
+/// The longest line of the event stream accepted (a real server's lines are
+/// a few hundred bytes); a longer one ends the stream with an error instead
+/// of growing the buffer without bound.
+pub const MAX_LINE: usize = 64 * 1024;
+
+/// Most of an error body read (enough for the KMS's JSON envelope).
+const MAX_ERROR_BODY: usize = 64 * 1024;
+
+/// The `text/event-stream` parser: bytes in, messages out. Pure and bounded
+/// (a line longer than [`MAX_LINE`] is an error; the data of one event is
+/// bounded by the same limit), so it can be fuzzed without a server.
+#[derive(Default)]
+pub struct SseParser {
+    buffer: Vec<u8>,
     event: Option<String>,
     data: Vec<String>,
+    data_len: usize,
 }
 
-impl EventStream {
-    /// The next message; `Ok(None)` when the server closed the stream.
-    pub async fn next(&mut self) -> Result<Option<Message>, KmsError> {
+impl SseParser {
+    /// Add received bytes.
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.buffer.extend_from_slice(bytes);
+    }
+
+    /// Bytes received and not yet parsed.
+    pub fn buffered(&self) -> usize {
+        self.buffer.len()
+    }
+
+    /// The next complete message, if the buffered bytes hold one.
+    pub fn next_message(&mut self) -> Result<Option<Message>, String> {
         loop {
-            if let Some(pos) = self.buffer.find('\n') {
-                let line: String = self.buffer.drain(..=pos).collect();
-                let line = line.trim_end_matches(['\n', '\r']);
-                if line.is_empty() {
-                    if let Some(m) = self.dispatch() {
-                        return Ok(Some(m));
-                    }
-                    continue;
+            let Some(pos) = self.buffer.iter().position(|b| *b == b'\n') else {
+                if self.buffer.len() > MAX_LINE {
+                    return Err(format!("event stream line longer than {MAX_LINE} bytes"));
                 }
-                if line.starts_with(':') {
-                    // A comment: servers send these as keep-alives too.
-                    return Ok(Some(Message::Ping));
-                }
-                let (field, value) = line
-                    .split_once(':')
-                    .map_or((line, ""), |(f, v)| (f, v.trim_start()));
-                match field {
-                    "event" => self.event = Some(value.to_owned()),
-                    "data" => self.data.push(value.to_owned()),
-                    _ => {}
+                return Ok(None);
+            };
+            if pos > MAX_LINE {
+                return Err(format!("event stream line longer than {MAX_LINE} bytes"));
+            }
+            let raw: Vec<u8> = self.buffer.drain(..=pos).collect();
+            let text = String::from_utf8_lossy(&raw);
+            let line = text.trim_end_matches(['\n', '\r']);
+            if line.is_empty() {
+                if let Some(m) = self.dispatch() {
+                    return Ok(Some(m));
                 }
                 continue;
             }
-            match self.response.chunk().await {
-                Ok(Some(bytes)) => self.buffer.push_str(&String::from_utf8_lossy(&bytes)),
-                Ok(None) => return Ok(None),
-                Err(e) => {
-                    return Err(KmsError::Transport {
-                        host: String::new(),
-                        reason: format!("event stream interrupted: {e}"),
-                    });
+            if line.starts_with(':') {
+                // A comment: servers send these as keep-alives too.
+                return Ok(Some(Message::Ping));
+            }
+            let (field, value) = line
+                .split_once(':')
+                .map_or((line, ""), |(f, v)| (f, v.trim_start()));
+            match field {
+                "event" => self.event = Some(value.to_owned()),
+                "data" => {
+                    self.data_len += value.len();
+                    if self.data_len > MAX_LINE {
+                        return Err(format!("event stream event larger than {MAX_LINE} bytes"));
+                    }
+                    self.data.push(value.to_owned());
                 }
+                _ => {}
             }
         }
     }
@@ -92,6 +114,7 @@ impl EventStream {
     fn dispatch(&mut self) -> Option<Message> {
         let event = self.event.take();
         let data = std::mem::take(&mut self.data).join("\n");
+        self.data_len = 0;
         match event.as_deref() {
             None if data.is_empty() => None,
             Some("ping") => Some(Message::Ping),
@@ -102,32 +125,38 @@ impl EventStream {
     }
 }
 
-#[derive(Deserialize)]
-struct ProjectBody {
-    id: String,
+/// An open event stream.
+pub struct EventStream {
+    response: reqwest::Response,
+    parser: SseParser,
+}
+
+impl EventStream {
+    /// The next message; `Ok(None)` when the server closed the stream.
+    pub async fn next(&mut self) -> Result<Option<Message>, KmsError> {
+        let interrupted = |reason: String| KmsError::Transport {
+            host: String::new(),
+            reason: format!("event stream interrupted: {reason}"),
+        };
+        loop {
+            if let Some(m) = self.parser.next_message().map_err(interrupted)? {
+                return Ok(Some(m));
+            }
+            match self.response.chunk().await {
+                Ok(Some(bytes)) => self.parser.push(&bytes),
+                Ok(None) => return Ok(None),
+                Err(e) => return Err(interrupted(e.to_string())),
+            }
+        }
+    }
 }
 
 impl Kms {
     /// The id of a project given its slug.
     pub async fn project_id(&self, identity: &Identity, slug: &str) -> Result<String, KmsError> {
-        let url = format!(
-            "{}/v2/workspace/{}",
-            identity.endpoint.base,
-            super::client::urlencode(slug)
-        );
-        self.with_token(identity, |token| {
-            let url = url.clone();
-            async move {
-                let reply = self
-                    .send(&identity.endpoint, PROJECT, |c| {
-                        c.get(&url).bearer_auth(token.expose_secret())
-                    })
-                    .await?;
-                let body: ProjectBody = parse(PROJECT, &reply)?;
-                Ok(body.id)
-            }
-        })
-        .await
+        self.project(identity, &super::ProjectRef::Slug(slug.to_owned()))
+            .await
+            .map(|p| p.id)
     }
 
     /// Open an event stream for a subscription.
@@ -159,22 +188,19 @@ impl Kms {
             .json(&body)
             .send()
             .await
-            .map_err(|e| KmsError::Transport {
-                host: identity.endpoint.host.clone(),
-                reason: e.to_string(),
-            })?;
+            .map_err(|e| super::client::transport_error(&identity.endpoint.host, &e))?;
         let status = response.status();
         self.record_request(SUBSCRIBE, Some(status.as_u16()), started.elapsed());
         if !status.is_success() {
             let headers = response.headers().clone();
-            let body = response.bytes().await.unwrap_or_default();
+            let body = super::client::read_capped(response, MAX_ERROR_BODY)
+                .await
+                .unwrap_or_default();
             return Err(api_error_of(SUBSCRIBE, status, &headers, &body));
         }
         Ok(EventStream {
             response,
-            buffer: String::new(),
-            event: None,
-            data: Vec::new(),
+            parser: SseParser::default(),
         })
     }
 }

@@ -1,7 +1,12 @@
-//! The KMS request budget: one token bucket per host, `--kms-rate-limit`
-//! requests per second for the whole operator divided among live replicas,
-//! burst twice the rate (earned: a new bucket holds one request). A `429` pauses the whole host until its
-//! `Retry-After` has passed, so no request of this replica adds to a storm.
+//! The KMS request budget: one token bucket per endpoint (scheme, host and
+//! port: two KMS servers on one host name are two endpoints),
+//! `--kms-rate-limit` requests per second for the whole operator divided
+//! among live replicas, burst twice the rate (earned: a new bucket holds one
+//! request). A `429` pauses its endpoint until its `Retry-After` has passed,
+//! so no request of this replica adds to a storm; a request that meets a
+//! pause longer than a moment does not wait for it but is refused at once
+//! ([`Limiter::acquire_unless_paused`]), so the reconcile that made it gives
+//! its worker back and comes round again when the pause ends.
 //!
 //! More replicas shrink the share at once; fewer grow it only after the
 //! smaller count has held for [`SHARE_HOLD`] with the control plane
@@ -158,6 +163,19 @@ impl Limiter {
         }
     }
 
+    /// Like [`Limiter::acquire`], but a pause of `key` with more than
+    /// `longest_wait` left is not waited out: `Err` says how long it lasts.
+    pub async fn acquire_unless_paused(
+        &self,
+        key: &str,
+        longest_wait: Duration,
+    ) -> Result<Acquired, Duration> {
+        match self.paused_for(key) {
+            Some(left) if left > longest_wait => Err(left),
+            _ => Ok(self.acquire(key).await),
+        }
+    }
+
     /// Stop sending to `host` for `for_how_long` (after a 429).
     pub fn pause(&self, host: &str, for_how_long: Duration) {
         let until = Instant::now() + for_how_long;
@@ -254,6 +272,32 @@ mod tests {
             l.members(),
             1,
             "believed once it held with renewals working"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_long_pause_is_not_waited_out() {
+        let l = Limiter::new(100.0);
+        l.pause("http://a:1", Duration::from_secs(120));
+        let start = Instant::now();
+        let left = l
+            .acquire_unless_paused("http://a:1", Duration::from_secs(1))
+            .await
+            .unwrap_err();
+        assert!(left > Duration::from_secs(119), "{left:?}");
+        assert_eq!(start.elapsed(), Duration::ZERO, "it waited");
+        // Another endpoint of the same host is not paused.
+        assert_eq!(
+            l.acquire_unless_paused("http://a:2", Duration::from_secs(1))
+                .await,
+            Ok(Acquired::Immediately)
+        );
+        // A pause about to end is waited out.
+        tokio::time::advance(Duration::from_millis(119_500)).await;
+        assert!(
+            l.acquire_unless_paused("http://a:1", Duration::from_secs(1))
+                .await
+                .is_ok()
         );
     }
 

@@ -10,6 +10,7 @@
 //! - [`limiter`]: the request budget per host and 429 pauses;
 //! - [`flight`]: identical requests in flight shared;
 //! - [`client`]: the requests themselves, with bounded retries and metrics;
+//! - [`folders`]: whether a scope's environment and folder exist;
 //! - [`model`]: wire types, with secret values redacted in `Debug`.
 
 pub mod auth;
@@ -19,6 +20,9 @@ pub mod endpoint;
 mod error;
 pub mod events;
 pub mod flight;
+pub mod folders;
+#[cfg(test)]
+mod fuzz;
 pub mod leases;
 pub mod limiter;
 pub mod model;

@@ -140,6 +140,37 @@ pub struct Project {
     /// Display name.
     #[serde(default)]
     pub name: String,
+    /// Its environments.
+    #[serde(default)]
+    pub environments: Vec<ProjectEnvironment>,
+}
+
+/// An environment of a [`Project`].
+#[derive(Debug, Clone, Deserialize)]
+pub struct ProjectEnvironment {
+    /// Slug, as resources name it.
+    pub slug: String,
+}
+
+/// `GET /api/v1/workspace/:workspaceId`: the project, wrapped.
+#[derive(Debug, Clone, Deserialize)]
+pub struct WorkspaceBody {
+    /// The project.
+    pub workspace: Project,
+}
+
+/// `GET /api/v1/folders`: the sub-folders of a folder.
+#[derive(Debug, Clone, Deserialize)]
+pub struct FoldersBody {
+    /// The folders.
+    pub folders: Vec<FolderBody>,
+}
+
+/// One folder of [`FoldersBody`].
+#[derive(Debug, Clone, Deserialize)]
+pub struct FolderBody {
+    /// Its name (the last path segment).
+    pub name: String,
 }
 
 /// One secret of a fetched scope, after merging imports.

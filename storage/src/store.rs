@@ -120,6 +120,10 @@ pub struct OpenReport {
     /// replaced): token and sync records were deleted, as their keys and
     /// hashes depend on it.
     pub key_changed: bool,
+    /// Set when the cache directory itself could not be made private
+    /// (mode 0700), e.g. a volume root owned by another user; the database
+    /// inside it is private all the same. For one warning in the log.
+    pub permissions: Option<String>,
 }
 
 /// The persistent cache. Cheap to clone (one shared handle); `Send + Sync`.
@@ -216,9 +220,17 @@ impl Store {
         flush_every_ms: Option<u64>,
     ) -> Result<(Store, OpenReport), StorageError> {
         fs::create_dir_all(dir).map_err(|e| StorageError::io(dir, e))?;
+        // The cache is for this process alone: the directory 0700 when it is
+        // ours to change (a mounted volume's root may not be), everything
+        // inside it 0700/0600 whatever the umask.
+        let mut report = OpenReport {
+            permissions: set_mode(dir, DIR_MODE)
+                .err()
+                .map(|e| format!("could not make {} private: {e}", dir.display())),
+            ..OpenReport::default()
+        };
         let lock = lock_dir(dir)?;
         let db_path = dir.join(DB_DIR);
-        let mut report = OpenReport::default();
 
         let opened = match open_db(dir, &db_path, &options, flush_every_ms) {
             Ok(opened) => opened,
@@ -238,6 +250,7 @@ impl Store {
             }
         };
 
+        restrict(dir).map_err(|e| StorageError::io(dir, e))?;
         report.records = opened.records;
         report.dropped = opened.dropped;
         report.key_changed = opened.key_changed;
@@ -417,7 +430,14 @@ impl Store {
     /// point). Changes are also written in the background every 500 ms and
     /// when the last clone is dropped.
     pub fn flush(&self) -> Result<(), StorageError> {
-        self.inner.db.flush().map(drop).map_err(db_error)
+        self.inner.db.flush().map(drop).map_err(db_error)?;
+        self.restrict()
+    }
+
+    /// Files the engine created since the last check become private too
+    /// (0600; directories 0700).
+    fn restrict(&self) -> Result<(), StorageError> {
+        restrict(&self.inner.dir).map_err(|e| StorageError::io(&self.inner.dir, e))
     }
 
     /// Like [`Store::flush`], without blocking the calling task.
@@ -427,7 +447,8 @@ impl Store {
             .flush_async()
             .await
             .map(drop)
-            .map_err(db_error)
+            .map_err(db_error)?;
+        self.restrict()
     }
 
     /// Bytes the database occupies on disk (all its files; 0 if they cannot
@@ -649,12 +670,62 @@ fn open_token(
 }
 
 /// Takes the advisory lock of the cache directory.
+/// Mode of the cache's directories.
+const DIR_MODE: u32 = 0o700;
+/// Mode of the cache's files.
+const FILE_MODE: u32 = 0o600;
+
+#[cfg(unix)]
+fn set_mode(path: &Path, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let current = fs::symlink_metadata(path)?.permissions().mode() & 0o7777;
+    if current == mode {
+        return Ok(());
+    }
+    fs::set_permissions(path, fs::Permissions::from_mode(mode))
+}
+
+#[cfg(not(unix))]
+fn set_mode(_path: &Path, _mode: u32) -> std::io::Result<()> {
+    Ok(())
+}
+
+/// Create `path` (mode [`DIR_MODE`], whatever the umask) unless it exists.
+fn create_private_dir(path: &Path) -> std::io::Result<()> {
+    let mut builder = fs::DirBuilder::new();
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, DIR_MODE);
+    match builder.create(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        other => other,
+    }
+}
+
+/// Make everything under the cache directory (not the directory itself,
+/// see [`Store::open`]) private: directories [`DIR_MODE`], files
+/// [`FILE_MODE`]. Links are left alone.
+fn restrict(dir: &Path) -> std::io::Result<()> {
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        let path = entry.path();
+        if kind.is_dir() {
+            set_mode(&path, DIR_MODE)?;
+            restrict(&path)?;
+        } else if kind.is_file() {
+            set_mode(&path, FILE_MODE)?;
+        }
+    }
+    Ok(())
+}
+
 fn lock_dir(dir: &Path) -> Result<File, StorageError> {
     let path = dir.join(LOCK_FILE);
-    let file = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
+    let mut options = File::options();
+    options.create(true).truncate(false).write(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, FILE_MODE);
+    let file = options
         .open(&path)
         .map_err(|e| StorageError::io(&path, e))?;
     match file.try_lock() {
@@ -707,6 +778,7 @@ fn open_db(
     // A database directory with files in it that turns out to hold no
     // format marker has lost its contents; an absent or empty one is new.
     let existed = fs::read_dir(db_path).is_ok_and(|mut entries| entries.next().is_some());
+    create_private_dir(db_path).map_err(|e| OpenFailure::Fatal(StorageError::io(db_path, e)))?;
     let attempt = catch_unwind(AssertUnwindSafe(|| {
         let db = sled::Config::new()
             .path(db_path)

@@ -124,6 +124,59 @@ fn fresh_open_reports_nothing() {
     assert!(store.path().ends_with("nested/cache"));
 }
 
+/// Every directory under the cache is 0700 and every file 0600, whatever
+/// the process umask (tests run with the usual 022), after opening, after
+/// writes and a flush, after the store is dropped, and after a recovery.
+#[cfg(unix)]
+#[test]
+fn cache_files_are_private_whatever_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    fn modes(dir: &Path, out: &mut Vec<(PathBuf, u32)>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let entry = entry.unwrap();
+            let mode = entry.metadata().unwrap().permissions().mode() & 0o777;
+            out.push((entry.path(), mode));
+            if entry.file_type().unwrap().is_dir() {
+                modes(&entry.path(), out);
+            }
+        }
+    }
+    fn check(dir: &Path, when: &str) {
+        let mut all = Vec::new();
+        modes(dir, &mut all);
+        assert!(all.len() > 2, "{when}: {all:?}");
+        for (path, mode) in all {
+            let want = if path.is_dir() { 0o700 } else { 0o600 };
+            assert_eq!(mode, want, "{when}: {} is {mode:o}", path.display());
+        }
+    }
+    let base = tempfile::tempdir().unwrap();
+    let dir = base.path().join("cache");
+    let (store, report) = open(&dir, Some(1));
+    assert_eq!(report.permissions, None);
+    let dir_mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+    assert_eq!(dir_mode, 0o700);
+    check(&dir, "after open");
+    for i in 0..200 {
+        store
+            .put_sync(&format!("uid-{i}"), &sync_record(i))
+            .unwrap();
+    }
+    store.flush().unwrap();
+    check(&dir, "after a flush");
+    drop(store);
+    let (store, _) = open(&dir, Some(1));
+    check(&dir, "after a reopen");
+    drop(store);
+    // A database the engine cannot read is moved aside and recreated.
+    for f in files_under(&dir.join("db")) {
+        std::fs::write(f, b"garbage").unwrap();
+    }
+    let (_store, report) = open(&dir, Some(1));
+    assert!(report.recovered.is_some());
+    check(&dir, "after a recovery");
+}
+
 #[test]
 fn records_round_trip() {
     let dir = tempfile::tempdir().unwrap();

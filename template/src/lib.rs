@@ -37,6 +37,8 @@ mod data;
 mod encoding;
 mod engine;
 mod error;
+#[cfg(test)]
+mod fuzz;
 mod jwk;
 mod keys;
 mod pemutil;

@@ -227,8 +227,17 @@ fn aws() -> Value {
     json!({"awsIamAuth": {"identityId": AWS_ID, "secretsScope": scope()}})
 }
 
-/// An operator whose environment holds only `env` of the cloud variables.
+/// An operator whose environment holds only `env` of the cloud variables,
+/// trusting the loopback dev servers (`--allowed-kms-hosts=127.0.0.1`) for
+/// the cloud methods.
 fn operator(ns: &str, flags: &[&str], env: &[(&str, &str)]) -> Operator {
+    let mut flags = flags.to_vec();
+    flags.push("--allowed-kms-hosts=127.0.0.1");
+    operator_with(ns, &flags, env)
+}
+
+/// [`operator`] without the allow list: only the global hostAPI is trusted.
+fn operator_with(ns: &str, flags: &[&str], env: &[(&str, &str)]) -> Operator {
     let mut vars: Vec<(&str, Option<&str>)> = CLOUD_ENV
         .iter()
         .filter(|n| !env.iter().any(|(k, _)| k == *n))
@@ -467,4 +476,135 @@ async fn missing_aws_credentials_name_the_sources_tried() {
     assert!(message.contains(&want), "{message}");
     assert!(message.contains("AWS_IAM_MACHINE_IDENTITY"), "{message}");
     assert_eq!(kms.count("POST /api/v1/auth/aws-auth/login", None).await, 0);
+}
+
+/// The methods that prove the operator's own cloud identity never reach a
+/// host the admin did not trust: by default only the global hostAPI of
+/// `kms-config`. A resource naming another host gets `UntrustedKMSHost` and
+/// that host sees no request at all, while universal auth (credentials of
+/// the resource's namespace) may still use any host.
+#[tokio::test]
+async fn cloud_identities_go_only_to_trusted_hosts() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, PostParams};
+    let client = harness::client().await;
+    let ns = TestNamespace::new(&client, "cloud-trust").await;
+    let kms = DevServer::start(&cloud_seed()).await;
+    let attacker = DevServer::start(&cloud_seed()).await;
+    let clouds = clouds().await;
+    let global: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "kms-config", "namespace": ns.name},
+        "data": {"hostAPI": kms.api()}
+    }))
+    .unwrap();
+    Api::<ConfigMap>::namespaced(client.clone(), &ns.name)
+        .create(&PostParams::default(), &global)
+        .await
+        .unwrap();
+    crate::kms_secret_extras::create_secret(
+        &client,
+        &ns.name,
+        "kms-credentials",
+        json!({"clientId": crate::support::CLIENT_ID, "clientSecret": crate::support::CLIENT_SECRET}),
+    )
+    .await;
+    let gcp_flag = format!("--gcp-metadata-endpoint={}", clouds.url);
+    let azure_flag = format!("--azure-imds-endpoint={}", clouds.url);
+    let _op = operator_with(
+        &ns.name,
+        &[&gcp_flag, &azure_flag],
+        &[
+            ("AWS_ACCESS_KEY_ID", "AKIAENVIRONMENT"),
+            ("AWS_SECRET_ACCESS_KEY", "env-secret"),
+        ],
+    );
+    let gcp = json!({"gcpIdTokenAuth": {"identityId": GCP_ID, "secretsScope": scope()}});
+    let azure = json!({"azureAuth": {"identityId": AZURE_ID, "resource": "api://attacker", "secretsScope": scope()}});
+    let universal = json!({"universalAuth": {"credentialsRef": {"secretName": "kms-credentials"}, "secretsScope": scope()}});
+    // The global host, named or by default.
+    apply_cr(
+        &client,
+        &ns.name,
+        cr("named", &kms.api(), "named-out", gcp.clone()),
+    )
+    .await;
+    let mut by_default = cr("default", &kms.api(), "default-out", gcp.clone());
+    by_default["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("hostAPI");
+    apply_cr(&client, &ns.name, by_default).await;
+    // Another host.
+    for (name, auth) in [("gcp", gcp.clone()), ("aws", aws()), ("azure", azure)] {
+        apply_cr(
+            &client,
+            &ns.name,
+            cr(
+                &format!("{name}-elsewhere"),
+                &attacker.api(),
+                &format!("{name}-out"),
+                auth,
+            ),
+        )
+        .await;
+    }
+    apply_cr(
+        &client,
+        &ns.name,
+        cr(
+            "universal-elsewhere",
+            &attacker.api(),
+            "universal-out",
+            universal,
+        ),
+    )
+    .await;
+
+    expect_synced(&client, &ns.name, "named", "named-out", "GCP_ID_TOKEN").await;
+    expect_synced(&client, &ns.name, "default", "default-out", "GCP_ID_TOKEN").await;
+    wait_data(
+        &client,
+        &ns.name,
+        "universal-out",
+        &expect(&[("DB_PASSWORD", "s3cret")]),
+        Duration::from_secs(30),
+    )
+    .await;
+    let attacker_origin = attacker.url.clone();
+    for (name, field) in [
+        ("gcp", "gcpIdTokenAuth"),
+        ("aws", "awsIamAuth"),
+        ("azure", "azureAuth"),
+    ] {
+        let (_, reason, message) = wait_condition(
+            &client,
+            &ns.name,
+            &format!("{name}-elsewhere"),
+            "Ready",
+            "False",
+            Duration::from_secs(30),
+        )
+        .await;
+        assert_eq!(reason, "UntrustedKMSHost", "{name}: {message}");
+        assert!(message.starts_with(field), "{name}: {message}");
+        assert!(message.contains(&attacker_origin), "{name}: {message}");
+        assert!(message.contains("--allowed-kms-hosts"), "{name}: {message}");
+        assert!(message.contains("no request was sent"), "{name}: {message}");
+    }
+    // The other host saw the universal-auth resource only: no cloud login,
+    // no proof of the operator's identity.
+    let stats = attacker.stats().await;
+    let routes: Vec<&String> = stats.as_object().unwrap().keys().collect();
+    assert!(
+        routes.iter().all(|r| !r.contains("aws-auth")
+            && !r.contains("azure-auth")
+            && !r.contains("gcp-auth")),
+        "the other host was sent a cloud login: {routes:?}"
+    );
+    assert!(
+        attacker
+            .count("POST /api/v1/auth/universal-auth/login", None)
+            .await
+            >= 1
+    );
 }

@@ -31,7 +31,7 @@ fn extras_seed(secrets: &[(&str, &str)], ns: &str) -> String {
     s
 }
 
-async fn create_secret(client: &Client, ns: &str, name: &str, data: Value) {
+pub(crate) async fn create_secret(client: &Client, ns: &str, name: &str, data: Value) {
     let secret: Secret = serde_json::from_value(json!({
         "metadata": {"name": name, "namespace": ns},
         "stringData": data
@@ -438,6 +438,7 @@ async fn a_private_ca_is_trusted_and_rotated_and_hosts_are_allow_listed() {
         v
     };
     apply_cr(&client, &ns.name, with_ca("good", "good-out", "kms-ca")).await;
+    let created = std::time::Instant::now();
     apply_cr(
         &client,
         &ns.name,
@@ -461,7 +462,7 @@ async fn a_private_ca_is_trusted_and_rotated_and_hosts_are_allow_listed() {
         Duration::from_secs(30),
     )
     .await;
-    let (_, _, message) = wait_condition(
+    let (_, reason, message) = wait_condition(
         &client,
         &ns.name,
         "rotated",
@@ -470,7 +471,15 @@ async fn a_private_ca_is_trusted_and_rotated_and_hosts_are_allow_listed() {
         Duration::from_secs(30),
     )
     .await;
-    assert!(message.to_lowercase().contains("certificate"), "{message}");
+    // A certificate the CA does not vouch for is reported at once, not
+    // retried as a network error for the whole retry budget (15 s).
+    let reported_after = created.elapsed();
+    assert_eq!(reason, "KMSCertificateInvalid", "{message}");
+    assert!(message.contains("tls.caRef"), "{message}");
+    assert!(
+        reported_after < Duration::from_secs(10),
+        "a wrong CA took {reported_after:?} to be reported"
+    );
     let (_, _, message) = wait_condition(
         &client,
         &ns.name,

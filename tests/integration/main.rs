@@ -19,5 +19,6 @@ mod kms_secret_extras;
 mod observability;
 mod push;
 mod reload;
+mod security;
 mod sharding;
 mod support;

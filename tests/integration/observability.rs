@@ -15,7 +15,7 @@ use crate::harness::{self, TestNamespace, wait_for};
 use crate::support::{CLIENT_ID, CLIENT_SECRET, DevServer, Operator, binary, seed};
 
 /// The addresses an operator process serves on, from its log.
-fn served(op: &Operator) -> Vec<String> {
+pub(crate) fn served(op: &Operator) -> Vec<String> {
     op.output
         .text()
         .lines()
@@ -30,7 +30,7 @@ fn served(op: &Operator) -> Vec<String> {
 }
 
 /// Scrape `/metrics` over plain HTTP from whichever address serves it.
-async fn scrape(op: &Operator) -> Option<String> {
+pub(crate) async fn scrape(op: &Operator) -> Option<String> {
     let http = reqwest::Client::new();
     for addr in served(op) {
         if let Ok(r) = http.get(format!("http://{addr}/metrics")).send().await
@@ -43,7 +43,7 @@ async fn scrape(op: &Operator) -> Option<String> {
 }
 
 /// Sum of the samples of `name` whose labels contain every `filter` pair.
-fn sum(text: &str, name: &str, filter: &[(&str, &str)]) -> f64 {
+pub(crate) fn sum(text: &str, name: &str, filter: &[(&str, &str)]) -> f64 {
     text.lines()
         .filter(|l| !l.starts_with('#'))
         .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
@@ -443,7 +443,8 @@ async fn https_metrics_require_a_token_allowed_to_get_metrics() {
     assert!(body.contains("kms_operator_shard_owned"));
     assert_eq!(code(None).await.0, 401);
     assert_eq!(code(Some(token("nobody").await)).await.0, 403);
-    assert_eq!(code(Some("not-a-token".to_owned())).await.0, 403);
+    // A token the API server does not know is not authenticated: 401.
+    assert_eq!(code(Some("not-a-token".to_owned())).await.0, 401);
     // Plain HTTP is not served on that port.
     let plain = reqwest::get(format!("http://{https}/metrics")).await;
     assert!(
@@ -457,4 +458,91 @@ async fn https_metrics_require_a_token_allowed_to_get_metrics() {
     let _ = Api::<ClusterRole>::all(client.clone())
         .delete(&role_name, &DeleteParams::default())
         .await;
+}
+
+/// Metrics are served on loopback by default; a non-loopback address in
+/// plain HTTP is refused at start unless `--metrics-insecure` says so.
+#[tokio::test]
+async fn plain_metrics_stay_on_loopback_unless_asked_otherwise() {
+    let out = std::process::Command::new(crate::support::binary())
+        .env("KUBECONFIG", harness::kubeconfig())
+        .args([
+            "run",
+            "--metrics-addr",
+            "0.0.0.0:0",
+            "--health-addr",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .expect("run the operator");
+    assert!(
+        !out.status.success(),
+        "started with plain metrics on 0.0.0.0"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--metrics-tls") && stderr.contains("--metrics-insecure"),
+        "{stderr}"
+    );
+    let out = std::process::Command::new(crate::support::binary())
+        .args(["run", "--metrics-tls", "--metrics-insecure"])
+        .output()
+        .expect("run the operator");
+    assert!(!out.status.success(), "both flags were accepted");
+
+    // With the flag it starts and serves on every interface.
+    let client = harness::client().await;
+    let home = TestNamespace::new(&client, "obs-insecure").await;
+    let mut child = std::process::Command::new(crate::support::binary())
+        .env("KUBECONFIG", harness::kubeconfig())
+        .args([
+            "--log-format",
+            "json",
+            "run",
+            "--health-addr",
+            "127.0.0.1:0",
+        ])
+        .args(["--metrics-addr", "0.0.0.0:0", "--metrics-insecure"])
+        .arg(format!("--pod-namespace={}", home.name))
+        .arg(format!("--namespaces={}", home.name))
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("start the operator");
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+                continue;
+            };
+            if let Some(a) = v["fields"]["addr"]
+                .as_str()
+                .filter(|a| a.starts_with("0.0.0.0:"))
+            {
+                let _ = tx.send(a.to_owned());
+            }
+        }
+    });
+    let addr = tokio::task::spawn_blocking(move || rx.recv_timeout(Duration::from_secs(20)))
+        .await
+        .unwrap();
+    let scraped = match addr {
+        Ok(addr) => {
+            let port = addr.rsplit(':').next().unwrap_or_default().to_owned();
+            match reqwest::get(format!("http://127.0.0.1:{port}/metrics")).await {
+                Ok(r) => r.text().await.ok(),
+                Err(_) => None,
+            }
+        }
+        Err(_) => None,
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    let body = scraped.expect("no metrics served on 0.0.0.0");
+    assert!(body.contains("kms_operator_shard_owned"));
 }

@@ -304,6 +304,10 @@ impl Operator {
         env: &[(&str, Option<&str>)],
     ) -> Self {
         let mut command = Command::new(binary());
+        // The test's environment wins (a KUBECONFIG of its own, say).
+        command
+            .env("KUBECONFIG", crate::harness::kubeconfig())
+            .env("RUST_LOG", "info,kms_operator=debug");
         for (name, value) in env {
             match value {
                 Some(v) => command.env(name, v),
@@ -311,8 +315,6 @@ impl Operator {
             };
         }
         let mut child = command
-            .env("KUBECONFIG", crate::harness::kubeconfig())
-            .env("RUST_LOG", "info,kms_operator=debug")
             .args([
                 "--log-format",
                 "json",

@@ -5,6 +5,7 @@
 
 pub(crate) mod auth;
 pub(crate) mod dynamic;
+pub(crate) mod folders;
 pub(crate) mod projects;
 pub(crate) mod secrets;
 pub(crate) mod subscribe;
@@ -46,6 +47,7 @@ pub(crate) const ROUTES: &[&str] = &[
     "GET /api/v2/workspace/:slug",
     "GET /api/v1/workspace/:workspaceId",
     "GET /api/v1/projects/slug/:slug",
+    "GET /api/v1/folders",
     "POST /api/v1/events/subscribe/project-events",
     "GET /api/v4/secrets",
     "GET /api/v3/secrets/raw",
@@ -106,7 +108,10 @@ pub(crate) fn route_info(key: &str) -> RouteInfo {
             accepts: Accepts::Nothing,
         };
     }
-    if path.starts_with("/api/v3/secrets/") || path.starts_with("/api/v4/secrets") {
+    if path.starts_with("/api/v3/secrets/")
+        || path.starts_with("/api/v4/secrets")
+        || path == "/api/v1/folders"
+    {
         return RouteInfo {
             category: Category::Secrets,
             accepts: Accepts::IdentityOrServiceToken,
@@ -150,6 +155,7 @@ pub(crate) fn router(app: App) -> Router {
         .route("/api/v2/workspace/{slug}", get(projects::by_slug))
         .route("/api/v1/workspace/{workspaceId}", get(projects::by_id))
         .route("/api/v1/projects/slug/{slug}", get(projects::by_slug))
+        .route("/api/v1/folders", get(folders::list))
         .route(
             "/api/v1/events/subscribe/project-events",
             post(subscribe::subscribe),

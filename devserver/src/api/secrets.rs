@@ -1,8 +1,9 @@
 //! Secrets: the v3 raw routes — list (with sub-folders, imports and
 //! expanded references), get, create, update, delete, and the batch forms —
 //! and the v4 list. Folders a write needs are created on the way; a list of
-//! a folder or environment that does not exist is empty, as on the real
-//! server.
+//! a folder or environment that does not exist is empty, as on the recorded
+//! (October 2024) server, or a 404 `NotFound` naming the folder, as on
+//! current servers, when the server runs with `missing_folders_not_found`.
 //!
 //! Access: a path-scoped identity, or a service token, may only use the
 //! folders its globs match. A plain list, a get or a write of another folder
@@ -194,6 +195,9 @@ async fn list_secrets(app: &App, caller: &Caller, q: ListQuery) -> ApiResult {
     if project.environment(&environment).is_none()
         || !st.folder_exists(&project.id, &environment, &path)
     {
+        if app.missing_folders_not_found {
+            return Err(folder_not_found(&path, &environment));
+        }
         return Ok(ok(&EmptyListOut {
             secrets: [],
             imports: [],

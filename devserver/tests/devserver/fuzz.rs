@@ -1,6 +1,9 @@
 //! Bad input gets the real server's status and body, never a panic: fixed
 //! cases, then a property test throwing random methods, paths, queries,
-//! headers and bodies at a running server.
+//! headers and bodies at a running server, and one feeding random seeds
+//! (YAML built from the seed's own vocabulary, and random text) to the seed
+//! parser and, when they pass, to a server. Cases: `FUZZ_CASES` (256 by
+//! default, as in CI; see docs/testing.md for a long run).
 
 use std::sync::OnceLock;
 
@@ -229,6 +232,7 @@ fn path() -> impl Strategy<Value = String> {
         Just("/api/v1/dynamic-secrets".to_owned()),
         Just("/api/v1/dynamic-secrets/leases".to_owned()),
         Just("/api/v1/dynamic-secrets/leases/x/renew".to_owned()),
+        Just("/api/v1/folders".to_owned()),
     ];
     let random = prop::collection::vec(segment(), 0..6).prop_map(|s| format!("/{}", s.join("/")));
     let query = prop::collection::vec(
@@ -333,8 +337,118 @@ fn auth() -> impl Strategy<Value = u8> {
     0u8..4
 }
 
+fn cases() -> u32 {
+    std::env::var("FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(256)
+}
+
+/// A seed: YAML in the seed's vocabulary (keys and values it knows, nested
+/// at random), or random text.
+fn seed_text() -> impl Strategy<Value = String> {
+    let word = prop_oneof![
+        prop::sample::select(vec![
+            "projects",
+            "slug",
+            "name",
+            "environments",
+            "secrets",
+            "imports",
+            "dynamicSecrets",
+            "identities",
+            "universalAuth",
+            "kubernetesAuth",
+            "ldapAuth",
+            "awsAuth",
+            "azureAuth",
+            "gcpAuth",
+            "clientId",
+            "clientSecret",
+            "accessTokenTTL",
+            "accessTokenMaxTTL",
+            "allowedAudience",
+            "allowedNamespaces",
+            "projects",
+            "paths",
+            "serviceTokens",
+            "token",
+            "project",
+            "environment",
+            "path",
+            "permissions",
+            "defaultTTL",
+            "maxTTL",
+            "demo",
+            "dev",
+            "/",
+            "/a/**",
+            "1h",
+            "30s",
+            "-1",
+            "0",
+            "read",
+            "write",
+            "''",
+            "~",
+            "[]",
+            "{}",
+        ])
+        .prop_map(str::to_owned),
+        "[a-zA-Z0-9/*._-]{0,8}",
+    ];
+    let yaml = prop::collection::vec(
+        (
+            0usize..4,
+            word.clone(),
+            prop::option::of(word),
+            any::<bool>(),
+        ),
+        0..24,
+    )
+    .prop_map(|lines| {
+        lines
+            .into_iter()
+            .map(|(depth, key, value, item)| {
+                let indent = "  ".repeat(depth);
+                let dash = if item { "- " } else { "" };
+                match value {
+                    Some(v) => format!("{indent}{dash}{key}: {v}"),
+                    None => format!("{indent}{dash}{key}:"),
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+    prop_oneof![yaml, ".{0,64}"]
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_seeds_are_refused_or_served_never_panic(text in seed_text()) {
+        match kms_devserver::Seed::from_yaml(&text) {
+            Err(e) => prop_assert!(!e.to_string().is_empty()),
+            Ok(seed) => {
+                // An accepted seed starts a server that answers.
+                let f = fixture();
+                let config = kms_devserver::Config {
+                    addr: "127.0.0.1:0".parse().unwrap(),
+                    seed: Some(kms_devserver::SeedSource::Yaml(text.clone())),
+                    ..kms_devserver::Config::default()
+                };
+                let started = f.rt.block_on(kms_devserver::start(config));
+                if let Ok(server) = started {
+                    let client = Client::new(server.addr());
+                    let alive = f.rt.block_on(client.try_send("GET", "/api/status", &[], None));
+                    prop_assert!(alive.is_ok_and(|r| r.status == 200));
+                    f.rt.block_on(server.shutdown());
+                }
+                let _ = seed;
+            }
+        }
+    }
 
     #[test]
     fn random_requests_get_json_answers(method in method(), path in path(), body in body(), auth in auth()) {

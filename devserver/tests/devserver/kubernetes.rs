@@ -160,6 +160,9 @@ identities:
   - name: any-app
     kubernetesAuth: {{allowedNamespaces: ["{prefix}-*"], allowedNames: "app, worker"}}
     projects: [demo]
+  - name: empty-audience
+    kubernetesAuth: {{allowedNamespaces: ["{prefix}-*"], allowedAudience: ""}}
+    projects: [demo]
   - name: plain
     universalAuth: {{clientSecret: s}}
     projects: [demo]
@@ -266,6 +269,14 @@ async fn logins_are_reviewed_by_the_cluster_and_checked() {
         login(&c, &any, &other_default_audience).await,
         (401, denied("Access denied: K8s name not allowed."))
     );
+
+    // An empty allowedAudience is no audience check, as in the real API:
+    // the seed is accepted and a token the cluster accepts logs in.
+    let empty = identity(&server, "empty-audience");
+    for jwt in [&default_audience, &other_default_audience] {
+        let (status, body) = login(&c, &empty, jwt).await;
+        assert_eq!(status, 200, "{body}");
+    }
 
     // An identity without Kubernetes auth: the recorded 404, JWT unread.
     let plain = identity(&server, "plain");

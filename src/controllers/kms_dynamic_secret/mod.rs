@@ -117,8 +117,7 @@ fn referenced(o: &KmsDynamicSecret) -> Vec<(String, String)> {
 /// Start watching the resources: a new resource, a spec, label, annotation,
 /// finalizer or deletion change queues it (our own status writes do not).
 pub fn watch(
-    client: &Client,
-    namespaces: &[String],
+    watches: &stores::Watches,
     gate: Arc<dyn Ownership>,
     queue: Arc<Queue<ObjectKey>>,
     refs: Arc<RefIndex>,
@@ -131,11 +130,8 @@ pub fn watch(
         Vec<String>,
     );
     let seen: Mutex<HashMap<String, Fingerprint>> = Mutex::new(HashMap::new());
-    let (resources, drivers) = stores::watch::<KmsDynamicSecret, _>(
-        client,
-        namespaces,
-        &watcher::Config::default(),
-        move |event| {
+    let (resources, drivers) =
+        watches.watch::<KmsDynamicSecret, _>(&watcher::Config::default(), move |event| {
             let (o, initial, deleted) = match event {
                 WatchEvent::Apply(o) => (o, false, false),
                 WatchEvent::InitApply(o) => (o, true, false),
@@ -166,8 +162,7 @@ pub fn watch(
             }
             let shard = gate.shard_of(&key.namespace);
             queue.add(key, shard);
-        },
-    );
+        });
     (
         Controller {
             resources,
@@ -924,6 +919,12 @@ async fn create_and_record(
     ),
     SyncError,
 > {
+    // No lease for a shard that is gone already (or a replica stopping):
+    // nobody could record it. Once the request is out, it is seen through:
+    // dropping it would forget a lease the KMS may have made.
+    if cancel.is_cancelled() {
+        return Err(SyncError::NotOwner);
+    }
     let created = kms
         .create_lease(&identity, &target, step.ttl.as_deref())
         .await
@@ -948,12 +949,51 @@ async fn create_and_record(
     match result {
         Ok(w) => Ok((created, status, w)),
         Err(e) => {
-            let revoked = kms
-                .revoke_lease(&identity, &target, &created.lease.id)
-                .await;
-            tracing::warn!(lease = %created.lease.id, revoked = revoked.is_ok(), error = %e, "could not record a new lease; revoked it");
+            let id = &created.lease.id;
+            // Said before the attempt: a replica stopped while it runs has
+            // still told why the lease is not recorded.
+            tracing::warn!(lease = %id, error = %e, "could not record a new lease; revoking it");
+            match revoke_unrecorded(&kms, &identity, &target, &created.lease).await {
+                Ok(()) => tracing::info!(lease = %id, "unrecorded lease revoked"),
+                Err(r) => tracing::warn!(
+                    lease = %id,
+                    error = %r,
+                    expires = %created.lease.expire_at,
+                    "could not revoke an unrecorded lease; it is never renewed and expires at its TTL"
+                ),
+            }
             Err(e)
         }
+    }
+}
+
+/// Longest time spent revoking a lease that could not be recorded.
+const UNRECORDED_REVOKE_WINDOW: Duration = Duration::from_secs(120);
+
+/// Revoke a lease nobody recorded, waiting out the KMS's 429 pauses and
+/// passing failures, until it is revoked, it expires by itself, or
+/// [`UNRECORDED_REVOKE_WINDOW`] has passed.
+async fn revoke_unrecorded(
+    kms: &crate::kms::Kms,
+    identity: &Identity,
+    target: &LeaseTarget,
+    lease: &crate::kms::leases::Lease,
+) -> Result<(), KmsError> {
+    let give_up = tokio::time::Instant::now() + UNRECORDED_REVOKE_WINDOW;
+    let mut delay = Duration::from_secs(1);
+    loop {
+        let error = match kms.revoke_lease(identity, target, &lease.id).await {
+            Ok(()) => return Ok(()),
+            Err(e) if !e.is_transient() => return Err(e),
+            Err(e) => e,
+        };
+        let wait = error.retry_after().unwrap_or(delay);
+        let expired = Timestamp::now() + wait >= lease.expire_at;
+        if expired || tokio::time::Instant::now() + wait > give_up {
+            return Err(error);
+        }
+        tokio::time::sleep(wait).await;
+        delay = (delay * 2).min(Duration::from_secs(15));
     }
 }
 

@@ -41,13 +41,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use futures::future::BoxFuture;
-use futures::{FutureExt, StreamExt};
+use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::WatchStreamExt;
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
-use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -75,6 +73,8 @@ pub struct Controller {
     pub resources: Scoped<KmsPushSecret>,
     /// Watched ClusterGenerators.
     generators: Store<ClusterGenerator>,
+    /// Whether the ClusterGenerators are listed.
+    generators_ready: stores::Ready,
     /// The controller's queue (to wake a resource at its cleanup deadline).
     queue: Arc<Queue<ObjectKey>>,
     /// The template engine of push templates (binary values allowed).
@@ -101,8 +101,7 @@ fn has_finalizer(cr: &KmsPushSecret) -> bool {
 /// registered in `refs` (a change of one of them queues it), and a change of
 /// a ClusterGenerator queues the resources that use it.
 pub fn watch(
-    client: &Client,
-    namespaces: &[String],
+    watches: &stores::Watches,
     gate: Arc<dyn Ownership>,
     queue: Arc<Queue<ObjectKey>>,
     refs: Arc<RefIndex>,
@@ -111,55 +110,51 @@ pub fn watch(
     let (resources, mut drivers) = {
         let (gate, queue, by_generator) = (gate.clone(), queue.clone(), by_generator.clone());
         let seen: Mutex<HashMap<String, Fingerprint>> = Mutex::new(HashMap::new());
-        stores::watch::<KmsPushSecret, _>(
-            client,
-            namespaces,
-            &watcher::Config::default(),
-            move |event| {
-                let (o, initial, deleted) = match event {
-                    Event::Apply(o) => (o, false, false),
-                    Event::InitApply(o) => (o, true, false),
-                    Event::Delete(o) => (o, false, true),
-                    Event::Init | Event::InitDone => return,
-                };
-                let key = ObjectKey::new(o.namespace().unwrap_or_default(), o.name_any());
-                let owner = plan::owner_id(&key.namespace, &key.name);
-                let uid = o.uid().unwrap_or_default();
-                let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
-                if deleted {
-                    seen.remove(&uid);
-                    refs.remove(&owner);
-                    by_generator.remove(&owner);
-                } else {
-                    refs.set(&owner, plan::referenced_secrets(o));
-                    by_generator.set(
-                        &owner,
-                        plan::generator_names(o)
-                            .into_iter()
-                            .map(|n| (String::new(), n))
-                            .collect(),
-                    );
-                    let deleting = o.metadata.deletion_timestamp.is_some();
-                    let fp: Fingerprint =
-                        (o.metadata.generation, o.annotations().clone(), deleting);
-                    let changed = seen.get(&uid) != Some(&fp);
-                    seen.insert(uid, fp);
-                    let needs_finalizer = !deleting && !has_finalizer(o);
-                    if !changed && !initial && !needs_finalizer {
-                        return;
-                    }
+        watches.watch::<KmsPushSecret, _>(&watcher::Config::default(), move |event| {
+            let (o, initial, deleted) = match event {
+                Event::Apply(o) => (o, false, false),
+                Event::InitApply(o) => (o, true, false),
+                Event::Delete(o) => (o, false, true),
+                Event::Init | Event::InitDone => return,
+            };
+            let key = ObjectKey::new(o.namespace().unwrap_or_default(), o.name_any());
+            let owner = plan::owner_id(&key.namespace, &key.name);
+            let uid = o.uid().unwrap_or_default();
+            let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+            if deleted {
+                seen.remove(&uid);
+                refs.remove(&owner);
+                by_generator.remove(&owner);
+            } else {
+                refs.set(&owner, plan::referenced_secrets(o));
+                by_generator.set(
+                    &owner,
+                    plan::generator_names(o)
+                        .into_iter()
+                        .map(|n| (String::new(), n))
+                        .collect(),
+                );
+                let deleting = o.metadata.deletion_timestamp.is_some();
+                let fp: Fingerprint = (o.metadata.generation, o.annotations().clone(), deleting);
+                let changed = seen.get(&uid) != Some(&fp);
+                seen.insert(uid, fp);
+                let needs_finalizer = !deleting && !has_finalizer(o);
+                if !changed && !initial && !needs_finalizer {
+                    return;
                 }
-                let shard = gate.shard_of(&key.namespace);
-                queue.add(key, shard);
-            },
-        )
+            }
+            let shard = gate.shard_of(&key.namespace);
+            queue.add(key, shard);
+        })
     };
-    let (generators, d) = watch_generators(client, gate, queue.clone(), by_generator);
+    let (generators, generators_ready, d) =
+        watch_generators(watches, gate, queue.clone(), by_generator);
     drivers.push(d);
     (
         Controller {
             resources,
             generators,
+            generators_ready,
             queue,
             renderer: Arc::new(kms_template::Engine::default()),
             identities: Mutex::new(HashMap::new()),
@@ -172,52 +167,41 @@ pub fn watch(
 /// Watch the (cluster-scoped) ClusterGenerators; a new, changed or deleted
 /// generator queues the resources that use it.
 fn watch_generators(
-    client: &Client,
+    watches: &stores::Watches,
     gate: Arc<dyn Ownership>,
     queue: Arc<Queue<ObjectKey>>,
     by_generator: Arc<RefIndex>,
-) -> (Store<ClusterGenerator>, BoxFuture<'static, ()>) {
-    let (reader, writer) = reflector::store();
-    let api: Api<ClusterGenerator> = Api::all(client.clone());
-    let stream = reflector::reflector(
-        writer,
-        watcher::watcher(api, watcher::Config::default()).default_backoff(),
-    );
-    let driver = async move {
-        let mut seen: HashMap<String, Option<i64>> = HashMap::new();
-        let mut stream = std::pin::pin!(stream);
-        while let Some(item) = stream.next().await {
-            let (name, changed) = match item {
-                Ok(Event::Apply(g) | Event::InitApply(g)) => {
-                    let name = g.name_any();
-                    let generation = g.metadata.generation;
-                    let changed = seen.insert(name.clone(), generation) != Some(generation);
-                    (name, changed)
-                }
-                Ok(Event::Delete(g)) => {
-                    let name = g.name_any();
-                    seen.remove(&name);
-                    (name, true)
-                }
-                Ok(Event::Init | Event::InitDone) => continue,
-                Err(e) => {
-                    tracing::warn!(error = %e, "watch of ClusterGenerators failed; retrying");
-                    continue;
-                }
-            };
-            if !changed {
-                continue;
+) -> (
+    Store<ClusterGenerator>,
+    stores::Ready,
+    BoxFuture<'static, ()>,
+) {
+    let mut seen: HashMap<String, Option<i64>> = HashMap::new();
+    watches.watch_cluster::<ClusterGenerator, _>(&watcher::Config::default(), move |event| {
+        let (name, changed) = match event {
+            Event::Apply(g) | Event::InitApply(g) => {
+                let name = g.name_any();
+                let generation = g.metadata.generation;
+                let changed = seen.insert(name.clone(), generation) != Some(generation);
+                (name, changed)
             }
-            for owner in by_generator.dependents("", &name) {
-                let mut parts = owner.splitn(3, '/');
-                if let (Some(_), Some(ns), Some(cr)) = (parts.next(), parts.next(), parts.next()) {
-                    queue.add(ObjectKey::new(ns, cr), gate.shard_of(ns));
-                }
+            Event::Delete(g) => {
+                let name = g.name_any();
+                seen.remove(&name);
+                (name, true)
+            }
+            Event::Init | Event::InitDone => return,
+        };
+        if !changed {
+            return;
+        }
+        for owner in by_generator.dependents("", &name) {
+            let mut parts = owner.splitn(3, '/');
+            if let (Some(_), Some(ns), Some(cr)) = (parts.next(), parts.next(), parts.next()) {
+                queue.add(ObjectKey::new(ns, cr), gate.shard_of(ns));
             }
         }
-    }
-    .boxed();
-    (reader, driver)
+    })
 }
 
 impl Controller {
@@ -397,9 +381,7 @@ impl Controller {
         let generators = cr.spec.push.generators.clone().unwrap_or_default();
         if !generators.is_empty() {
             tokio::select! {
-                r = self.generators.wait_until_ready() => {
-                    r.map_err(|_| SyncError::Spec("the ClusterGenerator watch stopped".to_owned()))?;
-                }
+                () = self.generators_ready.wait() => {}
                 () = cancel.cancelled() => return Err(SyncError::NotOwner),
             }
         }

@@ -69,8 +69,6 @@ struct Synced {
     next_due: SystemTime,
     synced_keys: Option<i64>,
     targets: usize,
-    /// The login method used, when this sync needed a token.
-    strategy: Option<&'static str>,
     /// The instant-update stream, when asked for.
     stream: Option<StreamState>,
 }
@@ -125,12 +123,18 @@ pub async fn reconcile(
             SystemTime::now() + super::UNSEEN_STATUS_RETRY,
         ));
     }
-    let outcome = sync(ctx, &cr, shard, cancel).await;
+    let mut progress = Progress::default();
+    let outcome = sync(ctx, &cr, shard, cancel, &mut progress).await;
+    if progress.took_event && outcome.is_err() {
+        // The change event that made this sync due is not spent until a
+        // sync succeeds (a write that lost a race must fetch again).
+        ctx.instant.mark_fresh(key);
+    }
     if matches!(outcome, Err(SyncError::NotOwner)) {
         return Err(SyncError::NotOwner);
     }
     ensure_owner(ctx, shard, cancel)?;
-    write_status(ctx, &cr, shard, &outcome).await?;
+    write_status(ctx, &cr, shard, &outcome, &progress).await?;
     match outcome {
         Ok(s) => Ok(Action::RequeueAt(s.next_due)),
         Err(e) => Err(e),
@@ -269,11 +273,86 @@ fn last_record(
     })
 }
 
+/// How a scope is named in messages: project, environment, folder.
+fn describe_scope(scope: &crate::kms::Scope) -> String {
+    use crate::kms::ProjectRef;
+    let project = match &scope.project {
+        ProjectRef::Slug(s) => format!("project {s}"),
+        ProjectRef::Id(id) => format!("project id {id}"),
+        ProjectRef::OfServiceToken => "the service token's project".to_owned(),
+    };
+    let folder = if scope.recursive {
+        format!("folder {} and its sub-folders", scope.path)
+    } else {
+        format!("folder {}", scope.path)
+    };
+    match &scope.secret_name {
+        Some(name) => format!(
+            "secret {name} in {project}, environment {}, {folder}",
+            scope.environment
+        ),
+        None => format!("{project}, environment {}, {folder}", scope.environment),
+    }
+}
+
+/// The KMS listed the scope as empty: find out whether its environment and
+/// folder exist (older servers list missing ones as empty). Only an
+/// existing folder lets the sync go on and empty the targets.
+async fn confirm_folder(
+    ctx: &Context,
+    identity: &crate::kms::Identity,
+    scope: &crate::kms::Scope,
+) -> Result<(), SyncError> {
+    use crate::kms::folders::FolderCheck;
+    let keep = "the targets keep their data and none was created";
+    match ctx.kms.check_folder(identity, scope).await {
+        Ok(FolderCheck::Exists) => Ok(()),
+        Ok(FolderCheck::MissingEnvironment) => Err(SyncError::Folder {
+            reason: "EnvironmentNotFound",
+            message: format!(
+                "environment {} does not exist ({}); {keep}",
+                scope.environment,
+                describe_scope(scope)
+            ),
+            transient: false,
+        }),
+        Ok(FolderCheck::MissingFolder) => Err(SyncError::Folder {
+            reason: "FolderNotFound",
+            message: format!(
+                "folder {} does not exist in environment {} ({}); {keep}",
+                scope.path,
+                scope.environment,
+                describe_scope(scope)
+            ),
+            transient: false,
+        }),
+        Err(e) => Err(SyncError::Folder {
+            reason: "FolderCheckFailed",
+            message: format!(
+                "the KMS listed no secrets for {}, and whether that folder exists could not be checked \
+                 (the identity needs to read the project and its folders): {e}; {keep}",
+                describe_scope(scope)
+            ),
+            transient: e.is_transient(),
+        }),
+    }
+}
+
+/// What a sync got done before it ended (well or not).
+#[derive(Default)]
+struct Progress {
+    /// The login method, when a token was obtained.
+    logged_in: Option<&'static str>,
+    /// An instant-update event made this sync due.
+    took_event: bool,
+}
+
 async fn sync(
     ctx: &Context,
     cr: &KmsSecret,
     shard: u32,
     cancel: &CancellationToken,
+    progress: &mut Progress,
 ) -> Result<Synced, SyncError> {
     let ns = cr.namespace().unwrap_or_default();
     let name = cr.name_any();
@@ -340,13 +419,13 @@ async fn sync(
     let instant = plan::instant_updates(&cr.spec);
     let key = ObjectKey::new(&ns, &name);
     let fresh = instant && ctx.instant.take_fresh(&key);
+    progress.took_event = fresh;
     let newly_listening = instant && !ctx.instant.is_registered(&key);
     let due = need_values
         || fresh
         || newly_listening
         || record.as_ref().is_none_or(|r| now >= r.next_due);
 
-    let mut strategy = None;
     let mut etag_out = record.as_ref().and_then(|r| r.etag.clone());
     // Data per target: fetched and planned, or (not due / 304) the target's
     // own current data.
@@ -373,11 +452,11 @@ async fn sync(
         (None, true) => ctx.instant.state_of(&key),
     };
     let fetched: Option<SecretMap> = if let (true, Some((identity, scope))) = (due, &login) {
-        strategy = Some(identity.credentials.strategy_name());
         tokio::select! {
             r = ctx.kms.token(identity) => { r.map_err(SyncError::Auth)?; }
             () = cancel.cancelled() => return Err(SyncError::NotOwner),
         }
+        progress.logged_in = Some(identity.credentials.strategy_name());
         let etag = if need_values {
             None
         } else {
@@ -392,13 +471,25 @@ async fn sync(
                 {
                     SyncError::Auth(e)
                 }
-                e => SyncError::Kms(e),
+                error => SyncError::KmsScope { error, scope: describe_scope(scope) },
             })?,
             () = cancel.cancelled() => return Err(SyncError::NotOwner),
         };
         match &*result {
             Fetch::NotModified => None,
             Fetch::Secrets { secrets, etag } => {
+                // An empty answer may mean "no such folder" (older servers
+                // list a missing folder or environment as empty): make sure
+                // before any target is emptied or created empty.
+                let would_empty = observed
+                    .iter()
+                    .any(|(o, _)| o.as_ref().is_none_or(|o| !o.data.is_empty()));
+                if secrets.is_empty() && scope.secret_name.is_none() && would_empty {
+                    tokio::select! {
+                        r = confirm_folder(ctx, identity, scope) => r?,
+                        () = cancel.cancelled() => return Err(SyncError::NotOwner),
+                    }
+                }
                 etag_out.clone_from(etag);
                 Some(secrets.clone())
             }
@@ -508,7 +599,6 @@ async fn sync(
         next_due,
         synced_keys,
         targets: targets.len(),
-        strategy,
         stream,
     })
 }
@@ -590,25 +680,28 @@ async fn write_status(
     cr: &KmsSecret,
     shard: u32,
     outcome: &Result<Synced, SyncError>,
+    progress: &Progress,
 ) -> Result<(), SyncError> {
     let old = cr.status.clone().unwrap_or_default();
     let mut status = old.clone();
     let generation = cr.metadata.generation;
     let now = now_time();
     let c = &mut status.conditions;
+    // A login that worked is reported whatever happened after it (a
+    // template error, a KMS refusal of the folder).
+    if let Some(strategy) = progress.logged_in {
+        conditions::set(
+            c,
+            ct::LOADED_KMS_TOKEN,
+            Status::True,
+            "OK",
+            &format!("Logged in to the KMS using the {strategy} authentication strategy"),
+            generation,
+            &now,
+        );
+    }
     match outcome {
         Ok(s) => {
-            if let Some(strategy) = s.strategy {
-                conditions::set(
-                    c,
-                    ct::LOADED_KMS_TOKEN,
-                    Status::True,
-                    "OK",
-                    &format!("Logged in to the KMS using the {strategy} authentication strategy"),
-                    generation,
-                    &now,
-                );
-            }
             let keys = s.synced_keys.unwrap_or(0);
             conditions::set(
                 c,

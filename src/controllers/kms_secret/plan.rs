@@ -15,7 +15,9 @@ use crate::api::kms_secret::{KmsSecret, KmsSecretSpec};
 pub use crate::controllers::auth::AuthMethod;
 use crate::controllers::error::SyncError;
 use crate::controllers::refs::namespace_of;
-use crate::controllers::target::{TargetKind, valid_data_key};
+use crate::controllers::target::{
+    TargetKind, valid_data_key, valid_namespace_name, valid_object_name,
+};
 use crate::kms::cloud::CloudMethod;
 use crate::kms::{ProjectRef, Scope, SecretMap};
 
@@ -119,6 +121,25 @@ pub fn targets(cr: &KmsSecret, allow_cross: bool) -> Result<Vec<Target>, SyncErr
         ));
     }
     for t in &out {
+        let (name_field, namespace_field) = match t.kind {
+            TargetKind::Secret => ("secretName", "secretNamespace"),
+            TargetKind::ConfigMap => ("configMapName", "configMapNamespace"),
+        };
+        if !valid_object_name(&t.name) {
+            return Err(SyncError::Spec(format!(
+                "{}.{name_field}: {:?} is not a valid {} name (lower-case letters, digits, '-' and '.', \
+                 starting and ending with a letter or digit, at most 253 characters); nothing was written",
+                t.field,
+                t.name,
+                t.kind.as_str()
+            )));
+        }
+        if !valid_namespace_name(&t.namespace) {
+            return Err(SyncError::Spec(format!(
+                "{}.{namespace_field}: {:?} is not a valid namespace name; nothing was written",
+                t.field, t.namespace
+            )));
+        }
         if t.creation_policy == CreationPolicy::Owner && t.namespace != ns {
             return Err(SyncError::Spec(format!(
                 "{}.creationPolicy: Owner needs the target in the resource's namespace {ns} (it is in {})",
@@ -502,6 +523,19 @@ pub fn build_data(
         .is_none_or(|t| t.include_all_secrets);
     if include_all {
         for (k, item) in secrets {
+            if !valid_data_key(k) {
+                return Err(SyncError::Target {
+                    reason: "InvalidSecretKey",
+                    message: format!(
+                        "the KMS secret {k:?} (folder {}) cannot be a key of {}: {} data keys hold only \
+                         letters, digits, '-', '_' and '.'. Rename it in the KMS, or list the keys to write \
+                         in template.data with includeAllSecrets: false; nothing was written",
+                        item.secret_path,
+                        target.id(),
+                        target.kind.as_str()
+                    ),
+                });
+            }
             out.insert(k.clone(), item.value.expose_secret().as_bytes().to_vec());
         }
     }
@@ -519,8 +553,9 @@ pub fn build_data(
     for key in out.keys() {
         if !valid_data_key(key) {
             return Err(SyncError::Spec(format!(
-                "{}: the key {key:?} is not a valid {} data key (letters, digits, '-', '_' and '.' only)",
-                target.id(),
+                "{}.template.data: the key {key:?} is not a valid {} data key (letters, digits, '-', '_' \
+                 and '.' only); nothing was written",
+                target.field,
                 target.kind.as_str()
             )));
         }
@@ -810,11 +845,44 @@ mod tests {
                 secret_path: "/".into(),
             },
         );
-        let err = build_data(t, &s, &Upper).unwrap_err().to_string();
+        let err = build_data(t, &s, &Upper).unwrap_err();
+        assert_eq!(err.reason(), "InvalidSecretKey");
+        let err = err.to_string();
         assert!(
-            err.contains("\"BAD KEY\" is not a valid Secret data key"),
+            err.contains("the KMS secret \"BAD KEY\" (folder /) cannot be a key of Secret/"),
             "{err}"
         );
         assert!(!err.contains("v\""));
+
+        // A key of template.data (the spec's own) names its field.
+        let c = cr(
+            serde_json::json!({"managedKubeSecretReferences": [{"secretName": "s",
+            "template": {"includeAllSecrets": false, "data": {"bad key": "A"}}}]}),
+        );
+        let t = &targets(&c, false).unwrap()[0];
+        let err = build_data(t, &secrets(), &Upper).unwrap_err();
+        assert_eq!(err.reason(), "InvalidSpec");
+        assert!(
+            err.to_string()
+                .starts_with("managedKubeSecretReferences[0].template.data: the key \"bad key\""),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn invalid_target_names_are_caught_before_any_write() {
+        let c = cr(
+            serde_json::json!({"managedKubeSecretReferences": [{"secretName": "s"}, {"secretName": "My_Secret"}]}),
+        );
+        let err = targets(&c, false).unwrap_err().to_string();
+        assert!(
+            err.starts_with("managedKubeSecretReferences[1].secretName: \"My_Secret\" is not a valid Secret name"),
+            "{err}"
+        );
+        let c = cr(
+            serde_json::json!({"managedKubeConfigMapReferences": [{"configMapName": "cfg.", "configMapNamespace": "x"}]}),
+        );
+        let err = targets(&c, true).unwrap_err().to_string();
+        assert!(err.contains("configMapName: \"cfg.\""), "{err}");
     }
 }

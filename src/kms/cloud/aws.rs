@@ -218,10 +218,9 @@ impl AwsSource {
             .await
             .map_err(|e| format!("STS at {sts}: {}", describe(&e)))?;
         let status = resp.status();
-        let text = resp
-            .text()
+        let text = super::text(resp)
             .await
-            .map_err(|e| format!("STS at {sts}: {}", describe(&e)))?;
+            .map_err(|e| format!("STS at {sts}: {e}"))?;
         if !status.is_success() {
             let code = xml_tag(&text, "Code").unwrap_or_default();
             let message = xml_tag(&text, "Message").unwrap_or_default();
@@ -263,7 +262,7 @@ impl AwsSource {
                 resp.status().as_u16()
             ));
         }
-        let session = SecretString::from(resp.text().await.map_err(|e| describe(&e))?);
+        let session = SecretString::from(super::text(resp).await?);
         let get = |path: String| {
             http.get(format!("{imds}{path}"))
                 .header("x-aws-ec2-metadata-token", session.expose_secret())
@@ -277,7 +276,7 @@ impl AwsSource {
                 resp.status().as_u16()
             ));
         }
-        let roles = resp.text().await.map_err(|e| describe(&e))?;
+        let roles = super::text(resp).await?;
         let role = roles
             .lines()
             .map(str::trim)
@@ -302,7 +301,7 @@ impl AwsSource {
             secret_access_key: Option<SecretString>,
             token: Option<SecretString>,
         }
-        let body = resp.bytes().await.map_err(|e| describe(&e))?;
+        let body = super::body(resp).await?;
         let creds: ImdsCredentials = serde_json::from_slice(&body)
             .map_err(|_| format!("the credentials of role {role} are not valid JSON"))?;
         if let Some(code) = creds.code.filter(|c| c != "Success") {

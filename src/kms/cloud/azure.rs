@@ -61,7 +61,7 @@ impl AzureSource {
             .await
             .map_err(|e| fail(describe(&e)))?;
         let status = resp.status();
-        let body = resp.bytes().await.map_err(|e| fail(describe(&e)))?;
+        let body = super::body(resp).await.map_err(fail)?;
         #[derive(serde::Deserialize)]
         struct Answer {
             #[serde(default)]

@@ -54,7 +54,7 @@ impl GcpIdTokenSource {
             .await
             .map_err(|e| fail(describe(&e)))?;
         let status = resp.status();
-        let text = resp.text().await.map_err(|e| fail(describe(&e)))?;
+        let text = super::text(resp).await.map_err(fail)?;
         if !status.is_success() {
             return Err(fail(format!(
                 "answered {}: {}",

@@ -133,6 +133,16 @@ impl CloudMethod {
         }
     }
 
+    /// The spec field that selects it.
+    pub fn field(self) -> &'static str {
+        match self {
+            CloudMethod::AwsIam => "awsIamAuth",
+            CloudMethod::Azure => "azureAuth",
+            CloudMethod::GcpIdToken => "gcpIdTokenAuth",
+            CloudMethod::GcpIam => "gcpIamAuth",
+        }
+    }
+
     /// The strategy name shown in conditions.
     pub fn strategy_name(self) -> &'static str {
         match self {
@@ -279,6 +289,24 @@ pub fn source(
 
 /// A short description of a failed HTTP call: timeout, connection refused,
 /// and so on (the innermost cause).
+/// Most of a cloud service's answer that is read (tokens and credentials
+/// are a few KiB).
+pub(crate) const MAX_CLOUD_BODY: usize = 1024 * 1024;
+
+/// The body of a cloud service's answer, at most [`MAX_CLOUD_BODY`] bytes.
+pub(crate) async fn body(resp: reqwest::Response) -> Result<bytes::Bytes, String> {
+    crate::kms::client::read_capped(resp, MAX_CLOUD_BODY)
+        .await
+        .map_err(String::from)
+}
+
+/// The body of a cloud service's answer as text (see [`body`]).
+pub(crate) async fn text(resp: reqwest::Response) -> Result<String, String> {
+    body(resp)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+}
+
 pub(crate) fn describe(e: &reqwest::Error) -> String {
     let mut source: Option<&dyn std::error::Error> = std::error::Error::source(e);
     let mut last = None;

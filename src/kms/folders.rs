@@ -1,0 +1,154 @@
+//! Does a folder exist? Older servers answer a list of a folder or an
+//! environment that does not exist with an empty list, which is also the
+//! answer for a folder that exists and is empty. Before the operator empties
+//! a target because a list came back empty, it asks the project (its
+//! environments) and the folders API (`GET /api/v1/folders`, the sub-folders
+//! of the parent) which one it is.
+
+use secrecy::{ExposeSecret, SecretString};
+
+use super::client::{Kms, ProjectRef, Scope, parse, urlencode};
+use super::model::{FoldersBody, Project, WorkspaceBody};
+use super::{Identity, KmsError};
+
+const PROJECT_BY_SLUG: &str = "GET /api/v2/workspace/:slug";
+const PROJECT_BY_ID: &str = "GET /api/v1/workspace/:id";
+const FOLDERS: &str = "GET /api/v1/folders";
+
+/// What the KMS says of a scope's folder.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FolderCheck {
+    /// The environment and the folder exist.
+    Exists,
+    /// The project has no such environment.
+    MissingEnvironment,
+    /// The environment exists, the folder does not.
+    MissingFolder,
+}
+
+/// `/a/b/c` → (`/a/b`, `c`); `/a` → (`/`, `a`); `None` for the root.
+pub fn split_folder(path: &str) -> Option<(String, String)> {
+    let trimmed = path.trim().trim_end_matches('/');
+    let (parent, name) = trimmed.rsplit_once('/')?;
+    if name.is_empty() {
+        return None;
+    }
+    let parent = if parent.is_empty() { "/" } else { parent };
+    Some((parent.to_owned(), name.to_owned()))
+}
+
+impl Kms {
+    /// A project by slug or id, with its environments.
+    pub async fn project(
+        &self,
+        identity: &Identity,
+        project: &ProjectRef,
+    ) -> Result<Project, KmsError> {
+        self.with_token(identity, |token| async move {
+            match project {
+                ProjectRef::Slug(slug) => self.project_by_slug(identity, slug, &token).await,
+                ProjectRef::Id(id) => self.project_by_id(identity, id, &token).await,
+                ProjectRef::OfServiceToken => {
+                    let id = self.service_token_project(identity, &token).await?;
+                    self.project_by_id(identity, &id, &token).await
+                }
+            }
+        })
+        .await
+    }
+
+    async fn project_by_slug(
+        &self,
+        identity: &Identity,
+        slug: &str,
+        token: &SecretString,
+    ) -> Result<Project, KmsError> {
+        let url = format!(
+            "{}/v2/workspace/{}",
+            identity.endpoint.base,
+            urlencode(slug)
+        );
+        let reply = self
+            .send(&identity.endpoint, PROJECT_BY_SLUG, |c| {
+                c.get(&url).bearer_auth(token.expose_secret())
+            })
+            .await?;
+        parse(PROJECT_BY_SLUG, &reply)
+    }
+
+    async fn project_by_id(
+        &self,
+        identity: &Identity,
+        id: &str,
+        token: &SecretString,
+    ) -> Result<Project, KmsError> {
+        let url = format!("{}/v1/workspace/{}", identity.endpoint.base, urlencode(id));
+        let reply = self
+            .send(&identity.endpoint, PROJECT_BY_ID, |c| {
+                c.get(&url).bearer_auth(token.expose_secret())
+            })
+            .await?;
+        parse::<WorkspaceBody>(PROJECT_BY_ID, &reply).map(|w| w.workspace)
+    }
+
+    /// Whether the environment and folder of `scope` exist. Errors (a 403,
+    /// an outage) are returned as they are: the caller must not take them
+    /// for an answer.
+    pub async fn check_folder(
+        &self,
+        identity: &Identity,
+        scope: &Scope,
+    ) -> Result<FolderCheck, KmsError> {
+        let project = self.project(identity, &scope.project).await?;
+        if !project
+            .environments
+            .iter()
+            .any(|e| e.slug == scope.environment)
+        {
+            return Ok(FolderCheck::MissingEnvironment);
+        }
+        let Some((parent, name)) = split_folder(&scope.path) else {
+            return Ok(FolderCheck::Exists);
+        };
+        let url = format!("{}/v1/folders", identity.endpoint.base);
+        let query = [
+            ("workspaceId", project.id.as_str()),
+            ("environment", scope.environment.as_str()),
+            ("path", parent.as_str()),
+        ];
+        let listed = self
+            .with_token(identity, |token| {
+                let (url, query) = (&url, &query);
+                async move {
+                    let reply = self
+                        .send(&identity.endpoint, FOLDERS, |c| {
+                            c.get(url).query(query).bearer_auth(token.expose_secret())
+                        })
+                        .await?;
+                    parse::<FoldersBody>(FOLDERS, &reply)
+                }
+            })
+            .await;
+        match listed {
+            Ok(body) if body.folders.iter().any(|f| f.name == name) => Ok(FolderCheck::Exists),
+            Ok(_) => Ok(FolderCheck::MissingFolder),
+            // Newer servers: the parent does not exist either.
+            Err(KmsError::Api { status: 404, .. }) => Ok(FolderCheck::MissingFolder),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn folders_split_into_parent_and_name() {
+        assert_eq!(split_folder("/"), None);
+        assert_eq!(split_folder(""), None);
+        assert_eq!(split_folder("/a"), Some(("/".into(), "a".into())));
+        assert_eq!(split_folder("/a/b/"), Some(("/a".into(), "b".into())));
+        assert_eq!(split_folder("/a/b/c"), Some(("/a/b".into(), "c".into())));
+    }
+}
