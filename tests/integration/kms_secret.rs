@@ -105,6 +105,23 @@ pub(crate) async fn wait_data(
     })
 }
 
+/// The condition `type_` of a KmsSecret as written, and the resource's
+/// generation.
+pub(crate) async fn condition_json(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    type_: &str,
+) -> Option<(Value, i64)> {
+    let o = kms_secrets(client, ns).get(name).await.ok()?;
+    let c = o.data["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)?
+        .clone();
+    Some((c, o.metadata.generation.unwrap_or(0)))
+}
+
 /// The condition `type_` of a KmsSecret: (status, reason, message).
 pub(crate) async fn condition(
     client: &Client,
@@ -112,12 +129,7 @@ pub(crate) async fn condition(
     name: &str,
     type_: &str,
 ) -> Option<(String, String, String)> {
-    let o = kms_secrets(client, ns).get(name).await.ok()?;
-    let c = o.data["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)?
-        .clone();
+    let (c, _) = condition_json(client, ns, name, type_).await?;
     Some((
         c["status"].as_str()?.to_owned(),
         c["reason"].as_str()?.to_owned(),

@@ -20,7 +20,9 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use crate::harness::{self, TestNamespace, wait_for};
-use crate::kms_secret::{apply_cr, data_of, expect, kms_secrets, wait_condition, wait_data};
+use crate::kms_secret::{
+    apply_cr, condition_json, data_of, expect, kms_secrets, wait_condition, wait_data,
+};
 use crate::kms_secret_extras::{cr, create_secret, scope};
 use crate::observability::{scrape, served, sum};
 use crate::support::{CLIENT_ID, CLIENT_SECRET, DevServer, Operator, TempDir, seed};
@@ -38,29 +40,41 @@ fn universal_at(project: &str, env: &str, path: &str) -> Value {
         "secretsScope": {"projectSlug": project, "envSlug": env, "secretsPath": path}}})
 }
 
-/// A condition of a KmsSecret: (status, reason, message, observedGeneration),
-/// and the resource's generation.
+/// A condition of a KmsSecret: (status, observedGeneration), and the
+/// resource's generation.
 async fn condition_of(
     client: &Client,
     ns: &str,
     name: &str,
     type_: &str,
-) -> Option<((String, String, String, i64), i64)> {
-    let o = kms_secrets(client, ns).get(name).await.ok()?;
-    let c = o.data["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)?
-        .clone();
+) -> Option<((String, i64), i64)> {
+    let (c, generation) = condition_json(client, ns, name, type_).await?;
     Some((
         (
             c["status"].as_str()?.to_owned(),
-            c["reason"].as_str()?.to_owned(),
-            c["message"].as_str()?.to_owned(),
             c["observedGeneration"].as_i64().unwrap_or(-1),
         ),
-        o.metadata.generation.unwrap_or(0),
+        generation,
     ))
+}
+
+/// Point a KmsSecret (universal auth) at another project, environment and
+/// folder.
+async fn rescope(client: &Client, ns: &str, name: &str, project: &str, env: &str, path: &str) {
+    patch_kms_secret(
+        client,
+        ns,
+        name,
+        json!({"spec": {"authentication": universal_at(project, env, path)}}),
+    )
+    .await;
+}
+
+/// Wait (30 s at most) for `Ready=False` on a KmsSecret: (reason, message).
+async fn not_ready(client: &Client, ns: &str, name: &str) -> (String, String) {
+    let (_, reason, message) =
+        wait_condition(client, ns, name, "Ready", "False", Duration::from_secs(30)).await;
+    (reason, message)
 }
 
 async fn patch_kms_secret(client: &Client, ns: &str, name: &str, patch: Value) {
@@ -99,6 +113,29 @@ fn log_lines(op: &Operator, needle: &str) -> Vec<String> {
         .filter(|l| l.contains(needle))
         .map(str::to_owned)
         .collect()
+}
+
+/// A namespace with the credentials Secret, a dev KMS with `secrets` and an
+/// operator watching the namespace.
+struct Fixture {
+    client: Client,
+    ns: TestNamespace,
+    kms: DevServer,
+    op: Operator,
+}
+
+async fn fixture(prefix: &str, secrets: &[(&str, &str)]) -> Fixture {
+    let client = harness::client().await;
+    let ns = TestNamespace::new(&client, prefix).await;
+    let kms = DevServer::start(&seed(secrets)).await;
+    create_secret(&client, &ns.name, "kms-credentials", credentials()).await;
+    let op = Operator::start(&ns.name, &[&ns.name], &[]);
+    Fixture {
+        client,
+        ns,
+        kms,
+        op,
+    }
 }
 
 // ----- readiness -------------------------------------------------------------
@@ -670,15 +707,7 @@ async fn a_paused_endpoint_delays_no_other() {
     );
 
     // The paused ones wait, say until when, and do not hammer the endpoint.
-    let (_, reason, message) = wait_condition(
-        &client,
-        &ns.name,
-        "paused-0",
-        "Ready",
-        "False",
-        Duration::from_secs(30),
-    )
-    .await;
+    let (reason, message) = not_ready(&client, &ns.name, "paused-0").await;
     assert_eq!(reason, "KMSRateLimited", "{message}");
     assert!(message.contains("waiting until 20"), "{message}");
     let asked = paused.count();
@@ -746,22 +775,8 @@ async fn a_missing_folder_never_empties_a_secret() {
         for name in ["typo-out", "emptied-out"] {
             wait_data(&client, &ns.name, name, &have, Duration::from_secs(30)).await;
         }
-        patch_kms_secret(
-            &client,
-            &ns.name,
-            "typo",
-            json!({"spec": {"authentication": universal_at("demo", "dev", "/typo")}}),
-        )
-        .await;
-        let (_, reason, message) = wait_condition(
-            &client,
-            &ns.name,
-            "typo",
-            "Ready",
-            "False",
-            Duration::from_secs(30),
-        )
-        .await;
+        rescope(&client, &ns.name, "typo", "demo", "dev", "/typo").await;
+        let (reason, message) = not_ready(&client, &ns.name, "typo").await;
         assert_eq!(reason, "FolderNotFound", "{mode}: {message}");
         assert!(
             message.contains("environment dev") && message.contains("/typo"),
@@ -769,20 +784,14 @@ async fn a_missing_folder_never_empties_a_secret() {
         );
         // A login that worked before the failure is reported, at the
         // resource's current generation.
-        let ((status, _, _, observed), generation) =
+        let ((status, observed), generation) =
             condition_of(&client, &ns.name, "typo", "secrets.hanzo.ai/LoadedKMSToken")
                 .await
                 .expect("LoadedKMSToken");
         assert_eq!((status.as_str(), observed), ("True", generation), "{mode}");
 
         // A folder that exists and is empty empties the Secret.
-        patch_kms_secret(
-            &client,
-            &ns.name,
-            "emptied",
-            json!({"spec": {"authentication": universal_at("demo", "dev", "/empty")}}),
-        )
-        .await;
+        rescope(&client, &ns.name, "emptied", "demo", "dev", "/empty").await;
         wait_data(
             &client,
             &ns.name,
@@ -825,15 +834,7 @@ async fn a_missing_folder_never_empties_a_secret() {
             ),
         )
         .await;
-        let (_, reason, message) = wait_condition(
-            &client,
-            &ns.name,
-            "no-env",
-            "Ready",
-            "False",
-            Duration::from_secs(30),
-        )
-        .await;
+        let (reason, message) = not_ready(&client, &ns.name, "no-env").await;
         let want = if not_found {
             "FolderNotFound"
         } else {
@@ -841,15 +842,7 @@ async fn a_missing_folder_never_empties_a_secret() {
         };
         assert_eq!(reason, want, "{mode}: {message}");
         assert!(message.contains("nope"), "{mode}: {message}");
-        let (_, reason, message) = wait_condition(
-            &client,
-            &ns.name,
-            "fresh",
-            "Ready",
-            "False",
-            Duration::from_secs(30),
-        )
-        .await;
+        let (reason, message) = not_ready(&client, &ns.name, "fresh").await;
         assert_eq!(reason, "FolderNotFound", "{mode}: {message}");
         assert!(message.contains("/missing/deep"), "{mode}: {message}");
         for name in ["no-env-out", "fresh-out"] {
@@ -876,15 +869,7 @@ async fn a_missing_folder_never_empties_a_secret() {
             ),
         )
         .await;
-        let (_, reason, message) = wait_condition(
-            &client,
-            &ns.name,
-            "stranger",
-            "Ready",
-            "False",
-            Duration::from_secs(30),
-        )
-        .await;
+        let (reason, message) = not_ready(&client, &ns.name, "stranger").await;
         assert_eq!(reason, "KMSAccessDenied", "{mode}: {message}");
         assert!(
             message.contains("project other, environment dev, folder /"),
@@ -896,13 +881,7 @@ async fn a_missing_folder_never_empties_a_secret() {
             // stays and the condition says why.
             kms.fault(json!({"route": "GET /api/v1/folders", "errorRate": 1.0, "status": 403}))
                 .await;
-            patch_kms_secret(
-                &client,
-                &ns.name,
-                "emptied",
-                json!({"spec": {"authentication": universal_at("demo", "dev", "/")}}),
-            )
-            .await;
+            rescope(&client, &ns.name, "emptied", "demo", "dev", "/").await;
             wait_data(
                 &client,
                 &ns.name,
@@ -911,22 +890,8 @@ async fn a_missing_folder_never_empties_a_secret() {
                 Duration::from_secs(30),
             )
             .await;
-            patch_kms_secret(
-                &client,
-                &ns.name,
-                "emptied",
-                json!({"spec": {"authentication": universal_at("demo", "dev", "/gone")}}),
-            )
-            .await;
-            let (_, reason, message) = wait_condition(
-                &client,
-                &ns.name,
-                "emptied",
-                "Ready",
-                "False",
-                Duration::from_secs(30),
-            )
-            .await;
+            rescope(&client, &ns.name, "emptied", "demo", "dev", "/gone").await;
+            let (reason, message) = not_ready(&client, &ns.name, "emptied").await;
             assert_eq!(reason, "FolderCheckFailed", "{message}");
             assert!(message.contains("403"), "{message}");
             assert_eq!(
@@ -941,28 +906,21 @@ async fn a_missing_folder_never_empties_a_secret() {
 /// generation the error is for.
 #[tokio::test]
 async fn conditions_keep_the_login_through_a_template_error() {
-    let client = harness::client().await;
-    let ns = TestNamespace::new(&client, "sec-cond").await;
-    let kms = DevServer::start(&seed(&[("DB_PASSWORD", "s3cret")])).await;
-    create_secret(&client, &ns.name, "kms-credentials", credentials()).await;
-    let _op = Operator::start(&ns.name, &[&ns.name], &[]);
+    let Fixture {
+        client,
+        ns,
+        kms,
+        op: _op,
+    } = fixture("sec-cond", &[("DB_PASSWORD", "s3cret")]).await;
     let mut value = cr("tpl", &kms.api(), "tpl-out", universal());
     value["spec"]["managedKubeSecretReferences"][0]["template"] =
         json!({"includeAllSecrets": false, "data": {"x": "{{ MISSING.Value }}"}});
     apply_cr(&client, &ns.name, value).await;
     for round in 0..2 {
-        let (_, reason, message) = wait_condition(
-            &client,
-            &ns.name,
-            "tpl",
-            "Ready",
-            "False",
-            Duration::from_secs(30),
-        )
-        .await;
+        let (reason, message) = not_ready(&client, &ns.name, "tpl").await;
         assert_eq!(reason, "TemplateError", "{message}");
         let found = wait_for(Duration::from_secs(20), || async {
-            let ((status, _, _, observed), generation) =
+            let ((status, observed), generation) =
                 condition_of(&client, &ns.name, "tpl", "secrets.hanzo.ai/LoadedKMSToken").await?;
             (status == "True" && observed == generation).then_some(())
         })
@@ -990,11 +948,12 @@ async fn conditions_keep_the_login_through_a_template_error() {
 /// documented opt-in.
 #[tokio::test]
 async fn a_released_target_is_taken_only_with_the_opt_in() {
-    let client = harness::client().await;
-    let ns = TestNamespace::new(&client, "sec-release").await;
-    let kms = DevServer::start(&seed(&[("A", "1")])).await;
-    create_secret(&client, &ns.name, "kms-credentials", credentials()).await;
-    let _op = Operator::start(&ns.name, &[&ns.name], &[]);
+    let Fixture {
+        client,
+        ns,
+        kms,
+        op: _op,
+    } = fixture("sec-release", &[("A", "1")]).await;
     let mut first = cr("first", &kms.api(), "kept", universal());
     first["spec"]["managedKubeSecretReferences"] = json!([
         {"secretName": "kept", "creationPolicy": "Orphan"},
@@ -1033,15 +992,7 @@ async fn a_released_target_is_taken_only_with_the_opt_in() {
     second["spec"]["managedKubeSecretReferences"] = json!([{"secretName": "kept", "creationPolicy": "Orphan",
         "template": {"includeAllSecrets": false, "data": {"B": "{{ A.Value }}-second"}}}]);
     apply_cr(&client, &ns.name, second).await;
-    let (_, reason, message) = wait_condition(
-        &client,
-        &ns.name,
-        "second",
-        "Ready",
-        "False",
-        Duration::from_secs(30),
-    )
-    .await;
+    let (reason, message) = not_ready(&client, &ns.name, "second").await;
     assert_eq!(reason, "TargetNotManaged", "{message}");
     assert_eq!(
         data_of(&secret(&client, &ns.name, "kept").await.unwrap()),
@@ -1085,15 +1036,7 @@ async fn credentials_in_the_host_url_are_never_shown() {
         ),
     )
     .await;
-    let (_, reason, message) = wait_condition(
-        &client,
-        &ns.name,
-        "leaky",
-        "Ready",
-        "False",
-        Duration::from_secs(30),
-    )
-    .await;
+    let (reason, message) = not_ready(&client, &ns.name, "leaky").await;
     assert_eq!(reason, "InvalidHost", "{message}");
     assert!(message.contains("http://***@127.0.0.1:9/api"), "{message}");
     let events = wait_for(Duration::from_secs(20), || async {
@@ -1119,11 +1062,12 @@ async fn credentials_in_the_host_url_are_never_shown() {
 /// refused before any write, naming the field.
 #[tokio::test]
 async fn bad_keys_and_target_names_are_named() {
-    let client = harness::client().await;
-    let ns = TestNamespace::new(&client, "sec-names").await;
-    let kms = DevServer::start(&seed(&[("GOOD", "1"), ("bad key!", "2")])).await;
-    create_secret(&client, &ns.name, "kms-credentials", credentials()).await;
-    let _op = Operator::start(&ns.name, &[&ns.name], &[]);
+    let Fixture {
+        client,
+        ns,
+        kms,
+        op: _op,
+    } = fixture("sec-names", &[("GOOD", "1"), ("bad key!", "2")]).await;
     apply_cr(
         &client,
         &ns.name,
@@ -1134,26 +1078,10 @@ async fn bad_keys_and_target_names_are_named() {
     bad_name["spec"]["managedKubeSecretReferences"][0]["template"] =
         json!({"includeAllSecrets": false, "data": {"GOOD": "{{ GOOD.Value }}"}});
     apply_cr(&client, &ns.name, bad_name).await;
-    let (_, reason, message) = wait_condition(
-        &client,
-        &ns.name,
-        "keys",
-        "Ready",
-        "False",
-        Duration::from_secs(30),
-    )
-    .await;
+    let (reason, message) = not_ready(&client, &ns.name, "keys").await;
     assert_eq!(reason, "InvalidSecretKey", "{message}");
     assert!(message.contains("\"bad key!\""), "{message}");
-    let (_, reason, message) = wait_condition(
-        &client,
-        &ns.name,
-        "names",
-        "Ready",
-        "False",
-        Duration::from_secs(30),
-    )
-    .await;
+    let (reason, message) = not_ready(&client, &ns.name, "names").await;
     assert_eq!(reason, "InvalidSpec", "{message}");
     assert!(
         message.starts_with("managedKubeSecretReferences[0].secretName: \"Not_A_Name\""),
