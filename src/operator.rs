@@ -52,7 +52,10 @@ fn fingerprint(
     )
 }
 
-/// Secrets a KmsSecret reads (credentials, CA), as `(namespace, name)`.
+/// Secrets a KmsSecret reads (credentials, CA) or writes, as `(namespace,
+/// name)`. A target counts too: one the resource may not write yet (it
+/// carries no adoption marker) is taken over as soon as someone adds the
+/// marker, not at the resource's next retry.
 fn referenced_secrets(o: &KmsSecret) -> Vec<(String, String)> {
     let ns = o.namespace().unwrap_or_default();
     let pick = |r_ns: Option<&String>, name: &str| {
@@ -87,6 +90,14 @@ fn referenced_secrets(o: &KmsSecret) -> Vec<(String, String)> {
     }
     if let Some(ca) = o.spec.tls.as_ref().and_then(|t| t.ca_ref.as_ref()) {
         out.push(pick(ca.secret_namespace.as_ref(), &ca.secret_name));
+    }
+    for t in o
+        .spec
+        .managed_secret_reference
+        .iter()
+        .chain(o.spec.managed_kube_secret_references.iter().flatten())
+    {
+        out.push(pick(t.secret_namespace.as_ref(), &t.secret_name));
     }
     out
 }

@@ -998,7 +998,10 @@ async fn a_released_target_is_taken_only_with_the_opt_in() {
         data_of(&secret(&client, &ns.name, "kept").await.unwrap()),
         have
     );
-    // With it, it may.
+    // With it, it may, at once: not at the resource's next retry, which
+    // its backoff has put more than 8 s away by now.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let marked = Instant::now();
     Api::<Secret>::namespaced(client.clone(), &ns.name)
         .patch(
             "kept",
@@ -1015,6 +1018,11 @@ async fn a_released_target_is_taken_only_with_the_opt_in() {
         Duration::from_secs(30),
     )
     .await;
+    let took = marked.elapsed();
+    assert!(
+        took < Duration::from_secs(5),
+        "adopted {took:?} after the marker"
+    );
 }
 
 /// Credentials written into `hostAPI` are never shown: not in the
