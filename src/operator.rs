@@ -986,7 +986,8 @@ fn open_cache(args: &RunArgs) -> anyhow::Result<Option<storage::Store>> {
                 tracing::warn!(%reason, moved_to = ?report.moved_to, "the cache was unreadable; it was moved aside and is rebuilt");
             }
             if let Some(why) = &report.permissions {
-                tracing::warn!(%why, "the cache directory is not private; the files in it are");
+                // A mounted volume's root usually belongs to another user.
+                tracing::info!(%why, "the cache directory itself is not private; the files in it are");
             }
             tracing::info!(
                 dir = %dir.display(),
