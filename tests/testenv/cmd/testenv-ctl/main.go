@@ -3,14 +3,17 @@
 // library so it builds in seconds; the `testenv` script builds the Kubernetes
 // binaries and calls it.
 //
-//	testenv-ctl up      -dir DIR -bin BINDIR   start (or resume) and wait until ready
+//	testenv-ctl up      -dir DIR -bin BINDIR [-node]  start (or resume) and wait until ready
 //	testenv-ctl down    -dir DIR               stop everything started for DIR
 //	testenv-ctl restart -dir DIR -bin BINDIR -component etcd|apiserver
 //	testenv-ctl status  -dir DIR               print which components run
+//	testenv-ctl image   -root DIR -tag T -out FILE [-entrypoint J] [-cmd J] [-user U] [-expose P,...]
+//	testenv-ctl import  -dir DIR -image FILE   import an image tarball into DIR's node
 //
 // State kept in DIR: pki/ (certificates), etcd/ (data), logs/, state.json
-// (ports), <component>.pid and <component>.args (one argument per line, so a
-// chaos test can kill -9 a component and start the same command again).
+// (ports, whether it has a node), <component>.pid and <component>.args (one
+// argument per line, so a chaos test can kill -9 a component and start the
+// same command again), node/ (see node.go).
 package main
 
 import (
@@ -43,9 +46,23 @@ type state struct {
 	EtcdPort int `json:"etcdPort"`
 	PeerPort int `json:"peerPort"`
 	APIPort  int `json:"apiPort"`
+	// Node says the control plane serves a real node (node.go): the
+	// apiserver is set up for pods then.
+	Node bool `json:"node,omitempty"`
+	// NodeIP is the node's address (the apiserver advertises it).
+	NodeIP string `json:"nodeIP,omitempty"`
 }
 
 var components = []string{"etcd", "apiserver"}
+
+// allComponents are the processes of a directory: the control plane, then
+// the node's when it has one.
+func allComponents(st state) []string {
+	if st.Node {
+		return append(append([]string{}, components...), nodeComponents...)
+	}
+	return components
+}
 
 func main() {
 	if len(os.Args) < 2 {
@@ -57,7 +74,29 @@ func main() {
 	bin := fs.String("bin", "", "directory of the etcd and kube-apiserver binaries")
 	component := fs.String("component", "", "etcd or apiserver (restart)")
 	timeout := fs.Duration("timeout", 120*time.Second, "how long to wait for readiness")
+	withNode := fs.Bool("node", false, "up: also run a node (containerd, kubelet, scheduler, controller-manager, kube-proxy)")
+	root := fs.String("root", "", "image: the directory that becomes the image's filesystem")
+	tag := fs.String("tag", "", "image: the image's name and tag")
+	out := fs.String("out", "", "image: the tarball to write")
+	entrypoint := fs.String("entrypoint", "", "image: the entrypoint (JSON array)")
+	cmdArgs := fs.String("cmd", "", "image: the default arguments (JSON array)")
+	user := fs.String("user", "", "image: the user (uid:gid)")
+	expose := fs.String("expose", "", "image: exposed ports (comma list)")
+	imageFile := fs.String("image", "", "import: the image tarball")
 	_ = fs.Parse(os.Args[2:])
+	if cmd == "image" {
+		need(*root, "-root")
+		need(*tag, "-tag")
+		need(*out, "-out")
+		ep, err := jsonList(*entrypoint)
+		check(err)
+		args, err := jsonList(*cmdArgs)
+		check(err)
+		ports, err := jsonList(*expose)
+		check(err)
+		check(buildImage(imageSpec{Root: *root, Tag: *tag, Entrypoint: ep, Cmd: args, User: *user, Expose: ports, Out: *out}))
+		return
+	}
 	if *dir == "" {
 		usage()
 	}
@@ -67,10 +106,16 @@ func main() {
 	switch cmd {
 	case "up":
 		need(*bin, "-bin")
-		check(up(*dir, *bin, *timeout))
+		check(up(*dir, *bin, *withNode, *timeout))
 		fmt.Println(filepath.Join(*dir, "kubeconfig"))
 	case "down":
 		check(down(*dir))
+	case "import":
+		need(*imageFile, "-image")
+		if _, ok := running(*dir, "containerd"); !ok {
+			fail(*dir + " has no running node (testenv up DIR --node)")
+		}
+		check(importImage(*dir, *imageFile))
 	case "restart":
 		need(*bin, "-bin")
 		if *component != "etcd" && *component != "apiserver" {
@@ -78,7 +123,8 @@ func main() {
 		}
 		check(restart(*dir, *bin, *component, *timeout))
 	case "status":
-		for _, c := range components {
+		st, _ := loadState(*dir)
+		for _, c := range allComponents(st) {
 			if pid, ok := running(*dir, c); ok {
 				fmt.Printf("%s running (pid %d)\n", c, pid)
 			} else {
@@ -91,7 +137,8 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: testenv-ctl up|down|restart|status -dir DIR [-bin BINDIR] [-component etcd|apiserver]")
+	fmt.Fprintln(os.Stderr, "usage: testenv-ctl up|down|restart|status|import -dir DIR [-bin BINDIR] [-node] [-component etcd|apiserver] [-image FILE]\n"+
+		"       testenv-ctl image -root DIR -tag NAME:TAG -out FILE [-entrypoint JSON] [-cmd JSON] [-user U] [-expose P,...]")
 	os.Exit(2)
 }
 
@@ -112,8 +159,9 @@ func fail(msg string) {
 	os.Exit(1)
 }
 
-// up starts whatever is not running and waits until the API answers.
-func up(dir, bin string, timeout time.Duration) error {
+// up starts whatever is not running and waits until the API answers (and,
+// with a node, until the node is Ready).
+func up(dir, bin string, withNode bool, timeout time.Duration) error {
 	for _, d := range []string{"pki", "logs"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			return err
@@ -128,10 +176,25 @@ func up(dir, bin string, timeout time.Duration) error {
 		if err != nil {
 			return err
 		}
+		if withNode {
+			ip, err := nodeIP()
+			if err != nil {
+				return err
+			}
+			st.Node, st.NodeIP = true, ip
+		}
 		if err := writePKI(dir); err != nil {
 			return err
 		}
 		if err := writeJSON(filepath.Join(dir, "state.json"), st); err != nil {
+			return err
+		}
+	} else if withNode && !st.Node {
+		return fmt.Errorf("%s was set up without a node; its apiserver is not set up for pods. Use another directory for --node (or testenv down %s and remove it)", dir, dir)
+	}
+	if st.Node {
+		// Before anything listens or runs: the host is prepared and claimed.
+		if err := claimNode(dir); err != nil {
 			return err
 		}
 	}
@@ -152,7 +215,13 @@ func up(dir, bin string, timeout time.Duration) error {
 			return err
 		}
 	}
-	return waitAPI(dir, st, deadline)
+	if err := waitAPI(dir, st, deadline); err != nil {
+		return err
+	}
+	if st.Node {
+		return nodeUp(dir, bin, st, deadline)
+	}
+	return nil
 }
 
 func restart(dir, bin, component string, timeout time.Duration) error {
@@ -181,6 +250,9 @@ func restart(dir, bin, component string, timeout time.Duration) error {
 
 func down(dir string) error {
 	var errs []error
+	if err := nodeDown(dir); err != nil {
+		errs = append(errs, err)
+	}
 	for i := len(components) - 1; i >= 0; i-- {
 		if err := stop(dir, components[i]); err != nil {
 			errs = append(errs, err)
@@ -245,6 +317,9 @@ func etcdArgs(dir, bin string, st state) []string {
 
 func apiserverArgs(dir, bin string, st state) []string {
 	pki := filepath.Join(dir, "pki")
+	if st.Node {
+		return nodeAPIServerArgs(dir, bin, st)
+	}
 	return []string{
 		filepath.Join(bin, "kube-apiserver"),
 		fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", st.EtcdPort),
@@ -263,6 +338,33 @@ func apiserverArgs(dir, bin string, st state) []string {
 		"--allow-privileged=true",
 		"--endpoint-reconciler-type=none",
 		"--enable-garbage-collector=false",
+		"--cert-dir=" + pki,
+		"--v=1",
+	}
+}
+
+// nodeAPIServerArgs are the apiserver's flags with a node: pods reach it
+// through the kubernetes Service (advertised on the node's address, kept by
+// the lease endpoint reconciler, routed by kube-proxy), ServiceAccount
+// admission gives pods their tokens, and the garbage collector runs.
+func nodeAPIServerArgs(dir, bin string, st state) []string {
+	pki := filepath.Join(dir, "pki")
+	return []string{
+		filepath.Join(bin, "kube-apiserver"),
+		fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", st.EtcdPort),
+		"--bind-address=0.0.0.0",
+		"--advertise-address=" + st.NodeIP,
+		fmt.Sprintf("--secure-port=%d", st.APIPort),
+		"--tls-cert-file=" + filepath.Join(pki, "apiserver.crt"),
+		"--tls-private-key-file=" + filepath.Join(pki, "apiserver.key"),
+		"--client-ca-file=" + filepath.Join(pki, "ca.crt"),
+		fmt.Sprintf("--service-account-issuer=https://127.0.0.1:%d", st.APIPort),
+		"--service-account-key-file=" + filepath.Join(pki, "sa.key"),
+		"--service-account-signing-key-file=" + filepath.Join(pki, "sa.key"),
+		"--service-cluster-ip-range=" + serviceCIDR,
+		"--authorization-mode=Node,RBAC",
+		"--allow-privileged=true",
+		"--endpoint-reconciler-type=lease",
 		"--cert-dir=" + pki,
 		"--v=1",
 	}
@@ -387,15 +489,16 @@ func waitEtcd(dir string, st state, deadline time.Time) error {
 	}
 }
 
-func waitAPI(dir string, st state, deadline time.Time) error {
+// apiClient is an admin client of DIR's apiserver, and its base URL.
+func apiClient(dir string, st state) (*http.Client, string, error) {
 	pki := filepath.Join(dir, "pki")
 	cert, err := tls.LoadX509KeyPair(filepath.Join(pki, "admin.crt"), filepath.Join(pki, "admin.key"))
 	if err != nil {
-		return err
+		return nil, "", err
 	}
 	caPEM, err := os.ReadFile(filepath.Join(pki, "ca.crt"))
 	if err != nil {
-		return err
+		return nil, "", err
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
@@ -403,7 +506,14 @@ func waitAPI(dir string, st state, deadline time.Time) error {
 		Timeout:   3 * time.Second,
 		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}}},
 	}
-	base := fmt.Sprintf("https://127.0.0.1:%d", st.APIPort)
+	return client, fmt.Sprintf("https://127.0.0.1:%d", st.APIPort), nil
+}
+
+func waitAPI(dir string, st state, deadline time.Time) error {
+	client, base, err := apiClient(dir, st)
+	if err != nil {
+		return err
+	}
 	for _, path := range []string{"/readyz", "/api/v1/namespaces/default"} {
 		for {
 			resp, err := client.Get(base + path)
