@@ -6,8 +6,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use anyhow::Context;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::stats::KmsCounts;
 
@@ -105,16 +104,7 @@ impl DevServer {
 
     /// A universal-auth login: the access token.
     pub async fn login(&self, client_id: &str, client_secret: &str) -> anyhow::Result<String> {
-        let v: Value = self
-            .http()
-            .post(format!("{}/v1/auth/universal-auth/login", self.api()))
-            .json(&json!({"clientId": client_id, "clientSecret": client_secret}))
-            .send()
-            .await?
-            .error_for_status()?
-            .json()
-            .await?;
-        Ok(v["accessToken"].as_str().context("no token")?.to_owned())
+        kms_testkit::api::login(self.http(), &self.api(), client_id, client_secret).await
     }
 
     /// `GET /api/v3/secrets/raw` of `path`; the number of secrets answered.

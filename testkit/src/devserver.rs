@@ -1,5 +1,5 @@
 //! The dev KMS (`kms-operator dev-server`) as a child process on a free
-//! loopback port, and its admin API (`/admin/...`: stats, faults, leases,
+//! port (of the loopback address unless told otherwise), and its admin API (`/admin/...`: stats, faults, leases,
 //! secrets), whose calls the server neither counts nor faults.
 
 use std::io::{BufRead, BufReader, Write};
@@ -35,11 +35,24 @@ impl DevServer {
         admin_token: &str,
         extra_args: &[&str],
     ) -> anyhow::Result<Self> {
+        Self::start_on("127.0.0.1", bin, dir, seed, admin_token, extra_args)
+    }
+
+    /// [`DevServer::start`] on a free port of `ip` (e.g. a node's address,
+    /// for pods to reach it).
+    pub fn start_on(
+        ip: &str,
+        bin: &Path,
+        dir: &Path,
+        seed: &str,
+        admin_token: &str,
+        extra_args: &[&str],
+    ) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir)?;
         let seed_path = dir.join("seed.yaml");
         std::fs::write(&seed_path, seed)?;
         let mut child = Command::new(bin)
-            .args(["dev-server", "--addr", "127.0.0.1:0"])
+            .args(["dev-server", "--addr", &format!("{ip}:0")])
             .args(extra_args)
             .arg("--admin-token")
             .arg(admin_token)

@@ -1,10 +1,14 @@
-//! What the benchmark (`bench/`) and the chaos runner (`chaos/`) both need to
-//! drive kms-operator from the outside: the dev KMS as a child process with
-//! its admin API ([`devserver`]), the local control plane of `tests/testenv`
-//! and clients for it ([`testenv`]), and signals to processes
+//! What the benchmark (`bench/`), the chaos runner (`chaos/`) and the node
+//! suite (`tests/node`) need to drive kms-operator from the outside: the
+//! dev KMS as a child process with its admin API ([`devserver`]) and calls
+//! to its public API as a client makes them ([`api`]), the local
+//! control plane of `tests/testenv` and clients for it ([`testenv`]), its
+//! node seen from this machine ([`node`]), and signals to processes
 //! ([`signal`]).
 
+pub mod api;
 pub mod devserver;
+pub mod node;
 pub mod testenv;
 
 use std::process::{Command, Stdio};

@@ -71,9 +71,14 @@ impl Testenv {
 
     /// Path of the cached kubectl.
     pub fn kubectl(&self) -> anyhow::Result<PathBuf> {
-        let out = self.run(&["path".as_ref(), "kubectl".as_ref()])?;
+        self.tool("kubectl")
+    }
+
+    /// Path of a cached tool (`kubectl`, `helm`).
+    pub fn tool(&self, name: &str) -> anyhow::Result<PathBuf> {
+        let out = self.run(&["path".as_ref(), name.as_ref()])?;
         if !out.status.success() {
-            bail!("no kubectl: {}", String::from_utf8_lossy(&out.stderr));
+            bail!("no {name}: {}", String::from_utf8_lossy(&out.stderr));
         }
         Ok(PathBuf::from(
             String::from_utf8_lossy(&out.stdout).trim().to_owned(),

@@ -123,16 +123,9 @@ async fn patch_cr(client: &Client, ns: &str, name: &str, patch: Value) {
 /// in the dev server's stats.
 async fn kms_folder(kms: &DevServer) -> BTreeMap<String, (String, String)> {
     let http = reqwest::Client::new();
-    let login: Value = http
-        .post(format!("{}/v1/auth/universal-auth/login", kms.api()))
-        .json(&json!({"clientId": CLIENT_ID, "clientSecret": CLIENT_SECRET}))
-        .send()
+    let token = kms_testkit::api::login(&http, &kms.api(), CLIENT_ID, CLIENT_SECRET)
         .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let token = login["accessToken"].as_str().expect("token").to_owned();
+        .expect("login");
     let body: Value = http
         .get(format!("{}/v3/secrets/raw", kms.api()))
         .query(&[

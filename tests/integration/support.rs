@@ -207,53 +207,22 @@ impl DevServer {
     }
 
     async fn token(&self) -> String {
-        let resp: Value = self
-            .http
-            .post(format!("{}/v1/auth/universal-auth/login", self.api()))
-            .json(&json!({"clientId": CLIENT_ID, "clientSecret": CLIENT_SECRET}))
-            .send()
+        kms_testkit::api::login(&self.http, &self.api(), CLIENT_ID, CLIENT_SECRET)
             .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        resp["accessToken"].as_str().expect("token").to_owned()
+            .expect("login")
     }
 
     /// Create or update a secret through the API (counted in the stats).
     pub async fn set_secret(&self, project: &str, env: &str, path: &str, key: &str, value: &str) {
         let token = self.token().await;
-        let url = format!("{}/v3/secrets/raw/{key}", self.api());
-        let body = json!({"projectSlug": project, "environment": env, "secretPath": path, "secretValue": value});
-        let resp = self
-            .http
-            .patch(&url)
-            .bearer_auth(&token)
-            .json(&body)
-            .send()
+        let folder = kms_testkit::api::Folder {
+            project,
+            environment: env,
+            path,
+        };
+        kms_testkit::api::set_secret(&self.http, &self.api(), &token, folder, key, value)
             .await
             .unwrap();
-        if resp.status() == 404 {
-            let resp = self
-                .http
-                .post(&url)
-                .bearer_auth(&token)
-                .json(&body)
-                .send()
-                .await
-                .unwrap();
-            assert!(
-                resp.status().is_success(),
-                "create {key}: {}",
-                resp.status()
-            );
-        } else {
-            assert!(
-                resp.status().is_success(),
-                "update {key}: {}",
-                resp.status()
-            );
-        }
     }
 
     /// Delete a secret through the API.
