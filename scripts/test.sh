@@ -42,6 +42,31 @@ phase "cargo test" cargo test --workspace --locked
 # (`--workspace`, as above: the same features, so nothing is rebuilt.)
 phase "timing tests (alone)" cargo test --workspace --locked --test integration -- --ignored --test-threads=1 --nocapture
 
+# The node suite (tests/node): the chart's pods on a real node (containerd,
+# kubelet, scheduler, controller-manager, kube-proxy, CoreDNS) beside a
+# control plane of its own, the operator image built from the release
+# binary. KMS_NODE=0 skips it (it needs root and the Debian packages
+# containerd, runc and iptables, which `testenv up --node` installs).
+if [ "${KMS_NODE:-1}" != 0 ]; then
+  NODE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/kms-operator-node.XXXXXX")
+  NODE_SNAPSHOT=$NODE_DIR.host-before
+  node_down() {
+    tests/testenv/testenv down "$NODE_DIR" >/dev/null 2>&1 || true
+  }
+  trap 'node_down; [ -n "${TESTENV_DIR:-}" ] && tests/testenv/testenv down "$TESTENV_DIR" >/dev/null 2>&1; summary' EXIT
+  phase "node: build" tests/testenv/testenv build node
+  phase "node: release image" scripts/image.sh --tag dev
+  tests/testenv/node-selftest.sh snapshot "$NODE_SNAPSHOT"
+  phase "node: start" tests/testenv/testenv up "$NODE_DIR" --node
+  phase "node: guard" tests/testenv/node-selftest.sh guard "$NODE_DIR"
+  phase "node: import images" sh -c "scripts/image.sh --tag dev --import '$NODE_DIR' && scripts/image.sh --tag next --import '$NODE_DIR'"
+  phase "node suite" env KUBECONFIG="$NODE_DIR/kubeconfig" \
+    cargo test --workspace --locked --test node -- --test-threads=1 --nocapture
+  phase "node: stop" tests/testenv/testenv down "$NODE_DIR"
+  phase "node: host clean" tests/testenv/node-selftest.sh clean "$NODE_SNAPSHOT"
+  rm -rf "$NODE_DIR" "$NODE_SNAPSHOT"
+fi
+
 # The chaos suite's short profile (about 5 minutes, at least 30 faults) on the
 # same control plane, which it also restarts (kube-apiserver, etcd) when it is
 # a tests/testenv one. Debug build: `cargo test` above already built the

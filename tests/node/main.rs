@@ -1,0 +1,1059 @@
+//! The product as users run it, on a real node: the Helm chart's
+//! StatefulSet of operator pods (the image built by `scripts/image.sh`),
+//! the chart's probes, RBAC and PodDisruptionBudget, rolling upgrades,
+//! pod deletions and container kills, the garbage collector, persistent
+//! volumes, and auto-reload of real Deployments and StatefulSets. The dev
+//! KMS runs as a pod too, reached by its Service name.
+//!
+//! Needs `KUBECONFIG` of `tests/testenv/testenv up DIR --node` with the
+//! images `localhost/kms-operator:dev` and `:next` imported
+//! (`scripts/image.sh --tag dev --import DIR`, and `--tag next`); see
+//! docs/testing.md. The scenarios share the node and run in order
+//! (`--test-threads=1`): `s0_…` (the image against the Dockerfile) and
+//! `s1_…` to `s8_…`; each prints how long it took.
+//! Any one can run alone: it installs what it needs.
+
+mod harness;
+mod image;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use harness::*;
+use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, PersistentVolume, Pod, Secret};
+use kube::api::{Api, DeleteParams, EvictParams, ListParams, PostParams};
+use kube::core::DynamicObject;
+use serde_json::json;
+
+/// The release of the default install.
+const RELEASE: &str = "kms";
+
+/// The default install (chart defaults, our image, the in-cluster KMS),
+/// installed when it is not running; the dev KMS deployed too.
+async fn default_install(client: &kube::Client) -> Kms {
+    let kms = Kms::deploy(client, &seed(&[("A", "1"), ("B", "x")])).await;
+    let sts = Api::<StatefulSet>::namespaced(client.clone(), RELEASE_NS)
+        .list(&ListParams::default().labels(&format!("app.kubernetes.io/instance={RELEASE}")))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    let ours = sts.iter().any(|s| {
+        s.spec.template.spec.as_ref().is_some_and(|p| {
+            p.containers
+                .iter()
+                .any(|c| c.image.as_deref() == Some("localhost/kms-operator:dev"))
+        })
+    });
+    if !ours {
+        // The scoped release of scenario 8 shares the chart's fixed names.
+        uninstall("kms-scoped");
+        uninstall(RELEASE);
+        install(RELEASE, "dev", &[]);
+    }
+    wait_ready_pods(client, RELEASE, 3, Duration::from_secs(180)).await;
+    kms
+}
+
+/// 1. `helm install` with the chart's defaults (but the image and the KMS
+/// address): three pods Ready through the chart's probes within 120 s,
+/// sixteen shard Leases held 6/5/5, no ERROR in the logs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s1_install_three_replicas_ready_with_shards_split() {
+    let started = Instant::now();
+    let client = client().await;
+    let _kms = Kms::deploy(&client, &seed(&[("A", "1"), ("B", "x")])).await;
+    uninstall(RELEASE);
+    uninstall("kms-scoped");
+    let installed = install(RELEASE, "dev", &[]);
+    let ready = wait_ready_pods(&client, RELEASE, 3, Duration::from_secs(120)).await;
+    println!(
+        "installed and Ready in {:.1} s (+{:.1} s)",
+        installed.as_secs_f64(),
+        ready.as_secs_f64()
+    );
+    assert!(
+        installed + ready < Duration::from_secs(120),
+        "pods Ready after {:?}",
+        installed + ready
+    );
+    let holders = wait_for(Duration::from_secs(60), || async {
+        let h = shard_holders(&client, RELEASE).await;
+        (h.len() == 16 && spread(&h) == [6, 5, 5]).then_some(h)
+    })
+    .await;
+    let Some(holders) = holders else {
+        panic!(
+            "shards not held 6/5/5: {:?}",
+            spread(&shard_holders(&client, RELEASE).await)
+        );
+    };
+    let pod_names: BTreeSet<String> = pods(&client, RELEASE)
+        .await
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    assert!(
+        holders.values().all(|h| pod_names.contains(h)),
+        "{holders:?} vs {pod_names:?}"
+    );
+    for pod in &pod_names {
+        let errors = errors(&logs(pod));
+        assert!(errors.is_empty(), "{pod} logged errors: {errors:#?}");
+    }
+    report("s1 install (criterion 1)", started.elapsed());
+}
+
+/// 2. KmsSecrets in several namespaces sync from inside the pods: in-cluster
+/// configuration, the ServiceAccount's token, the chart's RBAC, the KMS by
+/// Service name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s2_resources_sync_from_the_pods() {
+    let started = Instant::now();
+    let client = client().await;
+    let kms = default_install(&client).await;
+    kms.set_secret("A", "from-the-pods").await;
+    for ns in ["node-a", "node-b", "node-c"] {
+        tenant(&client, ns).await;
+        let _ = kms_secrets(&client, ns)
+            .delete("app", &DeleteParams::default())
+            .await;
+        wait_for(Duration::from_secs(30), || async {
+            kms_secrets(&client, ns)
+                .get_opt("app")
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        })
+        .await;
+        kms_secret(&client, ns, "app", "app-out", "Owner", "1m").await;
+    }
+    for ns in ["node-a", "node-b", "node-c"] {
+        let took = wait_value(
+            &client,
+            ns,
+            "app-out",
+            "A",
+            "from-the-pods",
+            Duration::from_secs(60),
+        )
+        .await;
+        println!("{ns}: synced after {:.1} s", took.as_secs_f64());
+    }
+    report("s2 sync (criterion 2)", started.elapsed());
+}
+
+/// 3. Readiness is honest: a replica is Ready only once its workers run,
+/// and it becomes Ready although its initial lists are slow (thousands of
+/// objects in its caches) and probes hit it from its first second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_readiness_waits_for_the_workers_through_slow_lists() {
+    let started = Instant::now();
+    let client = client().await;
+    let kms = default_install(&client).await;
+    // Many objects the operator lists at start: 3,000 managed ConfigMaps of
+    // 24 KiB (72 MiB in its caches), so each replica's initial lists take
+    // seconds while the kubelet probes it every second.
+    let ns = "node-bulk";
+    namespace(&client, ns).await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let have = cms
+        .list(&ListParams::default().limit(1))
+        .await
+        .unwrap()
+        .metadata
+        .remaining_item_count
+        .unwrap_or(0);
+    let big = cms
+        .get_opt("bulk-0")
+        .await
+        .unwrap()
+        .and_then(|c| c.data)
+        .is_some_and(|d| d.get("filler").is_some_and(|f| f.len() >= 24 * 1024));
+    if have < 2500 || !big {
+        let items: Vec<serde_json::Value> = (0..3000)
+            .map(|i| {
+                json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": format!("bulk-{i}"), "namespace": ns, "labels": {"secrets.hanzo.ai/managed": "true"}},
+                    "data": {"filler": "x".repeat(24 * 1024)}})
+            })
+            .collect();
+        apply(
+            &serde_json::to_string(&json!({"apiVersion": "v1", "kind": "List", "items": items}))
+                .unwrap(),
+        );
+    }
+    // Probes from the first second, every second.
+    let roll_started = k8s_openapi::jiff::Timestamp::now();
+    install(
+        RELEASE,
+        "dev",
+        &[
+            "controllerManager.manager.readinessProbe.initialDelaySeconds=0",
+            "controllerManager.manager.readinessProbe.periodSeconds=1",
+            "controllerManager.manager.readinessProbe.failureThreshold=1",
+        ],
+    );
+    wait_ready_pods(&client, RELEASE, 3, Duration::from_secs(180)).await;
+    // Every pod: started after the upgrade, probed and refused while it
+    // listed, Ready only after its workers started.
+    let events: Vec<Event> = Api::<Event>::namespaced(client.clone(), RELEASE_NS)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    let mut refused_during_lists = 0;
+    for pod in pods(&client, RELEASE).await {
+        let name = pod.metadata.name.clone().unwrap();
+        let started_at = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.start_time.clone())
+            .unwrap()
+            .0;
+        assert!(
+            started_at >= roll_started,
+            "{name} was not restarted by the upgrade"
+        );
+        // A 503 is a probe answered while the lists were still running
+        // (before the server listened, probes are refused by the kernel).
+        refused_during_lists += events
+            .iter()
+            .filter(|e| {
+                e.involved_object.name.as_deref() == Some(&name)
+                    && e.reason.as_deref() == Some("Unhealthy")
+                    && e.message
+                        .as_deref()
+                        .is_some_and(|m| m.contains("Readiness probe failed") && m.contains("503"))
+                    && e.last_timestamp
+                        .as_ref()
+                        .is_some_and(|t| t.0 >= roll_started)
+            })
+            .map(|e| e.count.unwrap_or(1))
+            .sum::<i32>();
+        let ready_at = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+            .and_then(|c| c.last_transition_time.clone())
+            .unwrap()
+            .0;
+        let log = logs(&name);
+        let workers_at = log
+            .lines()
+            .filter(|l| l.contains("workers started; ready"))
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter_map(|v| {
+                v["timestamp"]
+                    .as_str()?
+                    .parse::<k8s_openapi::jiff::Timestamp>()
+                    .ok()
+            })
+            .next_back()
+            .unwrap_or_else(|| panic!("{name}: no 'workers started' in its log"));
+        // Conditions are kept in whole seconds.
+        assert!(
+            workers_at.as_second() <= ready_at.as_second(),
+            "{name}: Ready at {ready_at}, workers started at {workers_at}"
+        );
+    }
+    assert!(
+        refused_during_lists > 0,
+        "no readiness probe was answered 503 while a replica listed: the lists were not slow"
+    );
+    println!("readiness probes answered 503 during the lists: {refused_during_lists}");
+    // And they work: a change reaches its Secret.
+    tenant(&client, "node-a").await;
+    kms_secret(&client, "node-a", "app", "app-out", "Owner", "1m").await;
+    kms.set_secret("A", "after-slow-start").await;
+    let _ = kms_secrets(&client, "node-a")
+        .patch(
+            "app",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({"metadata": {"annotations": {"nudge": "after-slow-start"}}}),
+            ),
+        )
+        .await;
+    wait_value(
+        &client,
+        "node-a",
+        "app-out",
+        "A",
+        "after-slow-start",
+        Duration::from_secs(60),
+    )
+    .await;
+    // The bulk goes (one delete-collection call): later scenarios start
+    // replicas with light lists again.
+    cms.delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await
+        .unwrap();
+    report("s3 readiness (criterion 3)", started.elapsed());
+}
+
+/// Watch managed Secrets' data in `namespaces` until stopped: any Secret
+/// that loses its data or disappears is reported.
+fn watch_nothing_emptied(
+    client: kube::Client,
+    namespaces: Vec<String>,
+) -> tokio::task::JoinHandle<Vec<String>> {
+    tokio::spawn(async move {
+        let mut violations = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(600);
+        let mut seen: BTreeSet<(String, String)> = BTreeSet::new();
+        while Instant::now() < deadline {
+            for ns in &namespaces {
+                let api: Api<Secret> = Api::namespaced(client.clone(), ns);
+                if let Ok(list) = api
+                    .list(&ListParams::default().labels("secrets.hanzo.ai/managed=true"))
+                    .await
+                {
+                    let now: BTreeSet<(String, String)> = list
+                        .items
+                        .iter()
+                        .map(|s| (ns.clone(), s.metadata.name.clone().unwrap_or_default()))
+                        .collect();
+                    for gone in seen.iter().filter(|k| &k.0 == ns && !now.contains(*k)) {
+                        violations.push(format!("{}/{} deleted", gone.0, gone.1));
+                    }
+                    for s in &list.items {
+                        if s.data.as_ref().is_none_or(|d| d.is_empty()) {
+                            violations.push(format!(
+                                "{ns}/{} emptied",
+                                s.metadata.name.clone().unwrap_or_default()
+                            ));
+                        }
+                    }
+                    seen.retain(|k| &k.0 != ns);
+                    seen.extend(now);
+                }
+            }
+            if violations.len() > 20 || client_stop() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        violations
+    })
+}
+
+static STOP_WATCH: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn client_stop() -> bool {
+    STOP_WATCH.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// 4. A pod deleted (graceful: the StatefulSet recreates it) and a container
+/// killed with SIGKILL (the kubelet restarts it): shards move and come
+/// back, a KMS change made meanwhile reaches its Secret, nothing is emptied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s4_pod_deletion_and_container_kill_lose_nothing() {
+    let started = Instant::now();
+    let client = client().await;
+    let kms = default_install(&client).await;
+    // Instant updates: a change reaches its Secret within seconds through
+    // the owner's event stream, or through the full sync of a replica that
+    // takes a shard over; not by waiting for a resync.
+    for ns in ["node-a", "node-b", "node-c"] {
+        tenant(&client, ns).await;
+        kms_secret(&client, ns, "kills", "kills-out", "Owner", "instant").await;
+    }
+    kms.set_secret("A", "before-kills").await;
+    for ns in ["node-a", "node-b", "node-c"] {
+        wait_value(
+            &client,
+            ns,
+            "kills-out",
+            "A",
+            "before-kills",
+            Duration::from_secs(45),
+        )
+        .await;
+    }
+    let before = wait_for(Duration::from_secs(60), || async {
+        let h = shard_holders(&client, RELEASE).await;
+        (h.len() == 16 && spread(&h) == [6, 5, 5]).then_some(h)
+    })
+    .await
+    .expect("shards not settled");
+    STOP_WATCH.store(false, std::sync::atomic::Ordering::Relaxed);
+    let watcher = watch_nothing_emptied(
+        client.clone(),
+        vec!["node-a".into(), "node-b".into(), "node-c".into()],
+    );
+    let pod_names: Vec<String> = pods(&client, RELEASE)
+        .await
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect();
+
+    // Graceful deletion of one pod: its shards move to the others while it
+    // is away, and come back to it (same name) when it returns.
+    let victim = pod_names[1].clone();
+    let owned_before: BTreeSet<String> = before
+        .iter()
+        .filter(|(_, h)| **h == victim)
+        .map(|(s, _)| s.clone())
+        .collect();
+    Api::<Pod>::namespaced(client.clone(), RELEASE_NS)
+        .delete(&victim, &DeleteParams::default())
+        .await
+        .unwrap();
+    let moved = wait_for(Duration::from_secs(60), || async {
+        let h = shard_holders(&client, RELEASE).await;
+        owned_before
+            .iter()
+            .all(|s| h.get(s).is_some_and(|o| *o != victim))
+            .then_some(())
+    })
+    .await;
+    assert!(moved.is_some(), "the deleted pod's shards did not move");
+    kms.set_secret("A", "during-deletion").await;
+    wait_ready_pods(&client, RELEASE, 3, Duration::from_secs(120)).await;
+    for ns in ["node-a", "node-b", "node-c"] {
+        wait_value(
+            &client,
+            ns,
+            "kills-out",
+            "A",
+            "during-deletion",
+            Duration::from_secs(45),
+        )
+        .await;
+    }
+
+    // SIGKILL of another pod's operator process: the kubelet restarts the
+    // container, the others take its shards once its Leases expire.
+    let killed = pod_names[2].clone();
+    let restarts = |p: &Pod| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .map_or(0, |cs| cs.iter().map(|c| c.restart_count).sum::<i32>())
+    };
+    let pod_api = Api::<Pod>::namespaced(client.clone(), RELEASE_NS);
+    let before_kill = restarts(&pod_api.get(&killed).await.unwrap());
+    let pid = kms_testkit::node::operator_process(RELEASE_NS, &killed)
+        .unwrap_or_else(|| panic!("no operator process of {killed} on this host"));
+    let kill = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    kms.set_secret("A", "after-kill").await;
+    wait_for(Duration::from_secs(90), || async {
+        let p = pod_api.get(&killed).await.ok()?;
+        (restarts(&p) > before_kill && ready(&p)).then_some(())
+    })
+    .await
+    .unwrap_or_else(|| panic!("{killed} was not restarted by the kubelet"));
+    for ns in ["node-a", "node-b", "node-c"] {
+        wait_value(
+            &client,
+            ns,
+            "kills-out",
+            "A",
+            "after-kill",
+            Duration::from_secs(45),
+        )
+        .await;
+    }
+    // Sticky: once everyone is back, every shard is with its owner of before.
+    let back = wait_for(Duration::from_secs(90), || async {
+        let h = shard_holders(&client, RELEASE).await;
+        (h == before).then_some(())
+    })
+    .await;
+    assert!(
+        back.is_some(),
+        "shards did not return: {:?}",
+        shard_holders(&client, RELEASE).await
+    );
+    STOP_WATCH.store(true, std::sync::atomic::Ordering::Relaxed);
+    let violations = watcher.await.unwrap();
+    assert!(violations.is_empty(), "{violations:#?}");
+    report("s4 pod kills (criterion 4)", started.elapsed());
+}
+
+/// 7. Auto-reload on a real Deployment and StatefulSet: exactly one new
+/// ReplicaSet / revision per real change of a Secret they use, none for a
+/// resync that changed nothing or for an unrelated Secret.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s5_auto_reload_rolls_real_workloads_once_per_change() {
+    let started = Instant::now();
+    let client = client().await;
+    let kms = default_install(&client).await;
+    let ns = "node-reload";
+    tenant(&client, ns).await;
+    kms.set_secret("A", "reload-1").await;
+    // A resync every 5 s: unchanged resyncs happen while we watch.
+    kms_secret(&client, ns, "app", "app-out", "Owner", "5s").await;
+    wait_value(
+        &client,
+        ns,
+        "app-out",
+        "A",
+        "reload-1",
+        Duration::from_secs(60),
+    )
+    .await;
+    let workload = |kind: &str| {
+        let extra = if kind == "StatefulSet" {
+            "serviceName: web\n  "
+        } else {
+            ""
+        };
+        format!(
+            r#"apiVersion: apps/v1
+kind: {kind}
+metadata:
+  name: web-{lower}
+  namespace: {ns}
+  annotations: {{secrets.hanzo.ai/auto-reload: "true"}}
+spec:
+  {extra}replicas: 1
+  selector: {{matchLabels: {{app: web-{lower}}}}}
+  template:
+    metadata: {{labels: {{app: web-{lower}}}}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: pause
+        image: localhost/pause:3.10
+        imagePullPolicy: Never
+        env: [{{name: A, valueFrom: {{secretKeyRef: {{name: app-out, key: A}}}}}}]
+"#,
+            lower = kind.to_lowercase()
+        )
+    };
+    // Fresh workloads (their revision numbers start at 1).
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
+    let _ = deployments
+        .delete("web-deployment", &DeleteParams::foreground())
+        .await;
+    let _ = statefulsets
+        .delete("web-statefulset", &DeleteParams::foreground())
+        .await;
+    wait_for(Duration::from_secs(60), || async {
+        (deployments.get_opt("web-deployment").await.ok()?.is_none()
+            && statefulsets
+                .get_opt("web-statefulset")
+                .await
+                .ok()?
+                .is_none())
+        .then_some(())
+    })
+    .await
+    .expect("the old workloads did not go");
+    apply(&workload("Deployment"));
+    apply(&workload("StatefulSet"));
+    let rs_api: Api<ReplicaSet> = Api::namespaced(client.clone(), ns);
+    let rev_api: Api<ControllerRevision> = Api::namespaced(client.clone(), ns);
+    // The newest revision of each: a new ReplicaSet (or StatefulSet
+    // revision) per rollout, whatever the history limits keep.
+    let counts = || async {
+        let rs = rs_api
+            .list(&ListParams::default().labels("app=web-deployment"))
+            .await
+            .map(|l| {
+                l.items
+                    .iter()
+                    .filter_map(|r| {
+                        r.metadata
+                            .annotations
+                            .as_ref()?
+                            .get("deployment.kubernetes.io/revision")?
+                            .parse::<i64>()
+                            .ok()
+                    })
+                    .max()
+                    .unwrap_or(0)
+            })
+            .unwrap_or(0);
+        let revs = rev_api
+            .list(&ListParams::default().labels("app=web-statefulset"))
+            .await
+            .map(|l| l.items.iter().filter_map(|r| r.revision).max().unwrap_or(0))
+            .unwrap_or(0);
+        (rs, revs)
+    };
+    // Settled: the operator stamps each workload once when it first sees it
+    // (that roll is the first change of the template), then nothing moves.
+    let settled = wait_for(Duration::from_secs(90), || async {
+        let c1 = counts().await;
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        let c2 = counts().await;
+        (c1 == c2 && c1.0 >= 1 && c1.1 >= 1).then_some(c1)
+    })
+    .await
+    .expect("the workloads did not settle");
+    // An unrelated Secret changes, and the resource resyncs (every 5 s)
+    // without a change: no rollout.
+    let plain: Secret = serde_json::from_value(
+        json!({"metadata": {"name": "unrelated"}, "stringData": {"x": "1"}}),
+    )
+    .unwrap();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let _ = secrets.create(&PostParams::default(), &plain).await;
+    let _ = secrets
+        .patch(
+            "unrelated",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"stringData": {"x": "2"}})),
+        )
+        .await;
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    assert_eq!(counts().await, settled, "a rollout without a change");
+    // A real change: exactly one new ReplicaSet and one new revision.
+    kms.set_secret("A", "reload-2").await;
+    wait_value(
+        &client,
+        ns,
+        "app-out",
+        "A",
+        "reload-2",
+        Duration::from_secs(60),
+    )
+    .await;
+    let rolled = wait_for(Duration::from_secs(60), || async {
+        let c = counts().await;
+        (c == (settled.0 + 1, settled.1 + 1)).then_some(c)
+    })
+    .await;
+    let Some(rolled) = rolled else {
+        panic!(
+            "not exactly one rollout each: {settled:?} → {:?}",
+            counts().await
+        );
+    };
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    assert_eq!(counts().await, rolled, "more rollouts than changes");
+    // The new pods have the new value.
+    let deploy: Deployment = Api::namespaced(client.clone(), ns)
+        .get("web-deployment")
+        .await
+        .unwrap();
+    let stamp = deploy
+        .spec
+        .template
+        .metadata
+        .and_then(|m| m.annotations)
+        .and_then(|a| a.get("secrets.hanzo.ai/managed-secret.app-out").cloned());
+    assert!(stamp.is_some(), "no reload stamp on the pod template");
+    report("s5 auto-reload (criterion 7)", started.elapsed());
+}
+
+/// 8. `creationPolicy: Owner`: deleting the KmsSecret makes the garbage
+/// collector delete its Secret; `Orphan` keeps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s6_garbage_collection_follows_the_creation_policy() {
+    let started = Instant::now();
+    let client = client().await;
+    let _kms = default_install(&client).await;
+    let ns = "node-gc";
+    tenant(&client, ns).await;
+    for name in ["owned", "orphan"] {
+        let _ = kms_secrets(&client, ns)
+            .delete(name, &DeleteParams::default())
+            .await;
+        let _ = Api::<Secret>::namespaced(client.clone(), ns)
+            .delete(&format!("{name}-out"), &DeleteParams::default())
+            .await;
+    }
+    wait_for(Duration::from_secs(30), || async {
+        let l = kms_secrets(&client, ns)
+            .list(&ListParams::default())
+            .await
+            .ok()?;
+        l.items.is_empty().then_some(())
+    })
+    .await;
+    for (name, policy) in [("owned", "Owner"), ("orphan", "Orphan")] {
+        kms_secret(&client, ns, name, &format!("{name}-out"), policy, "1m").await;
+    }
+    for name in ["owned-out", "orphan-out"] {
+        wait_for(Duration::from_secs(60), || async {
+            secret_data(&client, ns, name).await
+        })
+        .await
+        .unwrap_or_else(|| panic!("{name} not written"));
+    }
+    for name in ["owned", "orphan"] {
+        kms_secrets(&client, ns)
+            .delete(name, &DeleteParams::background())
+            .await
+            .unwrap();
+    }
+    let collected = wait_for(Duration::from_secs(60), || async {
+        secret_data(&client, ns, "owned-out")
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(
+        collected.is_some(),
+        "the Owner target was not garbage-collected"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        secret_data(&client, ns, "orphan-out").await.is_some(),
+        "the Orphan target was deleted"
+    );
+    report("s6 garbage collection (criterion 8)", started.elapsed());
+}
+
+/// 6. `helm upgrade` to a new image tag rolls the replicas one by one with
+/// no change missed; with one replica down a second eviction is refused by
+/// the PodDisruptionBudget; `helm uninstall` keeps the CRDs, the resources
+/// and the managed Secrets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s7_upgrade_rolls_one_by_one_the_pdb_holds_uninstall_keeps() {
+    let started = Instant::now();
+    let client = client().await;
+    let kms = default_install(&client).await;
+    // Instant updates: every change reaches the Secret within seconds, so
+    // a change lost during the roll would show as a missing value, not be
+    // hidden by a later resync.
+    for ns in ["node-a", "node-b"] {
+        tenant(&client, ns).await;
+        kms_secret(&client, ns, "roll", "roll-out", "Owner", "instant").await;
+    }
+    // One change a second until the roll is over (the writer returns the
+    // last value it wrote); the lowest number of Ready pods seen meanwhile
+    // is recorded.
+    let rolled = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let url = kms.url.clone();
+        let rolled = rolled.clone();
+        tokio::spawn(async move {
+            let kms = Kms::at(&url);
+            let mut i = 0;
+            loop {
+                let value = format!("roll-{i}");
+                kms.set_secret("A", &value).await;
+                if rolled.load(std::sync::atomic::Ordering::Relaxed) {
+                    return (i + 1, value);
+                }
+                i += 1;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        })
+    };
+    let min_ready = {
+        let client = client.clone();
+        let rolled = rolled.clone();
+        tokio::spawn(async move {
+            let mut min = usize::MAX;
+            while !rolled.load(std::sync::atomic::Ordering::Relaxed) {
+                let ps = pods(&client, RELEASE).await;
+                min = min.min(
+                    ps.iter()
+                        .filter(|p| ready(p) && p.metadata.deletion_timestamp.is_none())
+                        .count(),
+                );
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            min
+        })
+    };
+    // `helm upgrade --wait` blocks for the whole roll: off the runtime's
+    // threads, so the writer and the Ready sampler run throughout.
+    tokio::task::spawn_blocking(|| install(RELEASE, "next", &[]))
+        .await
+        .unwrap();
+    wait_ready_pods(&client, RELEASE, 3, Duration::from_secs(180)).await;
+    println!(
+        "rolled to :next after {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    for p in pods(&client, RELEASE).await {
+        let image = p
+            .spec
+            .as_ref()
+            .map(|s| s.containers[0].image.clone().unwrap_or_default());
+        assert_eq!(
+            image.as_deref(),
+            Some("localhost/kms-operator:next"),
+            "{:?}",
+            p.metadata.name
+        );
+    }
+    rolled.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (changes, last) = writer.await.unwrap();
+    let written = started.elapsed();
+    for ns in ["node-a", "node-b"] {
+        wait_value(&client, ns, "roll-out", "A", &last, Duration::from_secs(30)).await;
+    }
+    println!(
+        "{changes} changes during the roll; the last written after {:.1} s, in its Secrets {:.1} s later",
+        written.as_secs_f64(),
+        (started.elapsed() - written).as_secs_f64()
+    );
+    let min = min_ready.await.unwrap();
+    assert!(
+        min >= 2,
+        "{min} Ready pods at some point of the roll (one at a time keeps two)"
+    );
+
+    // The PodDisruptionBudget: one replica down (evicted; the node is
+    // cordoned, so it stays Pending), a second eviction refused.
+    let pod_api = Api::<Pod>::namespaced(client.clone(), RELEASE_NS);
+    let names: Vec<String> = pods(&client, RELEASE)
+        .await
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    let node = ok(
+        "kubectl",
+        &["get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"],
+    );
+    ok("kubectl", &["cordon", &node]);
+    pod_api
+        .evict(&names[0], &EvictParams::default())
+        .await
+        .expect("the first eviction");
+    let pdbs: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        RELEASE_NS,
+        &kube::core::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk("policy", "v1", "PodDisruptionBudget"),
+            "poddisruptionbudgets",
+        ),
+    );
+    wait_for(Duration::from_secs(30), || async {
+        let l = pdbs.list(&ListParams::default()).await.ok()?;
+        l.items
+            .iter()
+            .any(|p| p.data["status"]["disruptionsAllowed"] == 0)
+            .then_some(())
+    })
+    .await
+    .expect("the PodDisruptionBudget never counted the evicted pod");
+    let refused = pod_api.evict(&names[1], &EvictParams::default()).await;
+    ok("kubectl", &["uncordon", &node]);
+    match refused {
+        Err(kube::Error::Api(s)) => assert_eq!(s.code, 429, "{s:?}"),
+        other => panic!("the second eviction was not refused: {other:?}"),
+    }
+    wait_ready_pods(&client, RELEASE, 3, Duration::from_secs(120)).await;
+
+    println!(
+        "eviction refused, pods back after {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    // Uninstall keeps CRDs, resources and Secrets.
+    uninstall(RELEASE);
+    let crds: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &kube::core::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk(
+                "apiextensions.k8s.io",
+                "v1",
+                "CustomResourceDefinition",
+            ),
+            "customresourcedefinitions",
+        ),
+    );
+    for crd in [
+        "kmssecrets.secrets.hanzo.ai",
+        "kmspushsecrets.secrets.hanzo.ai",
+        "kmsdynamicsecrets.secrets.hanzo.ai",
+    ] {
+        assert!(
+            crds.get_opt(crd).await.unwrap().is_some(),
+            "{crd} was deleted"
+        );
+    }
+    for ns in ["node-a", "node-b"] {
+        assert!(
+            kms_secrets(&client, ns)
+                .get_opt("roll")
+                .await
+                .unwrap()
+                .is_some()
+        );
+        assert_eq!(
+            secret_data(&client, ns, "roll-out")
+                .await
+                .and_then(|d| d.get("A").cloned())
+                .as_deref(),
+            Some(last.as_str())
+        );
+    }
+    report(
+        "s7 upgrade, PDB, uninstall (criterion 6)",
+        started.elapsed(),
+    );
+}
+
+/// 5. With persistent volumes (static hostPath PersistentVolumes on the
+/// node), a pod restart makes no login and no fetch for resources not due;
+/// installed namespace-scoped, so the scoped RBAC is exercised from a pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s8_persistent_cache_and_scoped_install_restart_for_free() {
+    let started = Instant::now();
+    let client = client().await;
+    let kms = Kms::deploy_fresh(&client, &seed(&[("A", "1"), ("B", "x")])).await;
+    uninstall(RELEASE);
+    uninstall("kms-scoped");
+    let ns = "node-scoped";
+    tenant(&client, ns).await;
+    // Three static PersistentVolumes on the node (the claims of an earlier
+    // run go first: a bound volume is not deleted while its claim exists).
+    let pv_api: Api<PersistentVolume> = Api::all(client.clone());
+    let pvcs: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        Api::namespaced(client.clone(), RELEASE_NS);
+    let _ = pvcs
+        .delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await;
+    wait_for(Duration::from_secs(60), || async {
+        pvcs.list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .is_empty()
+            .then_some(())
+    })
+    .await
+    .expect("old claims did not go");
+    for i in 0..3 {
+        let name = format!("kms-node-pv-{i}");
+        let _ = pv_api.delete(&name, &DeleteParams::default()).await;
+        wait_for(Duration::from_secs(60), || async {
+            pv_api.get_opt(&name).await.ok()?.is_none().then_some(())
+        })
+        .await
+        .unwrap_or_else(|| panic!("the old volume {name} did not go"));
+        let dir = std::env::temp_dir().join(&name);
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::process::Command::new("chmod")
+            .args(["0777", dir.to_str().unwrap()])
+            .status()
+            .unwrap();
+        let pv: PersistentVolume = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                     "storageClassName": "kms-node-static", "persistentVolumeReclaimPolicy": "Retain",
+                     "hostPath": {"path": dir, "type": "Directory"}}
+        }))
+        .unwrap();
+        pv_api.create(&PostParams::default(), &pv).await.unwrap();
+    }
+    install(
+        "kms-scoped",
+        "dev",
+        &[
+            "scopedRBAC=true",
+            &format!("scopedNamespaces={{{ns}}}"),
+            "installCRDs=false",
+            "cache.persistence.enabled=true",
+            "cache.persistence.storageClass=kms-node-static",
+        ],
+    );
+    wait_ready_pods(&client, "kms-scoped", 3, Duration::from_secs(180)).await;
+    // The resources of an earlier run go first.
+    let _ = kms_secrets(&client, ns)
+        .delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await;
+    wait_for(Duration::from_secs(30), || async {
+        kms_secrets(&client, ns)
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .is_empty()
+            .then_some(())
+    })
+    .await
+    .expect("the KmsSecrets of an earlier run did not go");
+    for i in 0..4 {
+        kms_secret(
+            &client,
+            ns,
+            &format!("app-{i}"),
+            &format!("app-{i}-out"),
+            "Owner",
+            "1h",
+        )
+        .await;
+    }
+    for i in 0..4 {
+        wait_value(
+            &client,
+            ns,
+            &format!("app-{i}-out"),
+            "A",
+            "1",
+            Duration::from_secs(90),
+        )
+        .await;
+    }
+    // Settled: every status written, every record flushed.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let logins = kms.count("POST /api/v1/auth/universal-auth/login").await;
+    let fetches = kms.count("GET /api/v3/secrets/raw").await;
+    // Every pod restarts (one by one, graceful): each comes back to its own
+    // claim and cache.
+    let pod_api = Api::<Pod>::namespaced(client.clone(), RELEASE_NS);
+    for p in pods(&client, "kms-scoped").await {
+        let name = p.metadata.name.clone().unwrap();
+        pod_api
+            .delete(&name, &DeleteParams::default())
+            .await
+            .unwrap();
+        wait_for(Duration::from_secs(120), || async {
+            let q = pod_api.get_opt(&name).await.ok()??;
+            (q.metadata.uid != p.metadata.uid && ready(&q)).then_some(())
+        })
+        .await
+        .unwrap_or_else(|| panic!("{name} did not come back"));
+    }
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        kms.count("POST /api/v1/auth/universal-auth/login").await,
+        logins,
+        "logins after the restarts"
+    );
+    assert_eq!(
+        kms.count("GET /api/v3/secrets/raw").await,
+        fetches,
+        "fetches after the restarts"
+    );
+    // The claims are bound to the static volumes.
+    for p in pvcs.list(&ListParams::default()).await.unwrap().items {
+        let phase = p.status.and_then(|s| s.phase);
+        assert_eq!(phase.as_deref(), Some("Bound"));
+    }
+    // Scoped: it works in its namespace only.
+    tenant(&client, "node-outside").await;
+    let _ = kms_secrets(&client, "node-outside")
+        .delete("app", &DeleteParams::default())
+        .await;
+    kms_secret(&client, "node-outside", "app", "app-out", "Owner", "1h").await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(
+        secret_data(&client, "node-outside", "app-out")
+            .await
+            .is_none(),
+        "a scoped install wrote outside its namespaces"
+    );
+    uninstall("kms-scoped");
+    let _ = pvcs
+        .delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await;
+    for i in 0..3 {
+        let _ = pv_api
+            .delete(&format!("kms-node-pv-{i}"), &DeleteParams::default())
+            .await;
+    }
+    report(
+        "s8 persistence, scoped install (criterion 5)",
+        started.elapsed(),
+    );
+}
