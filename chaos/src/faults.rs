@@ -14,7 +14,7 @@ use serde_json::json;
 use crate::cluster::ControlPlane;
 use crate::history::{History, Ms, Pause, Window, now_ms};
 use crate::kms::DevServer;
-use crate::replicas::Replicas;
+use crate::replicas::Fleet;
 use crate::rng::Rng;
 use crate::scenario::{FaultKind, Track};
 use crate::schedule::Step;
@@ -42,8 +42,8 @@ pub struct FaultRecord {
 
 /// What the process track works with.
 pub struct ProcessTrack {
-    /// The replicas.
-    pub replicas: Replicas,
+    /// The replicas (processes, or pods on a node).
+    pub replicas: Box<dyn Fleet>,
     /// The control plane.
     pub control_plane: Arc<ControlPlane>,
     /// The run's history (pauses and control-plane windows go there).
@@ -121,14 +121,19 @@ impl ProcessTrack {
     }
 
     fn restart(&mut self, name: &str) -> String {
-        match self.replicas.start(name) {
+        match self.replicas.restart(name) {
             Ok(()) => String::new(),
             Err(e) => format!("; restart failed: {e}"),
         }
     }
 
     fn stop_gracefully(&mut self, name: &str) -> String {
-        match self.replicas.terminate(name, Duration::from_secs(30)) {
+        let took = self.replicas.terminate(name, Duration::from_secs(30));
+        self.stopped(took)
+    }
+
+    fn stopped(&mut self, took: Option<Duration>) -> String {
+        match took {
             Some(d) => {
                 self.graceful_stops.push(d);
                 format!("stopped in {} ms", d.as_millis())
@@ -139,10 +144,9 @@ impl ProcessTrack {
 
     /// Restart replicas that exited on their own.
     pub fn check_exits(&mut self) {
-        for what in self.replicas.exited() {
-            let name = what.split(' ').next().unwrap_or_default().to_owned();
+        for (name, what) in self.replicas.exited() {
             self.unexpected_exits.push(format!("{} {what}", now_ms()));
-            let _ = self.replicas.start(&name);
+            let _ = self.replicas.restart(&name);
         }
     }
 
@@ -228,35 +232,34 @@ impl ProcessTrack {
             }
             FaultKind::CacheDelete => {
                 let how = self.stop_gracefully(&t);
-                let dir = self.replicas.cache_dir(&t).map(Path::to_path_buf);
-                if let Some(d) = dir {
-                    let _ = std::fs::remove_dir_all(d);
-                }
+                let what = self.replicas.delete_cache(&t);
                 std::thread::sleep(step.hold);
-                rec.detail = format!("{how}; cache deleted{}", self.restart(&t));
+                rec.detail = format!("{how}; {what}{}", self.restart(&t));
             }
             FaultKind::CacheCorrupt => {
-                self.replicas.kill(&t);
+                // Stopped first, so nothing writes the cache while it is
+                // damaged; then killed, and restarted on the damage.
+                self.replicas.pause(&t);
                 let what = self
                     .replicas
                     .cache_dir(&t)
-                    .map(|d| corrupt(d, step.param))
+                    .map(|d| corrupt(&d, step.param))
                     .unwrap_or_default();
+                self.replicas.kill(&t);
                 std::thread::sleep(step.hold);
                 rec.detail = format!("{what}{}", self.restart(&t));
             }
-            FaultKind::ScaleUp => {
-                let name = self.replicas.fresh_name();
-                rec.target = Some(name.clone());
-                rec.detail = format!(
-                    "{} replicas now{}",
-                    self.replicas.live().len() + 1,
-                    self.restart(&name)
-                );
-            }
+            FaultKind::ScaleUp => match self.replicas.scale_up() {
+                Ok(name) => {
+                    rec.target = Some(name);
+                    rec.detail = format!("{} replicas now", self.replicas.live().len());
+                }
+                Err(e) => rec.detail = format!("scale-up failed: {e}"),
+            },
             FaultKind::ScaleDown => {
-                let how = self.stop_gracefully(&t);
-                self.replicas.remove(&t);
+                let (name, took) = self.replicas.scale_down(&t, Duration::from_secs(30));
+                rec.target = Some(name);
+                let how = self.stopped(took);
                 rec.detail = format!("{how}; {} replicas now", self.replicas.live().len());
             }
             other => rec.skipped = Some(format!("{other} is not a process fault")),

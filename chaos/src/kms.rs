@@ -63,8 +63,11 @@ fn parse_time(v: &Value) -> Option<Ms> {
 impl DevServer {
     /// Start `bin dev-server` with `seed` (YAML), its data and log in `dir`;
     /// leases may be as short as a second.
-    pub fn start(bin: &Path, dir: &Path, seed: &str) -> anyhow::Result<Self> {
-        let server = kms_testkit::devserver::DevServer::start(
+    /// It listens on `ip` (the loopback address, or the node's address when
+    /// the replicas are pods).
+    pub fn start(ip: &str, bin: &Path, dir: &Path, seed: &str) -> anyhow::Result<Self> {
+        let server = kms_testkit::devserver::DevServer::start_on(
+            ip,
             bin,
             dir,
             seed,

@@ -13,6 +13,7 @@
 //! kms-chaos --profile short                       # about 5 minutes, ≥ 30 faults
 //! kms-chaos --profile long --report docs/chaos-report.json
 //! kms-chaos --profile short --seed 42              # replay a run
+//! kms-chaos --mode pods --kubeconfig DIR/kubeconfig # the chart's pods on a node
 //! ```
 
 use std::path::PathBuf;
@@ -26,6 +27,7 @@ mod faults;
 mod history;
 mod kms;
 mod leaselog;
+mod pods;
 mod profile;
 mod recorders;
 mod replicas;
@@ -57,6 +59,15 @@ struct Args {
     /// kubeconfig's own directory.
     #[arg(long)]
     testenv_dir: Option<PathBuf>,
+    /// `process`: the replicas are child processes of this runner.
+    /// `pods`: they are the Helm chart's pods on the node of the
+    /// `--kubeconfig` testenv (`tests/testenv/testenv up DIR --node`), with
+    /// `--image` imported into it (`scripts/image.sh --import DIR`).
+    #[arg(long, default_value = "process", value_parser = ["process", "pods"])]
+    mode: String,
+    /// The operator image of `--mode pods`.
+    #[arg(long, default_value = "localhost/kms-operator:dev")]
+    image: String,
     /// The operator binary (default: `kms-operator` next to this binary).
     #[arg(long)]
     operator_bin: Option<PathBuf>,
@@ -217,6 +228,19 @@ async fn main_inner(args: Args) -> anyhow::Result<bool> {
     if let Some(f) = &args.faults {
         replay.push_str(&format!(" --faults {},{}", f[0], f[1]));
     }
+    let mode = if args.mode == "pods" {
+        if args.kubeconfig.is_none() {
+            anyhow::bail!(
+                "--mode pods needs --kubeconfig of a testenv with a node (tests/testenv/testenv up DIR --node)"
+            );
+        }
+        replay.push_str(&format!(" --mode pods --image {}", args.image));
+        run::Mode::Pods {
+            image: args.image.clone(),
+        }
+    } else {
+        run::Mode::Process
+    };
     eprintln!("kms-chaos: profile {}, seed {seed}", profile.name);
     let report = run::run(run::Options {
         profile,
@@ -229,6 +253,7 @@ async fn main_inner(args: Args) -> anyhow::Result<bool> {
         keep: args.keep,
         scenarios,
         replay,
+        mode,
     })
     .await?;
     if let Some(dir) = report_path.parent() {

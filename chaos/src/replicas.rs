@@ -2,6 +2,9 @@
 //! directory and log file per incarnation, started, signalled and restarted
 //! under the same name. Log lines that matter to the checkers (writes and
 //! shard events) are parsed as they arrive.
+//!
+//! [`Fleet`] is what the process track does to replicas; [`Replicas`] does
+//! it to processes, `pods::Pods` to the chart's pods on a node.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -68,6 +71,41 @@ pub struct LogCounts {
     pub error_samples: Vec<String>,
     /// Panics seen.
     pub panics: Vec<String>,
+}
+
+/// The replicas of a run as the process track sees them: processes of this
+/// runner ([`Replicas`]) or the pods of a Helm release (`pods::Pods`).
+pub trait Fleet: Send {
+    /// Names of replicas that run and are not paused, sorted.
+    fn live(&self) -> Vec<String>;
+    /// SIGKILL `name`'s process.
+    fn kill(&mut self, name: &str);
+    /// Stop `name` gracefully, killing it after `timeout`; how long the
+    /// graceful stop took, `None` when it had to be killed.
+    fn terminate(&mut self, name: &str, timeout: Duration) -> Option<Duration>;
+    /// SIGSTOP `name`.
+    fn pause(&mut self, name: &str);
+    /// SIGCONT `name`.
+    fn resume(&mut self, name: &str);
+    /// Bring `name` back after a kill or a stop (pods come back on their
+    /// own: this waits a while for them).
+    fn restart(&mut self, name: &str) -> anyhow::Result<()>;
+    /// The cache directory of `name`, as a path of this machine.
+    fn cache_dir(&self, name: &str) -> Option<PathBuf>;
+    /// Delete the cache of `name` (stopped); what was done.
+    fn delete_cache(&mut self, name: &str) -> String;
+    /// One replica more; its name.
+    fn scale_up(&mut self) -> anyhow::Result<String>;
+    /// One replica fewer (`name`, or whichever the fleet must remove), with
+    /// a graceful stop; the name and how long the stop took.
+    fn scale_down(&mut self, name: &str, timeout: Duration) -> (String, Option<Duration>);
+    /// Replicas that exited without being told to since the last call
+    /// (`(name, what happened)`).
+    fn exited(&mut self) -> Vec<(String, String)>;
+    /// Stop every replica gracefully.
+    fn stop_all(&mut self, timeout: Duration);
+    /// What the logs said so far.
+    fn counts(&self) -> LogCounts;
 }
 
 /// The replicas of a run.
@@ -365,14 +403,14 @@ impl Replicas {
         self.set.get(name).map(|r| r.cache_dir.as_path())
     }
 
-    /// Whether the process of `name` exited on its own.
-    pub fn exited(&mut self) -> Vec<String> {
+    /// Processes that exited on their own.
+    pub fn exited(&mut self) -> Vec<(String, String)> {
         let mut out = Vec::new();
         for r in self.set.values_mut() {
             if let Some(c) = r.child.as_mut()
                 && let Ok(Some(status)) = c.try_wait()
             {
-                out.push(format!("{} exited: {status}", r.name));
+                out.push((r.name.clone(), format!("{} exited: {status}", r.name)));
                 r.child = None;
             }
         }
@@ -399,6 +437,73 @@ impl Replicas {
                 .max(Duration::from_millis(100));
             self.terminate(&n, left);
         }
+    }
+}
+
+impl Fleet for Replicas {
+    fn live(&self) -> Vec<String> {
+        Replicas::live(self)
+    }
+
+    fn kill(&mut self, name: &str) {
+        Replicas::kill(self, name);
+    }
+
+    fn terminate(&mut self, name: &str, timeout: Duration) -> Option<Duration> {
+        Replicas::terminate(self, name, timeout)
+    }
+
+    fn pause(&mut self, name: &str) {
+        Replicas::pause(self, name);
+    }
+
+    fn resume(&mut self, name: &str) {
+        Replicas::resume(self, name);
+    }
+
+    fn restart(&mut self, name: &str) -> anyhow::Result<()> {
+        self.start(name)
+    }
+
+    fn cache_dir(&self, name: &str) -> Option<PathBuf> {
+        Replicas::cache_dir(self, name).map(Path::to_path_buf)
+    }
+
+    fn delete_cache(&mut self, name: &str) -> String {
+        match Replicas::cache_dir(self, name) {
+            Some(d) => {
+                let _ = std::fs::remove_dir_all(d);
+                "cache deleted".into()
+            }
+            None => "no cache to delete".into(),
+        }
+    }
+
+    fn scale_up(&mut self) -> anyhow::Result<String> {
+        let name = self.fresh_name();
+        self.start(&name)?;
+        Ok(name)
+    }
+
+    fn scale_down(&mut self, name: &str, timeout: Duration) -> (String, Option<Duration>) {
+        let took = Replicas::terminate(self, name, timeout);
+        self.remove(name);
+        (name.to_owned(), took)
+    }
+
+    fn exited(&mut self) -> Vec<(String, String)> {
+        Replicas::exited(self)
+    }
+
+    fn stop_all(&mut self, timeout: Duration) {
+        Replicas::stop_all(self, timeout);
+    }
+
+    fn counts(&self) -> LogCounts {
+        self.counts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }
 

@@ -16,9 +16,10 @@ use crate::cluster::{self, ControlPlane};
 use crate::faults::{FaultRecord, ProcessTrack, run_kms_track};
 use crate::history::{Excuse, History, Ms, now_ms};
 use crate::kms::DevServer;
+use crate::pods::{PodSettings, Pods};
 use crate::profile::Profile;
 use crate::recorders;
-use crate::replicas::{Replicas, Settings};
+use crate::replicas::{Fleet, Replicas, Settings};
 use crate::report::{Convergence, Machine, Report, checker_lines, fault_lines};
 use crate::rng::Rng;
 use crate::scenario::Scenario;
@@ -48,6 +49,38 @@ pub struct Options {
     pub scenarios: Vec<Scenario>,
     /// Command line that replays this run.
     pub replay: String,
+    /// Processes of this runner, or the chart's pods on a node.
+    pub mode: Mode,
+}
+
+/// What the replicas are.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Child processes of the runner (the default; CI runs this).
+    Process,
+    /// The Helm chart's pods on the node of the `--kubeconfig` testenv,
+    /// running `image` (imported into the node).
+    Pods {
+        /// `repository:tag`.
+        image: String,
+    },
+}
+
+/// The node's address, from the testenv's state (`testenv up DIR --node`).
+fn node_ip(testenv_dir: &std::path::Path) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(testenv_dir.join("state.json"))
+        .with_context(|| format!("reading {}/state.json", testenv_dir.display()))?;
+    let state: serde_json::Value = serde_json::from_str(&text)?;
+    if state["node"] != true {
+        anyhow::bail!(
+            "{} is a control plane without a node: start one with `tests/testenv/testenv up DIR --node`",
+            testenv_dir.display()
+        );
+    }
+    state["nodeIP"]
+        .as_str()
+        .map(str::to_owned)
+        .context("the testenv state has no nodeIP")
 }
 
 fn say(msg: impl AsRef<str>) {
@@ -192,9 +225,23 @@ async fn run_on(opts: &Options, cp: Arc<ControlPlane>) -> anyhow::Result<Report>
     // The KMS and the workload.
     let mut rng = Rng::fork(opts.seed, "workload");
     let (model, seed_yaml) = workload::seed(&namespaces, &p.timing, &mut rng);
+    // Pods reach the dev KMS at the node's address; processes at loopback.
+    let kms_ip = match &opts.mode {
+        Mode::Process => "127.0.0.1".to_owned(),
+        Mode::Pods { .. } => node_ip(
+            cp.testenv_dir
+                .as_deref()
+                .context("cluster mode needs the testenv directory of its node")?,
+        )?,
+    };
     let kms = Arc::new(
-        DevServer::start(&opts.operator_bin, &opts.work_dir.join("kms"), &seed_yaml)
-            .context("starting the dev server")?,
+        DevServer::start(
+            &kms_ip,
+            &opts.operator_bin,
+            &opts.work_dir.join("kms"),
+            &seed_yaml,
+        )
+        .context("starting the dev server")?,
     );
     let key_file = opts.work_dir.join("cache.key");
     let key: String = (0..32)
@@ -214,29 +261,64 @@ async fn run_on(opts: &Options, cp: Arc<ControlPlane>) -> anyhow::Result<Report>
 
     let created = Instant::now();
     workload::create_all(&client, &namespaces, &kms.api(), &p.timing, &mut rng).await?;
-    let mut replicas = Replicas::new(
-        Settings {
-            bin: opts.operator_bin.clone(),
-            kubeconfig: cp.kubeconfig.clone(),
-            pod_namespace: pod_ns.clone(),
-            namespaces: namespaces.clone(),
-            shards: p.shards,
-            lease_duration: p.lease_duration,
-            renew_deadline: p.renew_deadline,
-            retry_period: p.retry_period,
-            kms_rate_limit: p.kms_rate_limit,
-            key_file,
-            dir: opts.work_dir.join("replicas"),
-        },
-        history.clone(),
-    );
-    for _ in 0..p.replicas {
-        let name = replicas.fresh_name();
-        replicas.start(&name)?;
-    }
+    let replicas: Box<dyn Fleet> = match &opts.mode {
+        Mode::Process => {
+            let mut replicas = Replicas::new(
+                Settings {
+                    bin: opts.operator_bin.clone(),
+                    kubeconfig: cp.kubeconfig.clone(),
+                    pod_namespace: pod_ns.clone(),
+                    namespaces: namespaces.clone(),
+                    shards: p.shards,
+                    lease_duration: p.lease_duration,
+                    renew_deadline: p.renew_deadline,
+                    retry_period: p.retry_period,
+                    kms_rate_limit: p.kms_rate_limit,
+                    key_file,
+                    dir: opts.work_dir.join("replicas"),
+                },
+                history.clone(),
+            );
+            for _ in 0..p.replicas {
+                let name = replicas.fresh_name();
+                replicas.start(&name)?;
+            }
+            Box::new(replicas)
+        }
+        Mode::Pods { image } => {
+            let testenv = kms_testkit::testenv::Testenv::new(&opts.repo);
+            let settings = PodSettings {
+                helm: testenv.tool("helm")?,
+                kubectl: cp.kubectl()?,
+                kubeconfig: cp.kubeconfig.clone(),
+                testenv_dir: cp.testenv_dir.clone().unwrap_or_default(),
+                chart: opts.repo.join("helm/secrets-operator"),
+                image: image.clone(),
+                namespace: pod_ns.clone(),
+                namespaces: namespaces.clone(),
+                replicas: p.replicas,
+                shards: p.shards,
+                lease_duration: p.lease_duration,
+                renew_deadline: p.renew_deadline,
+                retry_period: p.retry_period,
+                kms_rate_limit: p.kms_rate_limit,
+                dir: opts.work_dir.join("pods"),
+            };
+            let history = history.clone();
+            Box::new(
+                tokio::task::spawn_blocking(move || Pods::install(settings, history))
+                    .await?
+                    .context("installing the chart")?,
+            )
+        }
+    };
     say(format!(
-        "{} replicas started; waiting for the workload to be in step",
-        p.replicas
+        "{} replicas started ({}); waiting for the workload to be in step",
+        p.replicas,
+        match &opts.mode {
+            Mode::Process => "processes".to_owned(),
+            Mode::Pods { image } => format!("pods of the chart, {image}"),
+        }
     ));
     let shards = p.shards;
     let (_, ready) = poll_until(&client, &kms, &namespaces, &model, p.ready_timeout, || {
@@ -522,11 +604,7 @@ async fn run_on(opts: &Options, cp: Arc<ControlPlane>) -> anyhow::Result<Report>
             stops.last().map_or(0.0, Duration::as_secs_f64),
         )
     });
-    let counts = stopped
-        .counts
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
+    let counts = stopped.counts();
     let passed = outcomes.iter().all(Outcome::passed)
         && track.unexpected_exits.is_empty()
         && counts.panics.is_empty();
