@@ -1,4 +1,4 @@
-//! Prometheus metrics of the operator (the table of SPEC §6).
+//! Prometheus metrics of the operator (the table in `docs/metrics.md`).
 //!
 //! Every family is registered at start on a registry the caller owns, and
 //! every known label combination is touched so series exist (at 0) from the

@@ -4,7 +4,7 @@
 //! operator replicas as separate processes, creates a workload of
 //! KmsSecrets, KmsPushSecrets and KmsDynamicSecrets over many namespaces,
 //! keeps changing KMS values, injects faults on a schedule derived from a
-//! seed, and checks the invariants of the design (DESIGN §4) over what it
+//! seed, and checks the invariants of the design (`docs/chaos.md`) over what it
 //! recorded: exclusive shard ownership, no data lost and convergence, no
 //! leaked leases, coverage of every shard, and the KMS budget. It prints a
 //! report, writes it as JSON, and exits non-zero on any violation.

@@ -22,7 +22,7 @@
 //!
 //! Walking the pairs globally by rank keeps the assignment sticky: a shard
 //! stays with the member that ranks it highest unless that member is full.
-//! DESIGN §3 sketches the same two steps walking shard by shard instead; on
+//! Walking the same two steps shard by shard instead (the first design); on
 //! random member sets that variant moved up to about twice as many extra
 //! shards on a join (extra = beyond the newcomer's share, which must move anyway). With 16
 //! shards, a join or leave moves on average 0.0 / 0.8 / 1.1 / 1.6 / 2.2 extra

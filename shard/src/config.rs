@@ -1,5 +1,5 @@
 //! The coordinator's configuration, its validation, and the Lease names,
-//! labels and annotations derived from it (SPEC §2 and §5).
+//! labels and annotations derived from it (`docs/install.md`, "High availability").
 
 use std::time::Duration;
 
@@ -62,7 +62,7 @@ pub struct Config {
 }
 
 impl Config {
-    /// A configuration with the defaults of SPEC §5: 16 shards, Lease duration
+    /// A configuration with the documented defaults: 16 shards, Lease duration
     /// 10 s, renew deadline 7 s, retry period 2 s; drain timeout 30 s.
     pub fn new(
         namespace: impl Into<String>,

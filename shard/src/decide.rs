@@ -4,7 +4,7 @@
 //! which Leases to acquire, renew, hand over or clear, and which shards to
 //! stop working on. No I/O and no clock reads: time is an argument.
 //!
-//! The rules (DESIGN §3):
+//! The rules (`docs/architecture.md`, "Shards and Leases"):
 //!
 //! * A Lease is **expired** when it has not changed for its duration on the
 //!   observer's clock (`changed_at + duration <= now`), like client-go. The

@@ -264,11 +264,6 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
         self.len() == 0
     }
 
-    /// Keys being processed right now.
-    pub fn in_progress(&self) -> usize {
-        self.lock().processing.len()
-    }
-
     /// Keys of `shard` being processed right now.
     pub fn in_progress_for(&self, shard: u32) -> usize {
         self.lock()

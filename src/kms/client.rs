@@ -706,11 +706,6 @@ impl Kms {
             etag: new_etag,
         })
     }
-
-    /// Identities with a token slot (for tests and status).
-    pub fn identities(&self) -> usize {
-        self.tokens.len()
-    }
 }
 
 /// Milliseconds since the Unix epoch.

@@ -225,7 +225,7 @@ fn render(release: &str, namespace: &str, values: &Value) -> Rendered {
 }
 
 // ---------------------------------------------------------------------------
-// What the operator needs from the API (SPEC and the controllers).
+// What the operator needs from the API (the controllers and `docs/install.md`).
 
 /// (API group, resource, verbs) in every watched namespace.
 /// An API group, a resource, and verbs on it.

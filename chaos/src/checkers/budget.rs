@@ -1,4 +1,4 @@
-//! Checker 5 — the KMS budget (`--kms-rate-limit`, DESIGN §3).
+//! Checker 5 — the KMS budget (`--kms-rate-limit`; `docs/chaos.md`, checker 5).
 //!
 //! The operator shares a token bucket of `rate` requests per second, with a
 //! burst of `burst_factor × rate`, among its live replicas (each takes

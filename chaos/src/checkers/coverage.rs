@@ -1,4 +1,4 @@
-//! Checker 4 — every shard covered (DESIGN §4.2).
+//! Checker 4 — every shard covered (`docs/chaos.md`, checker 4).
 //!
 //! A shard is covered while some replica shows it holds it: every Lease
 //! write (acquisition, renewal, release) is a sign of life stamped by its

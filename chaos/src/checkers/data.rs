@@ -1,4 +1,4 @@
-//! Checker 2 — nothing lost (DESIGN §4.5).
+//! Checker 2 — nothing lost (`docs/chaos.md`, checker 2).
 //!
 //! *During the run*: the Secret watcher records every state of every
 //! managed Secret (label `secrets.hanzo.ai/managed=true`). A deletion, or a

@@ -1,4 +1,4 @@
-//! Checker 1 — exclusive ownership (DESIGN §4.1).
+//! Checker 1 — exclusive ownership (`docs/chaos.md`, checker 1).
 //!
 //! *Two holders*: every holder change recorded by the Lease watcher is
 //! judged by the Lease's own times. A new holder may acquire only after the

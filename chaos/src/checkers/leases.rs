@@ -1,4 +1,4 @@
-//! Checker 3 — no leaked dynamic-secret leases (DESIGN §4.6).
+//! Checker 3 — no leaked dynamic-secret leases (`docs/chaos.md`, checker 3).
 //!
 //! Each snapshot reads the KmsDynamicSecrets' statuses first and the KMS's
 //! active leases right after. The operator records a lease in the status
