@@ -14,6 +14,14 @@
 //! Modules:
 //! - [`api`]: the custom resource types and the CRDs generated from them;
 //! - [`cli`]: the command line;
+//! - [`operator`]: `kms-operator run`, the wiring of everything below;
+//! - [`controllers`]: the controllers (KmsSecret, push, dynamic, reload),
+//!   their queues, caches and the registry of kinds;
+//! - [`kms`]: the KMS client (auth methods, fetches, budget, events);
+//! - [`sharding`]: the ownership gate between watches and queues;
+//! - [`status`]: `kms-operator status`;
+//! - [`server`]: health, readiness and metrics endpoints;
+//! - [`metrics`]: the Prometheus metrics;
 //! - [`telemetry`]: logging set-up.
 //!
 //! The crates `shard` (namespace→shard ring and Lease ownership) and `storage`
@@ -25,7 +33,6 @@ pub mod controllers;
 pub mod kms;
 pub mod metrics;
 pub mod operator;
-pub mod reload;
 pub mod server;
 pub mod sharding;
 pub mod status;

@@ -16,6 +16,10 @@ use serde::{Deserialize, Serialize};
 /// `h`, `d`, `w` (`30s`, `5m`, `1h30m`, `1w`).
 pub const DURATION_PATTERN: &str = r"^([0-9]+|([0-9]+[smhdw])+)?$";
 
+/// Annotation that releases a KmsPushSecret or KmsDynamicSecret being
+/// deleted without its KMS cleanup (`"true"`).
+pub const SKIP_CLEANUP_ANNOTATION: &str = "secrets.hanzo.ai/skip-cleanup";
+
 /// A Kubernetes Secret named by name and namespace.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

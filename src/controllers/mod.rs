@@ -7,7 +7,11 @@
 //! cancellation token, and requeues the key: at its due time on success, with
 //! capped exponential backoff and jitter on failure (forever).
 //!
-//! - [`kms_secret`]: the KmsSecret controller;
+//! - [`kms_secret`], [`kms_push_secret`], [`kms_dynamic_secret`],
+//!   [`reload`]: the four controllers;
+//! - [`registry`]: the kinds as the operator wires them (one list);
+//! - [`auth`]: the authentication methods as the controllers resolve them;
+//! - [`instant`]: instant updates (the KMS's change events);
 //! - [`target`]: managed objects, ownership, adoption, versions (pure);
 //! - [`apply`]: writes with resourceVersion preconditions;
 //! - [`refs`]: references, the namespace rule, the global config;
@@ -24,6 +28,8 @@ pub mod kms_push_secret;
 pub mod kms_secret;
 pub mod queue;
 pub mod refs;
+pub mod registry;
+pub mod reload;
 pub mod stores;
 pub mod target;
 
@@ -296,7 +302,7 @@ pub struct Context {
     /// The KmsSecret queue.
     pub kms_secret_queue: Arc<Queue<ObjectKey>>,
     /// Which workloads (that opted in to auto-reload) use which objects.
-    pub consumers: Arc<crate::reload::ConsumerIndex>,
+    pub consumers: Arc<reload::ConsumerIndex>,
     /// The persistent cache, if configured.
     pub cache: Option<storage::Store>,
     /// Instant-update streams of the KmsSecrets that ask for them.
@@ -334,7 +340,7 @@ pub struct ContextParts {
     /// The KmsSecret queue.
     pub kms_secret_queue: Arc<Queue<ObjectKey>>,
     /// Which workloads use which objects.
-    pub consumers: Arc<crate::reload::ConsumerIndex>,
+    pub consumers: Arc<reload::ConsumerIndex>,
     /// Reads of referenced Secrets, kept current by the metadata watch.
     pub referenced: Arc<refs::SecretReads>,
     /// The persistent cache, if configured.

@@ -62,6 +62,31 @@ impl Ready {
     }
 }
 
+/// A namespaced kind that can be watched into a [`Scoped`] cache.
+pub trait Namespaced:
+    Resource<Scope = kube::core::NamespaceResourceScope>
+    + Clone
+    + Debug
+    + DeserializeOwned
+    + Serialize
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Namespaced for K where
+    K: Resource<Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + Debug
+        + DeserializeOwned
+        + Serialize
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// Stores of one kind over the watched namespaces.
 pub struct Scoped<K: Resource + Clone + 'static>
 where
@@ -510,14 +535,7 @@ impl Watches {
         on_event: F,
     ) -> (Scoped<K>, Vec<BoxFuture<'static, ()>>)
     where
-        K: Resource<Scope = kube::core::NamespaceResourceScope>
-            + Clone
-            + Debug
-            + DeserializeOwned
-            + Serialize
-            + Send
-            + Sync
-            + 'static,
+        K: Namespaced,
         K::DynamicType: Default + std::hash::Hash + Eq + Clone,
         F: Fn(&Event<K>) + Send + Sync + 'static,
     {

@@ -31,7 +31,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType};
-use kube::runtime::watcher::{self, Event as WatchEvent};
+use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use secrecy::SecretString;
 use serde_json::json;
@@ -44,6 +44,7 @@ use super::conditions::{self, Status};
 use super::error::SyncError;
 use super::kms_secret::plan::{Target, build_data};
 use super::queue::Queue;
+use super::registry::queue_on_change;
 use super::stores::{self, Scoped};
 use super::target::{
     ADOPT_EXISTING_ANNOTATION, Claim, Desired, Observed, TargetKind, claim, desired_meta, diff,
@@ -63,8 +64,6 @@ use crate::sharding::Ownership;
 pub const CONTROLLER: &str = "kmsdynamicsecret";
 /// The finalizer that guards lease revocation.
 pub const FINALIZER: &str = "dynamicsecret.secrets.hanzo.ai/finalizer";
-/// On a resource being deleted: release it without KMS cleanup.
-pub const SKIP_CLEANUP: &str = "secrets.hanzo.ai/skip-cleanup";
 /// How long a replaced lease stays valid before it is revoked, at most (a
 /// shorter lease period shortens it).
 pub const RETIRE_GRACE: Duration = Duration::from_secs(60);
@@ -122,47 +121,28 @@ pub fn watch(
     queue: Arc<Queue<ObjectKey>>,
     refs: Arc<RefIndex>,
 ) -> (Controller, Vec<BoxFuture<'static, ()>>) {
-    type Fingerprint = (
-        Option<i64>,
-        BTreeMap<String, String>,
-        BTreeMap<String, String>,
-        bool,
-        Vec<String>,
+    let fingerprint = |o: &KmsDynamicSecret| {
+        (
+            o.metadata.generation,
+            o.labels().clone(),
+            o.annotations().clone(),
+            o.metadata.deletion_timestamp.is_some(),
+            o.finalizers().to_vec(),
+        )
+    };
+    let observe = move |o: &KmsDynamicSecret, key: &ObjectKey, deleted: bool| {
+        let owner = owner_id(&key.namespace, &key.name);
+        if deleted {
+            refs.remove(&owner);
+        } else {
+            refs.set(&owner, referenced(o));
+        }
+        false
+    };
+    let (resources, drivers) = watches.watch::<KmsDynamicSecret, _>(
+        &watcher::Config::default(),
+        queue_on_change(gate, queue, fingerprint, observe),
     );
-    let seen: Mutex<HashMap<String, Fingerprint>> = Mutex::new(HashMap::new());
-    let (resources, drivers) =
-        watches.watch::<KmsDynamicSecret, _>(&watcher::Config::default(), move |event| {
-            let (o, initial, deleted) = match event {
-                WatchEvent::Apply(o) => (o, false, false),
-                WatchEvent::InitApply(o) => (o, true, false),
-                WatchEvent::Delete(o) => (o, false, true),
-                WatchEvent::Init | WatchEvent::InitDone => return,
-            };
-            let key = ObjectKey::new(o.namespace().unwrap_or_default(), o.name_any());
-            let owner = owner_id(&key.namespace, &key.name);
-            let uid = o.uid().unwrap_or_default();
-            let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
-            if deleted {
-                seen.remove(&uid);
-                refs.remove(&owner);
-            } else {
-                let fp = (
-                    o.metadata.generation,
-                    o.labels().clone(),
-                    o.annotations().clone(),
-                    o.metadata.deletion_timestamp.is_some(),
-                    o.finalizers().to_vec(),
-                );
-                let changed = seen.get(&uid) != Some(&fp);
-                seen.insert(uid, fp);
-                refs.set(&owner, referenced(o));
-                if !changed && !initial {
-                    return;
-                }
-            }
-            let shard = gate.shard_of(&key.namespace);
-            queue.add(key, shard);
-        });
     (
         Controller {
             resources,
@@ -613,7 +593,7 @@ impl Controller {
             .consumers
             .consumers(
                 &target.namespace,
-                crate::reload::Source::Secret,
+                crate::controllers::reload::Source::Secret,
                 &target.name,
             )
             .len();
@@ -708,7 +688,11 @@ impl Controller {
             return Ok(Action::Done);
         }
         let uid = cr.uid().unwrap_or_default();
-        let skip = cr.annotations().get(SKIP_CLEANUP).map(String::as_str) == Some("true");
+        let skip = cr
+            .annotations()
+            .get(crate::api::common::SKIP_CLEANUP_ANNOTATION)
+            .map(String::as_str)
+            == Some("true");
         let status = cr.status.clone().unwrap_or_default();
         let leases: Vec<String> = status
             .lease

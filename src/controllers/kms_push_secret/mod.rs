@@ -50,15 +50,17 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use self::generate::SystemRandomSource;
-use self::plan::{FINALIZER, PushRenderer, SKIP_CLEANUP_ANNOTATION};
+use self::plan::{FINALIZER, PushRenderer};
 use self::status::Report;
 use self::write::Cause;
 use super::apply::ensure_owner;
 use super::error::SyncError;
 use super::queue::Queue;
+use super::registry::{OwnerId, queue_on_change};
 use super::stores::{self, Scoped};
 use super::{Action, Context, ObjectKey, Reconciler, RefIndex};
 use crate::api::cluster_generator::{ClusterGenerator, ClusterGeneratorSpec};
+use crate::api::common::SKIP_CLEANUP_ANNOTATION;
 use crate::api::duration::format_duration;
 use crate::api::kms_push_secret::{DeletionPolicy, KmsPushSecret, KmsPushSecretStatus};
 use crate::kms::Identity;
@@ -109,43 +111,35 @@ pub fn watch(
     let by_generator = Arc::new(RefIndex::default());
     let (resources, mut drivers) = {
         let (gate, queue, by_generator) = (gate.clone(), queue.clone(), by_generator.clone());
-        let seen: Mutex<HashMap<String, Fingerprint>> = Mutex::new(HashMap::new());
-        watches.watch::<KmsPushSecret, _>(&watcher::Config::default(), move |event| {
-            let (o, initial, deleted) = match event {
-                Event::Apply(o) => (o, false, false),
-                Event::InitApply(o) => (o, true, false),
-                Event::Delete(o) => (o, false, true),
-                Event::Init | Event::InitDone => return,
-            };
-            let key = ObjectKey::new(o.namespace().unwrap_or_default(), o.name_any());
+        let fingerprint = |o: &KmsPushSecret| -> Fingerprint {
+            (
+                o.metadata.generation,
+                o.annotations().clone(),
+                o.metadata.deletion_timestamp.is_some(),
+            )
+        };
+        // A resource without its finalizer is queued to get it.
+        let observe = move |o: &KmsPushSecret, key: &ObjectKey, deleted: bool| {
             let owner = plan::owner_id(&key.namespace, &key.name);
-            let uid = o.uid().unwrap_or_default();
-            let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
             if deleted {
-                seen.remove(&uid);
                 refs.remove(&owner);
                 by_generator.remove(&owner);
-            } else {
-                refs.set(&owner, plan::referenced_secrets(o));
-                by_generator.set(
-                    &owner,
-                    plan::generator_names(o)
-                        .into_iter()
-                        .map(|n| (String::new(), n))
-                        .collect(),
-                );
-                let deleting = o.metadata.deletion_timestamp.is_some();
-                let fp: Fingerprint = (o.metadata.generation, o.annotations().clone(), deleting);
-                let changed = seen.get(&uid) != Some(&fp);
-                seen.insert(uid, fp);
-                let needs_finalizer = !deleting && !has_finalizer(o);
-                if !changed && !initial && !needs_finalizer {
-                    return;
-                }
+                return false;
             }
-            let shard = gate.shard_of(&key.namespace);
-            queue.add(key, shard);
-        })
+            refs.set(&owner, plan::referenced_secrets(o));
+            by_generator.set(
+                &owner,
+                plan::generator_names(o)
+                    .into_iter()
+                    .map(|n| (String::new(), n))
+                    .collect(),
+            );
+            o.metadata.deletion_timestamp.is_none() && !has_finalizer(o)
+        };
+        watches.watch::<KmsPushSecret, _>(
+            &watcher::Config::default(),
+            queue_on_change(gate, queue, fingerprint, observe),
+        )
     };
     let (generators, generators_ready, d) =
         watch_generators(watches, gate, queue.clone(), by_generator);
@@ -196,9 +190,11 @@ fn watch_generators(
             return;
         }
         for owner in by_generator.dependents("", &name) {
-            let mut parts = owner.splitn(3, '/');
-            if let (Some(_), Some(ns), Some(cr)) = (parts.next(), parts.next(), parts.next()) {
-                queue.add(ObjectKey::new(ns, cr), gate.shard_of(ns));
+            if let Some(o) = OwnerId::parse(&owner) {
+                queue.add(
+                    ObjectKey::new(o.namespace, o.name),
+                    gate.shard_of(o.namespace),
+                );
             }
         }
     })
@@ -421,9 +417,8 @@ impl Controller {
         let marker = plan::marker(&ns, &name, &uid);
         let pushed_by_other = |comment: &str| -> Option<String> {
             let (owner, owner_uid) = plan::parse_marker(comment)?;
-            let mut parts = owner.splitn(3, '/');
-            let (_, ons, oname) = (parts.next()?, parts.next()?, parts.next()?);
-            let other = self.resources.get(Some(ons), oname)?;
+            let o = OwnerId::parse(&owner)?;
+            let other = self.resources.get(Some(o.namespace), o.name)?;
             (other.uid().as_deref() == Some(owner_uid.as_str())
                 && owner_uid != uid
                 && other.metadata.deletion_timestamp.is_none())

@@ -34,8 +34,6 @@ use crate::kms::push::{Folder, NewSecret, StoredSecret};
 
 /// The finalizer that holds a KmsPushSecret until its cleanup is done.
 pub const FINALIZER: &str = "pushsecret.secrets.hanzo.ai/finalizer";
-/// Annotation that releases a resource being deleted without KMS cleanup.
-pub const SKIP_CLEANUP_ANNOTATION: &str = "secrets.hanzo.ai/skip-cleanup";
 /// Shortest accepted `resyncInterval`.
 pub const MIN_RESYNC: Duration = Duration::from_secs(5);
 /// Shortest accepted `rotationInterval`.

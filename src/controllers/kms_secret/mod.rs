@@ -20,6 +20,9 @@
 //! conditions say what failed, and the work queue retries with backoff.
 
 pub mod plan;
+pub mod watch;
+
+pub use self::watch::watch;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
@@ -37,6 +40,7 @@ use super::apply::{self, FIELD_MANAGER, ensure_owner};
 use super::conditions::{self, Status};
 use super::error::SyncError;
 use super::instant::StreamState;
+use super::registry::OwnerId;
 use super::target::{
     ADOPT_EXISTING_ANNOTATION, Claim, Desired, OWNER_ANNOTATION, Observed, TargetKind, claim,
     desired_meta, diff, version_of,
@@ -198,13 +202,11 @@ async fn observe(ctx: &Context, t: &Target) -> Result<Option<Observed>, SyncErro
 /// Whether `owner` (an owner id) is a live KmsSecret that still lists the
 /// target.
 fn owner_lists(ctx: &Context, owner: &str, t: &Target) -> bool {
-    let mut parts = owner.splitn(3, '/');
-    let (Some("KmsSecret"), Some(ns), Some(name)) = (parts.next(), parts.next(), parts.next())
-    else {
+    let Some(owner) = OwnerId::parse(owner).filter(|o| o.kind == "KmsSecret") else {
         // Another kind (a dynamic secret) or a foreign marker: treat as live.
         return true;
     };
-    let Some(other) = ctx.kms_secrets.get(Some(ns), name) else {
+    let Some(other) = ctx.kms_secrets.get(Some(owner.namespace), owner.name) else {
         return false;
     };
     if other.metadata.deletion_timestamp.is_some() {
@@ -880,8 +882,8 @@ fn consumers_of(ctx: &Context, cr: &KmsSecret) -> usize {
     let mut workloads = std::collections::BTreeSet::new();
     for t in &targets {
         let source = match t.kind {
-            TargetKind::Secret => crate::reload::Source::Secret,
-            TargetKind::ConfigMap => crate::reload::Source::ConfigMap,
+            TargetKind::Secret => crate::controllers::reload::Source::Secret,
+            TargetKind::ConfigMap => crate::controllers::reload::Source::ConfigMap,
         };
         workloads.extend(ctx.consumers.consumers(&t.namespace, source, &t.name));
     }

@@ -417,20 +417,25 @@ pub mod runtime {
     use std::sync::Arc;
     use std::time::Duration;
 
+    use futures::future::BoxFuture;
     use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
     use k8s_openapi::api::core::v1::PodTemplateSpec;
     use kube::api::{Api, Patch, PatchParams};
     use kube::runtime::events::{Event, EventType};
     use kube::{Resource, ResourceExt};
     use serde_json::json;
+    use tokio::task::JoinHandle;
     use tokio_util::sync::CancellationToken;
 
     use super::{ConsumerIndex, Source, WorkloadKey, WorkloadKind, plan_stamps, stamp_key};
     use crate::controllers::error::SyncError;
+    use crate::controllers::queue::Queue;
+    use crate::controllers::registry::{Kind, WorkQueue};
     use crate::controllers::stores::Scoped;
     use crate::controllers::target::{MANAGED_LABEL, VERSION_ANNOTATION};
     use crate::controllers::{Action, Context};
     use crate::kms::limiter::Limiter;
+    use crate::sharding::Ownership;
 
     /// The controller's metric label.
     pub const CONTROLLER: &str = "reload";
@@ -502,6 +507,92 @@ pub mod runtime {
             return None;
         }
         annotations.get(VERSION_ANNOTATION).cloned()
+    }
+
+    /// Reload as a registered kind: its queue of workloads and its
+    /// reconciler.
+    pub struct Registration {
+        /// The reconciler.
+        pub reloader: Arc<Reloader>,
+        /// Its queue.
+        pub queue: Arc<Queue<WorkloadKey>>,
+    }
+
+    impl Kind for Registration {
+        fn controller(&self) -> &'static str {
+            CONTROLLER
+        }
+
+        fn wait_ready(&self) -> BoxFuture<'_, ()> {
+            let w = &self.reloader.workloads;
+            Box::pin(async move {
+                w.deployments.wait_ready().await;
+                w.stateful_sets.wait_ready().await;
+                w.daemon_sets.wait_ready().await;
+            })
+        }
+
+        /// Every workload of the shard that opted in.
+        fn full_pass(&self, shard: u32, gate: &dyn Ownership) {
+            let w = &self.reloader.workloads;
+            let add = |kind: WorkloadKind, o: &dyn ResourceLike| {
+                let namespace = o.namespace_or_empty();
+                if o.opted_in() && gate.shard_of(&namespace) == shard {
+                    self.queue.add(
+                        WorkloadKey {
+                            kind,
+                            namespace,
+                            name: o.name(),
+                        },
+                        shard,
+                    );
+                }
+            };
+            for o in w.deployments.all() {
+                add(WorkloadKind::Deployment, o.as_ref());
+            }
+            for o in w.stateful_sets.all() {
+                add(WorkloadKind::StatefulSet, o.as_ref());
+            }
+            for o in w.daemon_sets.all() {
+                add(WorkloadKind::DaemonSet, o.as_ref());
+            }
+        }
+
+        fn queue(&self) -> &dyn WorkQueue {
+            self.queue.as_ref()
+        }
+
+        fn start(self: Arc<Self>, ctx: Arc<Context>) -> JoinHandle<()> {
+            tokio::spawn(crate::controllers::run_workers(
+                ctx,
+                self.queue.clone(),
+                CONTROLLER,
+                self.reloader.clone(),
+            ))
+        }
+    }
+
+    /// What a full pass reads of a workload, whatever its kind.
+    trait ResourceLike {
+        fn namespace_or_empty(&self) -> String;
+        fn name(&self) -> String;
+        fn opted_in(&self) -> bool;
+    }
+
+    impl<T: Resource> ResourceLike for T {
+        fn namespace_or_empty(&self) -> String {
+            self.namespace().unwrap_or_default()
+        }
+        fn name(&self) -> String {
+            self.name_any()
+        }
+        fn opted_in(&self) -> bool {
+            self.annotations()
+                .get(super::AUTO_RELOAD_ANNOTATION)
+                .map(String::as_str)
+                == Some("true")
+        }
     }
 
     impl crate::controllers::Reconciler<WorkloadKey> for Reloader {

@@ -1,0 +1,110 @@
+//! The KmsSecret watch: a resource is queued when it is created, deleted, or
+//! its generation, labels, annotations or deletion mark change (not on the
+//! operator's own status writes), and the Secrets it reads or writes are
+//! indexed so that a change of one of them queues it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use kube::ResourceExt;
+use kube::runtime::watcher;
+
+use super::owner_id;
+use crate::api::kms_secret::KmsSecret;
+use crate::controllers::queue::Queue;
+use crate::controllers::registry::queue_on_change;
+use crate::controllers::stores::{Scoped, Watches};
+use crate::controllers::{ObjectKey, RefIndex};
+use crate::sharding::Ownership;
+
+/// What makes a KmsSecret worth reconciling: generation, labels,
+/// annotations, deletion.
+type Fingerprint = (
+    Option<i64>,
+    BTreeMap<String, String>,
+    BTreeMap<String, String>,
+    bool,
+);
+
+fn fingerprint(o: &KmsSecret) -> Fingerprint {
+    (
+        o.metadata.generation,
+        o.labels().clone(),
+        o.annotations().clone(),
+        o.metadata.deletion_timestamp.is_some(),
+    )
+}
+
+/// Secrets a KmsSecret reads (credentials, CA) or writes, as `(namespace,
+/// name)`. A target counts too: one the resource may not write yet (it
+/// carries no adoption marker) is taken over as soon as someone adds the
+/// marker, not at the resource's next retry.
+pub fn referenced_secrets(o: &KmsSecret) -> Vec<(String, String)> {
+    let ns = o.namespace().unwrap_or_default();
+    let pick = |r_ns: Option<&String>, name: &str| {
+        (
+            r_ns.filter(|n| !n.is_empty())
+                .cloned()
+                .unwrap_or_else(|| ns.clone()),
+            name.to_owned(),
+        )
+    };
+    let mut out = Vec::new();
+    if let Some(a) = &o.spec.authentication {
+        if let Some(u) = &a.universal_auth {
+            out.push(pick(
+                u.credentials_ref.secret_namespace.as_ref(),
+                &u.credentials_ref.secret_name,
+            ));
+        }
+        if let Some(l) = &a.ldap_auth {
+            out.push(pick(
+                l.auth.credentials_ref.secret_namespace.as_ref(),
+                &l.auth.credentials_ref.secret_name,
+            ));
+        }
+        if let Some(s) = &a.service_token {
+            let r = &s.service_token_secret_reference;
+            out.push(pick(r.secret_namespace.as_ref(), &r.secret_name));
+        }
+    }
+    if let Some(r) = &o.spec.token_secret_reference {
+        out.push(pick(r.secret_namespace.as_ref(), &r.secret_name));
+    }
+    if let Some(ca) = o.spec.tls.as_ref().and_then(|t| t.ca_ref.as_ref()) {
+        out.push(pick(ca.secret_namespace.as_ref(), &ca.secret_name));
+    }
+    for t in o
+        .spec
+        .managed_secret_reference
+        .iter()
+        .chain(o.spec.managed_kube_secret_references.iter().flatten())
+    {
+        out.push(pick(t.secret_namespace.as_ref(), &t.secret_name));
+    }
+    out
+}
+
+/// Watch KmsSecrets into a cache, feeding `queue`; the cache and the
+/// futures that drive the watch.
+pub fn watch(
+    watches: &Watches,
+    gate: Arc<dyn Ownership>,
+    queue: Arc<Queue<ObjectKey>>,
+    index: Arc<RefIndex>,
+) -> (Scoped<KmsSecret>, Vec<BoxFuture<'static, ()>>) {
+    let observe = move |o: &KmsSecret, key: &ObjectKey, deleted: bool| {
+        let owner = owner_id(&key.namespace, &key.name);
+        if deleted {
+            index.remove(&owner);
+        } else {
+            index.set(&owner, referenced_secrets(o));
+        }
+        false
+    };
+    watches.watch::<KmsSecret, _>(
+        &watcher::Config::default(),
+        queue_on_change(gate, queue, fingerprint, observe),
+    )
+}

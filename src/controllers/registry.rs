@@ -1,0 +1,342 @@
+//! The registry of kinds: what the operator's wiring needs of each
+//! controller, written once per kind. `operator::run` loops over one list
+//! for routing, readiness, the global configuration, full passes after a
+//! shard is gained, drains before one is given up, queue metrics, workers
+//! and shutdown; a kind added to the list gets every one of them, and there
+//! is no second place to forget it in.
+//!
+//! The three custom resources register through [`Resources`] (their cache,
+//! queue and reconciler); reload registers its own [`Kind`] (workloads, not
+//! resources of ours).
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use kube::{Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio::task::JoinHandle;
+
+use super::queue::Queue;
+use super::stores::Scoped;
+use super::{Context, ObjectKey, Reconciler};
+use crate::api::kms_dynamic_secret::KmsDynamicSecret;
+use crate::api::kms_push_secret::KmsPushSecret;
+use crate::api::kms_secret::KmsSecret;
+use crate::sharding::Ownership;
+
+/// One kind of work, as the operator wires it.
+pub trait Kind: Send + Sync + 'static {
+    /// The controller's name: metric label and log field.
+    fn controller(&self) -> &'static str;
+    /// The `kind` its owner ids name (`KmsSecret/<ns>/<name>`), for a kind
+    /// that owns managed objects or reads Secrets.
+    fn resource_kind(&self) -> Option<&str> {
+        None
+    }
+    /// Queue the resource `namespace/name` (something it uses changed).
+    fn enqueue(&self, _namespace: &str, _name: &str, _gate: &dyn Ownership) {}
+    /// Wait until its caches hold their initial lists.
+    fn wait_ready(&self) -> BoxFuture<'_, ()>;
+    /// Queue every resource that uses the global configuration (it changed).
+    fn global_config_changed(&self, _gate: &dyn Ownership) {}
+    /// Queue everything of `shard` (just gained).
+    fn full_pass(&self, shard: u32, gate: &dyn Ownership);
+    /// The namespace of each of its resources, for the per-shard gauges of
+    /// managed objects; `None` for a kind that is not counted.
+    fn resource_namespaces(&self) -> Option<Vec<String>> {
+        None
+    }
+    /// Its work queue.
+    fn queue(&self) -> &dyn WorkQueue;
+    /// Start its workers; the task ends once the queue is closed and the
+    /// reconciles in flight are done.
+    fn start(self: Arc<Self>, ctx: Arc<Context>) -> JoinHandle<()>;
+}
+
+/// What the wiring does with a queue, whatever its key.
+pub trait WorkQueue: Send + Sync {
+    /// Drop the queued work of `shard`; how many keys were dropped.
+    fn drop_shard(&self, shard: u32) -> usize;
+    /// Keys of `shard` being reconciled now.
+    fn in_progress_for(&self, shard: u32) -> usize;
+    /// Take no more work.
+    fn close(&self);
+    /// Depth and oldest wait per shard.
+    fn stats(&self) -> HashMap<u32, (usize, Duration)>;
+}
+
+impl<K: Clone + Eq + Hash + Ord + Send + Sync> WorkQueue for Queue<K> {
+    fn drop_shard(&self, shard: u32) -> usize {
+        Queue::drop_shard(self, shard)
+    }
+    fn in_progress_for(&self, shard: u32) -> usize {
+        Queue::in_progress_for(self, shard)
+    }
+    fn close(&self) {
+        Queue::close(self);
+    }
+    fn stats(&self) -> HashMap<u32, (usize, Duration)> {
+        Queue::stats(self)
+    }
+}
+
+/// A custom resource that may name its own KMS (`spec.hostAPI`) or follow
+/// the global configuration.
+pub trait HostApi {
+    /// Its own `hostAPI`, if set.
+    fn host_api(&self) -> Option<&str>;
+}
+
+impl HostApi for KmsSecret {
+    fn host_api(&self) -> Option<&str> {
+        self.spec.host_api.as_deref()
+    }
+}
+
+impl HostApi for KmsPushSecret {
+    fn host_api(&self) -> Option<&str> {
+        self.spec.host_api.as_deref()
+    }
+}
+
+impl HostApi for KmsDynamicSecret {
+    fn host_api(&self) -> Option<&str> {
+        self.spec.host_api.as_deref()
+    }
+}
+
+/// A custom resource's controller: its cache, queue and reconciler.
+pub struct Resources<T, R>
+where
+    T: Resource + Clone + 'static,
+    T::DynamicType: Hash + Eq + Clone,
+{
+    controller: &'static str,
+    kind: String,
+    store: Scoped<T>,
+    queue: Arc<Queue<ObjectKey>>,
+    reconciler: Arc<R>,
+}
+
+impl<T, R> Resources<T, R>
+where
+    T: Resource + Clone + 'static,
+    T::DynamicType: Default + Hash + Eq + Clone,
+{
+    /// Register `controller` over the cache `store`, fed into `queue`.
+    pub fn new(
+        controller: &'static str,
+        store: Scoped<T>,
+        queue: Arc<Queue<ObjectKey>>,
+        reconciler: R,
+    ) -> Self {
+        Self {
+            controller,
+            kind: T::kind(&T::DynamicType::default()).into_owned(),
+            store,
+            queue,
+            reconciler: Arc::new(reconciler),
+        }
+    }
+
+    fn add(&self, o: &T, gate: &dyn Ownership) {
+        let key = ObjectKey::new(o.namespace().unwrap_or_default(), o.name_any());
+        let shard = gate.shard_of(&key.namespace);
+        self.queue.add(key, shard);
+    }
+}
+
+impl<T, R> Kind for Resources<T, R>
+where
+    T: Resource + HostApi + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+    T::DynamicType: Default + Hash + Eq + Clone + Send + Sync,
+    R: Reconciler<ObjectKey>,
+{
+    fn controller(&self) -> &'static str {
+        self.controller
+    }
+
+    fn resource_kind(&self) -> Option<&str> {
+        Some(&self.kind)
+    }
+
+    fn enqueue(&self, namespace: &str, name: &str, gate: &dyn Ownership) {
+        self.queue
+            .add(ObjectKey::new(namespace, name), gate.shard_of(namespace));
+    }
+
+    fn wait_ready(&self) -> BoxFuture<'_, ()> {
+        Box::pin(self.store.wait_ready())
+    }
+
+    fn global_config_changed(&self, gate: &dyn Ownership) {
+        for o in self.store.all() {
+            if o.host_api().is_none_or(str::is_empty) {
+                self.add(&o, gate);
+            }
+        }
+    }
+
+    fn full_pass(&self, shard: u32, gate: &dyn Ownership) {
+        for o in self.store.all() {
+            if gate.shard_of(&o.namespace().unwrap_or_default()) == shard {
+                self.add(&o, gate);
+            }
+        }
+    }
+
+    fn resource_namespaces(&self) -> Option<Vec<String>> {
+        Some(
+            self.store
+                .all()
+                .iter()
+                .map(|o| o.namespace().unwrap_or_default())
+                .collect(),
+        )
+    }
+
+    fn queue(&self) -> &dyn WorkQueue {
+        self.queue.as_ref()
+    }
+
+    fn start(self: Arc<Self>, ctx: Arc<Context>) -> JoinHandle<()> {
+        tokio::spawn(super::run_workers(
+            ctx,
+            self.queue.clone(),
+            self.controller,
+            self.reconciler.clone(),
+        ))
+    }
+}
+
+/// The event handler of a custom resource's watch, the same for every kind:
+/// a resource is queued when it is first listed, created or deleted, or when
+/// its `fingerprint` (what makes it worth reconciling: generation,
+/// annotations, deletion mark, …; never the status the operator writes)
+/// changes, or when `observe` asks for it. `observe` sees every applied or
+/// deleted resource first (`true` when deleted), to index what it reads.
+pub fn queue_on_change<K, FP>(
+    gate: Arc<dyn Ownership>,
+    queue: Arc<Queue<ObjectKey>>,
+    fingerprint: impl Fn(&K) -> FP + Send + Sync + 'static,
+    observe: impl Fn(&K, &ObjectKey, bool) -> bool + Send + Sync + 'static,
+) -> impl Fn(&kube::runtime::watcher::Event<K>) + Send + Sync + 'static
+where
+    K: Resource,
+    FP: PartialEq + Send + 'static,
+{
+    use kube::runtime::watcher::Event;
+    let seen: Mutex<HashMap<String, FP>> = Mutex::new(HashMap::new());
+    move |event| {
+        let (o, initial, deleted) = match event {
+            Event::Apply(o) => (o, false, false),
+            Event::InitApply(o) => (o, true, false),
+            Event::Delete(o) => (o, false, true),
+            Event::Init | Event::InitDone => return,
+        };
+        let key = ObjectKey::new(o.namespace().unwrap_or_default(), o.name_any());
+        let uid = o.uid().unwrap_or_default();
+        let asked = observe(o, &key, deleted);
+        let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+        if deleted {
+            seen.remove(&uid);
+        } else {
+            let fp = fingerprint(o);
+            let changed = seen.get(&uid) != Some(&fp);
+            seen.insert(uid, fp);
+            if !changed && !initial && !asked {
+                return;
+            }
+        }
+        let shard = gate.shard_of(&key.namespace);
+        queue.add(key, shard);
+    }
+}
+
+/// The registered kinds, shared by the watches that route work to them.
+/// Filled once, before any watch delivers an event.
+#[derive(Clone, Default)]
+pub struct Registry(Arc<OnceLock<Vec<Arc<dyn Kind>>>>);
+
+impl Registry {
+    /// Register the kinds (once; a second call is ignored).
+    pub fn set(&self, kinds: Vec<Arc<dyn Kind>>) {
+        let _ = self.0.set(kinds);
+    }
+
+    /// The registered kinds (none before [`Registry::set`]).
+    pub fn kinds(&self) -> &[Arc<dyn Kind>] {
+        self.0.get().map_or(&[], Vec::as_slice)
+    }
+
+    /// Queue the resource an owner id names (`<Kind>/<namespace>/<name>`).
+    pub fn owner(&self, owner: &str, gate: &dyn Ownership) {
+        let Some(owner) = OwnerId::parse(owner) else {
+            return;
+        };
+        if let Some(k) = self
+            .kinds()
+            .iter()
+            .find(|k| k.resource_kind() == Some(owner.kind))
+        {
+            k.enqueue(owner.namespace, owner.name, gate);
+        }
+    }
+
+    /// Every kind's queue, closed: no more work is taken.
+    pub fn close(&self) {
+        for k in self.kinds() {
+            k.queue().close();
+        }
+    }
+}
+
+/// An owner id (`<Kind>/<namespace>/<name>`) taken apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OwnerId<'a> {
+    /// The resource's kind.
+    pub kind: &'a str,
+    /// Its namespace.
+    pub namespace: &'a str,
+    /// Its name.
+    pub name: &'a str,
+}
+
+impl<'a> OwnerId<'a> {
+    /// Parse `<Kind>/<namespace>/<name>`; `None` for anything else.
+    pub fn parse(id: &'a str) -> Option<Self> {
+        let mut parts = id.splitn(3, '/');
+        let (kind, namespace, name) = (parts.next()?, parts.next()?, parts.next()?);
+        (!kind.is_empty() && !name.is_empty()).then_some(Self {
+            kind,
+            namespace,
+            name,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owner_ids_are_taken_apart_or_refused() {
+        assert_eq!(
+            OwnerId::parse("KmsSecret/team-a/app"),
+            Some(OwnerId {
+                kind: "KmsSecret",
+                namespace: "team-a",
+                name: "app"
+            })
+        );
+        assert_eq!(OwnerId::parse("KmsSecret/team-a"), None);
+        assert_eq!(OwnerId::parse("/team-a/app"), None);
+        assert_eq!(OwnerId::parse("KmsSecret/team-a/"), None);
+        // A name never holds a slash; the rest of the id is the name as given.
+        assert_eq!(OwnerId::parse("K/n/a/b").map(|o| o.name), Some("a/b"));
+    }
+}

@@ -1,0 +1,541 @@
+//! `kms-operator run`: wire the watches, the registered kinds (their
+//! queues and workers), the KMS client, shard ownership and the
+//! health/metrics server together, and stop gracefully on SIGTERM (stop
+//! taking work, let in-flight reconciles finish, hand the shards over).
+//!
+//! - [`watches`]: the watches that route work to the kinds;
+//! - [`shards`]: draining, full passes and budgets as shards move.
+
+mod shards;
+mod watches;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use kube::runtime::events::{Recorder, Reporter};
+use kube::{Client, ResourceExt};
+
+use crate::api::kms_dynamic_secret::KmsDynamicSecret;
+use crate::api::kms_secret::KmsSecret;
+use crate::cli::RunArgs;
+use crate::controllers::queue::Queue;
+use crate::controllers::refs::{GlobalConfig, SecretReads};
+use crate::controllers::registry::{Kind, Registry, Resources};
+use crate::controllers::reload::ConsumerIndex;
+use crate::controllers::reload::runtime::{self as reload, Reloader};
+use crate::controllers::stores::{self, Scoped};
+use crate::controllers::{
+    Context, ContextParts, RefIndex, Settings, kms_dynamic_secret, kms_push_secret, kms_secret,
+};
+use crate::kms::limiter::Limiter;
+use crate::kms::{Kms, KmsConfig};
+use crate::metrics::Metrics;
+use crate::server;
+use crate::sharding::Ownership;
+
+/// Run the operator until SIGTERM or SIGINT.
+pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    server::check_exposure(&args.metrics_addr, args.metrics_tls, args.metrics_insecure)?;
+    let client = Client::try_default().await?;
+    let pod_name = args
+        .pod_name
+        .clone()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "kms-operator".to_owned());
+    tracing::info!(version = env!("CARGO_PKG_VERSION"), pod = %pod_name, namespaces = ?args.namespaces, "kms-operator starting");
+    let coordinator = shard::Coordinator::start(
+        client.clone(),
+        shard::Config {
+            shards: args.shards,
+            lease_duration: args.lease_duration,
+            renew_deadline: args.renew_deadline,
+            retry_period: args.retry_period,
+            ..shard::Config::new(&args.pod_namespace, &args.lease_prefix, &pod_name)
+        },
+    )
+    .map_err(|e| anyhow::anyhow!("sharding: {e}"))?;
+    // Subscribe before anything is acquired, so no gain is missed.
+    let shard_events = coordinator.events();
+    let gate: Arc<dyn Ownership> = Arc::new(coordinator.clone());
+    let metrics = Metrics::new(gate.shard_count());
+    let cache = open_cache(&args)?;
+    let wired = wire(
+        &args,
+        &client,
+        &pod_name,
+        gate.clone(),
+        &metrics,
+        cache.clone(),
+    );
+    let (ctx, registry) = (wired.ctx.clone(), wired.registry.clone());
+    let watch_tasks: Vec<_> = wired.drivers.into_iter().map(tokio::spawn).collect();
+
+    // Ready means the workers run: set once every cache has its initial list
+    // and the workers are started. Asking never touches the caches.
+    let started = Arc::new(AtomicBool::new(false));
+    let ready = {
+        let started = started.clone();
+        Arc::new(move || started.load(Ordering::Acquire))
+    };
+    let tls = server::MetricsTls {
+        enabled: args.metrics_tls,
+        cert_dir: args.metrics_cert_path.clone(),
+        cert_name: args.metrics_cert_name.clone(),
+        key_name: args.metrics_cert_key.clone(),
+    };
+    let servers = server::start(
+        &args.health_addr,
+        &args.metrics_addr,
+        metrics,
+        ready,
+        &tls,
+        client,
+    )
+    .await?;
+
+    // The caches first, so that targets and owners are known.
+    for cache in &wired.caches {
+        cache.wait_ready().await;
+    }
+    for kind in registry.kinds() {
+        kind.wait_ready().await;
+    }
+    tracing::info!(
+        objects = ctx.kms_secrets.all().len(),
+        "caches synced; starting workers"
+    );
+    prune_cache(cache.as_ref(), &ctx.kms_secrets);
+    let stats = tokio::spawn(report_queue(ctx.clone(), registry.clone(), wired.dynamic));
+    let workers: Vec<_> = registry
+        .kinds()
+        .iter()
+        .map(|k| k.clone().start(ctx.clone()))
+        .collect();
+    tracing::info!("workers started; ready");
+    started.store(true, Ordering::Release);
+
+    shards::set_drain_hook(&coordinator, registry.clone(), ctx.clone());
+    for shard in (0..gate.shard_count()).filter(|s| gate.owns(*s)) {
+        shards::full_pass(&registry, gate.as_ref(), shard);
+    }
+    let pod = k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some("v1".to_owned()),
+        kind: Some("Pod".to_owned()),
+        name: Some(pod_name),
+        namespace: Some(args.pod_namespace.clone()),
+        ..Default::default()
+    };
+    let shard_task = shards::follow(
+        shard_events,
+        registry.clone(),
+        ctx.clone(),
+        wired.reload_budget,
+        pod,
+    );
+
+    shutdown_signal().await;
+    let mut tasks = watch_tasks;
+    tasks.extend([shard_task, stats, servers]);
+    stop(&registry, &ctx, &coordinator, workers, tasks).await;
+    Ok(())
+}
+
+/// The graceful stop: no new work, the reconciles in flight finish (20 s at
+/// most), the cache is flushed, the shards are handed over, and lease steps
+/// that must not be dropped finish (15 s at most).
+async fn stop(
+    registry: &Registry,
+    ctx: &Context,
+    coordinator: &shard::Coordinator,
+    workers: Vec<tokio::task::JoinHandle<()>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+) {
+    tracing::info!("shutting down: no new work; waiting for reconciles in flight");
+    registry.close();
+    let drained = futures::future::join_all(workers);
+    if tokio::time::timeout(Duration::from_secs(20), drained)
+        .await
+        .is_err()
+    {
+        tracing::warn!("reconciles still running after 20s; exiting anyway");
+    }
+    if let Some(store) = &ctx.cache
+        && let Err(e) = store.flush_async().await
+    {
+        tracing::warn!(error = %e, "could not flush the cache");
+    }
+    // Hand the shards over: clear each Lease's holder, delete the member Lease.
+    coordinator.shutdown().await;
+    // Leases created and not yet recorded are recorded or revoked before the
+    // process goes (their reconciles may have been dropped above).
+    ctx.critical.close();
+    if tokio::time::timeout(Duration::from_secs(15), ctx.critical.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!("lease steps still running after 15s; exiting anyway");
+    }
+    for t in tasks {
+        t.abort();
+    }
+    tracing::info!("stopped");
+}
+
+/// What [`wire`] puts together; nothing runs until the drivers are spawned.
+struct Wired {
+    ctx: Arc<Context>,
+    registry: Registry,
+    /// The futures that drive every watch.
+    drivers: Vec<futures::future::BoxFuture<'static, ()>>,
+    /// Caches to wait for besides the kinds' own.
+    caches: Vec<Box<dyn WaitReady>>,
+    /// Dynamic secrets (the held-leases gauge).
+    dynamic: Scoped<KmsDynamicSecret>,
+    /// The rollout budget, shared among live replicas.
+    reload_budget: Arc<Limiter>,
+}
+
+/// A cache that can be waited for.
+trait WaitReady: Send + Sync {
+    fn wait_ready(&self) -> futures::future::BoxFuture<'_, ()>;
+}
+
+impl<K> WaitReady for Scoped<K>
+where
+    K: kube::Resource
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+    K::DynamicType: Default + std::hash::Hash + Eq + Clone + Send + Sync,
+{
+    fn wait_ready(&self) -> futures::future::BoxFuture<'_, ()> {
+        Box::pin(Scoped::wait_ready(self))
+    }
+}
+
+/// The watches, the registered kinds and the reconcile context.
+fn wire(
+    args: &RunArgs,
+    client: &Client,
+    pod_name: &str,
+    gate: Arc<dyn Ownership>,
+    metrics: &Metrics,
+    cache: Option<storage::Store>,
+) -> Wired {
+    let kms = kms_client(args, metrics, cache.as_ref());
+    kms.set_members(gate.members());
+    let namespaces: Vec<String> = args
+        .namespaces
+        .iter()
+        .filter(|n| !n.is_empty())
+        .cloned()
+        .collect();
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "kms-operator".into(),
+            instance: Some(pod_name.to_owned()),
+        },
+    );
+    let undecodable = stores::Undecodable::new(metrics.clone(), Some(recorder.clone()));
+    let all = stores::Watches::new(client.clone(), namespaces.clone(), undecodable.clone());
+    let routes = watches::Routes {
+        registry: Registry::default(),
+        gate: gate.clone(),
+        reload_queue: Arc::new(Queue::new()),
+        consumers: Arc::new(ConsumerIndex::default()),
+        debounce: args.reload_debounce,
+    };
+    let index = Arc::new(RefIndex::default());
+    let kms_secret_queue = Arc::new(Queue::new());
+    let (kms_secrets, mut drivers) =
+        kms_secret::watch(&all, gate.clone(), kms_secret_queue.clone(), index.clone());
+    let (secrets, config_maps, d) = watches::managed_objects(&all, &routes);
+    drivers.extend(d);
+    let (workloads, d) = watches::workloads(&all, &routes, &secrets, &config_maps);
+    drivers.extend(d);
+    let push_queue = Arc::new(Queue::new());
+    let (push, d) = kms_push_secret::watch(&all, gate.clone(), push_queue.clone(), index.clone());
+    drivers.extend(d);
+    let dynamic_queue = Arc::new(Queue::new());
+    let (dynamic, d) =
+        kms_dynamic_secret::watch(&all, gate.clone(), dynamic_queue.clone(), index.clone());
+    drivers.extend(d);
+    let dynamic_resources = dynamic.resources.clone();
+    let referenced = Arc::new(SecretReads::default());
+    drivers.extend(watches::referenced_secrets(
+        client,
+        &namespaces,
+        &routes,
+        index,
+        referenced.clone(),
+    ));
+    let global = Arc::new(RwLock::new(GlobalConfig::default()));
+    let (global_store, d) = watches::global_config(
+        client,
+        &args.pod_namespace,
+        undecodable,
+        global.clone(),
+        &routes,
+    );
+    drivers.extend(d);
+    let reload_budget = Arc::new(Limiter::new(args.max_reloads_per_second));
+    reload_budget.set_members(gate.members());
+    // The one list of kinds: routing, readiness, the global configuration,
+    // full passes, drains, metrics, workers and shutdown all loop over it.
+    let registry = routes.registry.clone();
+    registry.set(vec![
+        Arc::new(Resources::new(
+            kms_secret::CONTROLLER,
+            kms_secrets.clone(),
+            kms_secret_queue.clone(),
+            kms_secret::Controller,
+        )) as Arc<dyn Kind>,
+        Arc::new(Resources::new(
+            kms_push_secret::CONTROLLER,
+            push.resources.clone(),
+            push_queue,
+            push,
+        )),
+        Arc::new(Resources::new(
+            kms_dynamic_secret::CONTROLLER,
+            dynamic.resources.clone(),
+            dynamic_queue,
+            dynamic,
+        )),
+        Arc::new(reload::Registration {
+            reloader: Arc::new(Reloader {
+                workloads,
+                index: routes.consumers.clone(),
+                budget: reload_budget.clone(),
+                debounce: args.reload_debounce,
+            }),
+            queue: routes.reload_queue.clone(),
+        }),
+    ]);
+    let settings = Settings {
+        allow_cross_namespace_refs: args.allow_cross_namespace_refs,
+        pod_namespace: args.pod_namespace.clone(),
+        namespaces,
+        cleanup_timeout: args.cleanup_timeout,
+        ..Settings::default()
+    };
+    let ctx = Arc::new(Context::new(
+        ContextParts {
+            client: client.clone(),
+            kms,
+            metrics: metrics.clone(),
+            gate,
+            settings,
+            recorder,
+            renderer: Arc::new(kms_template::Engine::default()),
+            global,
+            kms_secret_queue,
+            consumers: routes.consumers.clone(),
+            referenced,
+            cache,
+        },
+        kms_secrets,
+        secrets.clone(),
+        config_maps.clone(),
+    ));
+    Wired {
+        ctx,
+        registry,
+        drivers,
+        caches: vec![
+            Box::new(secrets),
+            Box::new(config_maps),
+            Box::new(global_store),
+        ],
+        dynamic: dynamic_resources,
+        reload_budget,
+    }
+}
+
+/// The KMS client: its budget, allowed hosts, token store and the cloud
+/// identity endpoints.
+fn kms_client(args: &RunArgs, metrics: &Metrics, cache: Option<&storage::Store>) -> Arc<Kms> {
+    let mut kms = Kms::new(
+        KmsConfig {
+            rate_limit: args.kms_rate_limit,
+            allowed_hosts: args
+                .allowed_kms_hosts
+                .iter()
+                .filter(|h| !h.is_empty())
+                .cloned()
+                .collect(),
+            ..KmsConfig::default()
+        },
+        metrics.clone(),
+    );
+    if let Some(store) = cache {
+        kms = kms.with_token_store(store.clone());
+    }
+    kms = kms.with_cloud(crate::kms::cloud::CloudConfig {
+        aws_sts_endpoint: args
+            .aws_sts_endpoint
+            .clone()
+            .filter(|e| !e.trim().is_empty()),
+        aws_imds_endpoint: args.aws_imds_endpoint.clone(),
+        azure_imds_endpoint: args.azure_imds_endpoint.clone(),
+        gcp_metadata_endpoint: args.gcp_metadata_endpoint.clone(),
+        key_file_dir: args.key_file_dir.clone(),
+        timeout: args.cloud_timeout,
+        ..crate::kms::cloud::CloudConfig::default()
+    });
+    Arc::new(kms)
+}
+
+/// Drop the cache's sync records of KmsSecrets that no longer exist.
+fn prune_cache(cache: Option<&storage::Store>, kms_secrets: &Scoped<KmsSecret>) {
+    let Some(store) = cache else { return };
+    let live: HashSet<String> = kms_secrets.all().iter().filter_map(|o| o.uid()).collect();
+    match store.retain(|kind, uid| kind != storage::RecordKind::Sync || live.contains(uid)) {
+        Ok(n) if n > 0 => tracing::info!(removed = n, "pruned cache records of deleted resources"),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "could not prune the cache"),
+    }
+}
+
+/// Open the persistent cache of `--cache-dir`. A database held by another
+/// process means running without a cache; a corrupt one is moved aside and
+/// rebuilt (one warning). A key file that cannot be read is an error.
+fn open_cache(args: &RunArgs) -> anyhow::Result<Option<storage::Store>> {
+    let Some(dir) = args
+        .cache_dir
+        .as_ref()
+        .filter(|d| !d.as_os_str().is_empty())
+    else {
+        return Ok(None);
+    };
+    let encryption_key = match &args.cache_encryption_key_file {
+        Some(path) => Some(
+            storage::EncryptionKey::from_file(path)
+                .map_err(|e| anyhow::anyhow!("--cache-encryption-key-file: {e}"))?,
+        ),
+        None => None,
+    };
+    let options = storage::Options {
+        encryption_key,
+        ..storage::Options::default()
+    };
+    match storage::Store::open(dir, options) {
+        Ok((store, report)) => {
+            if let Some(reason) = &report.recovered {
+                tracing::warn!(%reason, moved_to = ?report.moved_to, "the cache was unreadable; it was moved aside and is rebuilt");
+            }
+            if let Some(why) = &report.permissions {
+                // A mounted volume's root usually belongs to another user.
+                tracing::info!(%why, "the cache directory itself is not private; the files in it are");
+            }
+            tracing::info!(
+                dir = %dir.display(),
+                records = report.records,
+                dropped = report.dropped,
+                tokens = store.encrypts_tokens(),
+                "persistent cache opened"
+            );
+            Ok(Some(store))
+        }
+        Err(e) => {
+            tracing::warn!(dir = %dir.display(), error = %e, "running without the persistent cache");
+            Ok(None)
+        }
+    }
+}
+
+/// Publish queue depth, oldest age, owned shards, managed objects and held
+/// dynamic leases per controller and shard, every 5 s.
+async fn report_queue(ctx: Arc<Context>, registry: Registry, dynamic: Scoped<KmsDynamicSecret>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    loop {
+        tick.tick().await;
+        let mut held: HashMap<u32, i64> = HashMap::new();
+        for o in dynamic.all() {
+            if o.status.as_ref().is_some_and(|st| st.lease.is_some()) {
+                *held
+                    .entry(ctx.gate.shard_of(&o.namespace().unwrap_or_default()))
+                    .or_default() += 1;
+            }
+        }
+        for shard in 0..ctx.gate.shard_count() {
+            let n = if ctx.gate.owns(shard) {
+                held.get(&shard).copied().unwrap_or(0)
+            } else {
+                0
+            };
+            ctx.metrics
+                .dynamic_leases
+                .with_label_values(&[&shard.to_string()])
+                .set(n);
+        }
+        for shard in 0..ctx.gate.shard_count() {
+            let s = shard.to_string();
+            ctx.metrics
+                .shard_owned
+                .with_label_values(&[s.as_str()])
+                .set(i64::from(ctx.gate.owns(shard)));
+        }
+        for kind in registry.kinds() {
+            let Some(namespaces) = kind.resource_namespaces() else {
+                continue;
+            };
+            let (controller, stats) = (kind.controller(), kind.queue().stats());
+            let mut counts: HashMap<u32, i64> = HashMap::new();
+            for ns in namespaces {
+                *counts.entry(ctx.gate.shard_of(&ns)).or_default() += 1;
+            }
+            for shard in 0..ctx.gate.shard_count() {
+                let s = shard.to_string();
+                let labels = [controller, s.as_str()];
+                let (depth, oldest) = stats.get(&shard).copied().unwrap_or_default();
+                ctx.metrics
+                    .queue_depth
+                    .with_label_values(&labels)
+                    .set(i64::try_from(depth).unwrap_or(i64::MAX));
+                ctx.metrics
+                    .queue_oldest
+                    .with_label_values(&labels)
+                    .set(oldest.as_secs_f64());
+                let managed = if ctx.gate.owns(shard) {
+                    counts.get(&shard).copied().unwrap_or(0)
+                } else {
+                    0
+                };
+                ctx.metrics
+                    .managed_objects
+                    .with_label_values(&labels)
+                    .set(managed);
+            }
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}

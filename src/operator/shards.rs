@@ -1,0 +1,139 @@
+//! What a replica does when shard ownership moves: drain a shard's work
+//! before its Lease is given up, queue everything of a shard it gains,
+//! publish each change as an Event on its pod and in the metrics, and share
+//! the KMS and rollout budgets among the live replicas.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, EventType, Recorder};
+use tokio::task::JoinHandle;
+
+use crate::controllers::Context;
+use crate::controllers::registry::Registry;
+use crate::kms::limiter::Limiter;
+use crate::sharding::Ownership;
+
+/// How long a drain waits for the shard's reconciles in flight.
+const DRAIN_WAIT: Duration = Duration::from_secs(25);
+
+/// Before a shard's Lease is given up: stop its instant-update streams,
+/// drop its queued work, wait for its reconciles in flight, flush the cache.
+pub fn set_drain_hook(coordinator: &shard::Coordinator, registry: Registry, ctx: Arc<Context>) {
+    coordinator.set_drain_hook(move |shard| {
+        let (registry, cache) = (registry.clone(), ctx.cache.clone());
+        ctx.instant.drop_shard(shard);
+        async move {
+            let dropped: usize = registry
+                .kinds()
+                .iter()
+                .map(|k| k.queue().drop_shard(shard))
+                .sum();
+            let deadline = tokio::time::Instant::now() + DRAIN_WAIT;
+            while registry
+                .kinds()
+                .iter()
+                .map(|k| k.queue().in_progress_for(shard))
+                .sum::<usize>()
+                > 0
+                && tokio::time::Instant::now() < deadline
+            {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            if let Some(store) = &cache
+                && let Err(e) = store.flush_async().await
+            {
+                tracing::warn!(error = %e, "could not flush the cache");
+            }
+            tracing::info!(shard, dropped, "shard drained");
+        }
+    });
+}
+
+/// Queue everything of `shard` in every kind.
+pub fn full_pass(registry: &Registry, gate: &dyn Ownership, shard: u32) {
+    for kind in registry.kinds() {
+        kind.full_pass(shard, gate);
+    }
+}
+
+/// Follow the coordinator's events until it stops: a full pass for every
+/// shard gained, metrics and an Event on the operator's pod for every change,
+/// budget shares held on a failed renewal and recomputed when the live
+/// replicas change.
+pub fn follow(
+    mut events: tokio::sync::broadcast::Receiver<shard::Event>,
+    registry: Registry,
+    ctx: Arc<Context>,
+    budget: Arc<Limiter>,
+    pod: ObjectReference,
+) -> JoinHandle<()> {
+    let publish = {
+        let recorder: Recorder = ctx.recorder.clone();
+        move |reason: &'static str, note: String| {
+            let (recorder, pod) = (recorder.clone(), pod.clone());
+            tokio::spawn(async move {
+                let event = Event {
+                    type_: EventType::Normal,
+                    reason: reason.to_owned(),
+                    note: Some(note),
+                    action: "Shard".to_owned(),
+                    secondary: None,
+                };
+                if let Err(e) = recorder.publish(&event, &pod).await {
+                    tracing::debug!(error = %e, "could not publish a shard Event");
+                }
+            });
+        }
+    };
+    tokio::spawn(async move {
+        let (metrics, kms) = (&ctx.metrics, &ctx.kms);
+        loop {
+            match events.recv().await {
+                Ok(shard::Event::Gained(s)) => {
+                    metrics
+                        .shard_handovers
+                        .with_label_values(&[&s.to_string(), "gained"])
+                        .inc();
+                    full_pass(&registry, ctx.gate.as_ref(), s);
+                    publish("ShardGained", format!("Owns shard {s}"));
+                }
+                Ok(shard::Event::Lost { shard, reason }) => {
+                    metrics
+                        .shard_handovers
+                        .with_label_values(&[&shard.to_string(), "lost"])
+                        .inc();
+                    tracing::info!(shard, reason = reason.as_str(), "shard lost");
+                    publish(
+                        "ShardLost",
+                        format!("Gave up shard {shard} ({})", reason.as_str()),
+                    );
+                }
+                Ok(shard::Event::RenewFailed { shard, error }) => {
+                    if let Some(s) = shard {
+                        metrics
+                            .lease_renew_failures
+                            .with_label_values(&[&s.to_string()])
+                            .inc();
+                        tracing::warn!(shard = s, %error, "shard Lease renewal failed");
+                    }
+                    kms.hold_members();
+                    budget.hold_members();
+                }
+                Ok(shard::Event::MembersChanged(members)) => {
+                    let n = u32::try_from(members.len()).unwrap_or(u32::MAX).max(1);
+                    kms.set_members(n);
+                    budget.set_members(n);
+                    tracing::info!(?members, "live replicas changed");
+                }
+                Ok(shard::Event::ConfigMismatch(m)) => {
+                    tracing::warn!(%m, "not acquiring shards")
+                }
+                Ok(_) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+            }
+        }
+    })
+}

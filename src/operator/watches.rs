@@ -1,0 +1,332 @@
+//! The watches that route work to the registered kinds: managed Secrets and
+//! ConfigMaps (their owners, and the workloads that use them after a data
+//! change), workloads that opted in to auto-reload, the metadata of the
+//! Secrets resources read, and the global configuration ConfigMap. Each
+//! returns its cache (if any) and the futures that drive it; nothing runs
+//! until the caller spawns them.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{ConfigMap, PodTemplateSpec, Secret};
+use kube::core::PartialObjectMeta;
+use kube::runtime::watcher::{self, Event};
+use kube::{Client, ResourceExt};
+
+use crate::controllers::RefIndex;
+use crate::controllers::queue::Queue;
+use crate::controllers::refs::{GLOBAL_CONFIG_NAME, GlobalConfig, SecretReads};
+use crate::controllers::registry::Registry;
+use crate::controllers::reload::runtime::Workloads;
+use crate::controllers::reload::{
+    AUTO_RELOAD_ANNOTATION, ConsumerIndex, Source, WorkloadKey, WorkloadKind, consumed,
+};
+use crate::controllers::stores::{Namespaced, Scoped, Undecodable, Watches};
+use crate::controllers::target::{MANAGED_LABEL, OWNER_ANNOTATION, VERSION_ANNOTATION};
+use crate::sharding::Ownership;
+
+/// Where the watches send work.
+#[derive(Clone)]
+pub struct Routes {
+    /// The registered kinds (owner ids are routed through it).
+    pub registry: Registry,
+    /// The ownership gate (a key's shard).
+    pub gate: Arc<dyn Ownership>,
+    /// The reload queue.
+    pub reload_queue: Arc<Queue<WorkloadKey>>,
+    /// Which workloads use which objects.
+    pub consumers: Arc<ConsumerIndex>,
+    /// Delay between a data change and the rollouts it causes.
+    pub debounce: Duration,
+}
+
+impl Routes {
+    fn owner_of(&self, annotations: &BTreeMap<String, String>) {
+        if let Some(owner) = annotations.get(OWNER_ANNOTATION) {
+            self.registry.owner(owner, self.gate.as_ref());
+        }
+    }
+}
+
+/// Managed Secrets and ConfigMaps (label `secrets.hanzo.ai/managed=true`):
+/// any change or deletion sends their owner round; a new version (a data
+/// change) sends the workloads that use them round after the debounce.
+pub fn managed_objects(
+    watches: &Watches,
+    routes: &Routes,
+) -> (
+    Scoped<Secret>,
+    Scoped<ConfigMap>,
+    Vec<BoxFuture<'static, ()>>,
+) {
+    let (secrets, mut drivers) = watch_managed::<Secret>(watches, routes, Source::Secret);
+    let (config_maps, d) = watch_managed::<ConfigMap>(watches, routes, Source::ConfigMap);
+    drivers.extend(d);
+    (secrets, config_maps, drivers)
+}
+
+fn watch_managed<K>(
+    watches: &Watches,
+    routes: &Routes,
+    source: Source,
+) -> (Scoped<K>, Vec<BoxFuture<'static, ()>>)
+where
+    K: Namespaced,
+    K::DynamicType: Default + std::hash::Hash + Eq + Clone,
+{
+    let routes = routes.clone();
+    let versions: Mutex<HashMap<(String, String), String>> = Mutex::new(HashMap::new());
+    let config = watcher::Config::default().labels(&format!("{MANAGED_LABEL}=true"));
+    watches.watch::<K, _>(&config, move |event| {
+        let (o, deleted) = match event {
+            Event::Apply(o) | Event::InitApply(o) => (o, false),
+            Event::Delete(o) => (o, true),
+            Event::Init | Event::InitDone => return,
+        };
+        let (ns, name) = (o.namespace().unwrap_or_default(), o.name_any());
+        routes.owner_of(o.annotations());
+        let changed = {
+            let mut versions = versions.lock().unwrap_or_else(|e| e.into_inner());
+            let id = (ns.clone(), name.clone());
+            match (deleted, o.annotations().get(VERSION_ANNOTATION)) {
+                (true, _) => {
+                    versions.remove(&id);
+                    false
+                }
+                (false, Some(v)) => versions.insert(id, v.clone()).is_none_or(|old| old != *v),
+                (false, None) => false,
+            }
+        };
+        if changed {
+            for w in routes.consumers.consumers(&ns, source, &name) {
+                let shard = routes.gate.shard_of(&w.namespace);
+                routes.reload_queue.add_after(w, shard, routes.debounce);
+            }
+        }
+    })
+}
+
+/// A workload kind's pod template.
+trait Workload {
+    const KIND: WorkloadKind;
+    fn template(&self) -> &PodTemplateSpec;
+}
+
+impl Workload for Deployment {
+    const KIND: WorkloadKind = WorkloadKind::Deployment;
+    fn template(&self) -> &PodTemplateSpec {
+        &self.spec.template
+    }
+}
+
+impl Workload for StatefulSet {
+    const KIND: WorkloadKind = WorkloadKind::StatefulSet;
+    fn template(&self) -> &PodTemplateSpec {
+        &self.spec.template
+    }
+}
+
+impl Workload for DaemonSet {
+    const KIND: WorkloadKind = WorkloadKind::DaemonSet;
+    fn template(&self) -> &PodTemplateSpec {
+        &self.spec.template
+    }
+}
+
+/// Workloads that opted in to auto-reload: what they use is indexed; a new
+/// workload, or a change of what it uses, sends it round (to record the
+/// versions it starts with) and the owners of the objects it uses (or used)
+/// round (to recount their workloads).
+pub fn workloads(
+    watches: &Watches,
+    routes: &Routes,
+    secrets: &Scoped<Secret>,
+    config_maps: &Scoped<ConfigMap>,
+) -> (Workloads, Vec<BoxFuture<'static, ()>>) {
+    let mut drivers = Vec::new();
+    let (deployments, d) = watch_workloads::<Deployment>(watches, routes, secrets, config_maps);
+    drivers.extend(d);
+    let (stateful_sets, d) = watch_workloads::<StatefulSet>(watches, routes, secrets, config_maps);
+    drivers.extend(d);
+    let (daemon_sets, d) = watch_workloads::<DaemonSet>(watches, routes, secrets, config_maps);
+    drivers.extend(d);
+    (
+        Workloads {
+            deployments,
+            stateful_sets,
+            daemon_sets,
+        },
+        drivers,
+    )
+}
+
+fn watch_workloads<K>(
+    watches: &Watches,
+    routes: &Routes,
+    secrets: &Scoped<Secret>,
+    config_maps: &Scoped<ConfigMap>,
+) -> (Scoped<K>, Vec<BoxFuture<'static, ()>>)
+where
+    K: Workload + Namespaced,
+    K::DynamicType: Default + std::hash::Hash + Eq + Clone,
+{
+    let routes = routes.clone();
+    let (secrets, config_maps) = (secrets.clone(), config_maps.clone());
+    watches.watch::<K, _>(&watcher::Config::default(), move |event| {
+        let (o, deleted) = match event {
+            Event::Apply(o) | Event::InitApply(o) => (o, false),
+            Event::Delete(o) => (o, true),
+            Event::Init | Event::InitDone => return,
+        };
+        let ns = o.namespace().unwrap_or_default();
+        let key = WorkloadKey {
+            kind: K::KIND,
+            namespace: ns.clone(),
+            name: o.name_any(),
+        };
+        let opted_in = o
+            .annotations()
+            .get(AUTO_RELOAD_ANNOTATION)
+            .map(String::as_str)
+            == Some("true");
+        let before = routes.consumers.uses(&key);
+        let uses = match (deleted, opted_in, o.template().spec.as_ref()) {
+            (false, true, Some(spec)) => consumed(spec),
+            _ => Default::default(),
+        };
+        if !routes.consumers.set(&key, uses.clone()) {
+            return;
+        }
+        if !uses.is_empty() {
+            routes.reload_queue.add(key, routes.gate.shard_of(&ns));
+        }
+        for (source, name) in before.union(&uses) {
+            let annotations = match source {
+                Source::Secret => secrets
+                    .get(Some(&ns), name)
+                    .map(|o| o.annotations().clone()),
+                Source::ConfigMap => config_maps
+                    .get(Some(&ns), name)
+                    .map(|o| o.annotations().clone()),
+            };
+            if let Some(a) = &annotations {
+                routes.owner_of(a);
+            }
+        }
+    })
+}
+
+/// The metadata of every Secret in the watched namespaces: the current
+/// version of each keeps the shared reads of referenced Secrets
+/// (credentials, CA bundles, push sources) honest, and a change sends the
+/// resources that read it round (through `index`).
+pub fn referenced_secrets(
+    client: &Client,
+    namespaces: &[String],
+    routes: &Routes,
+    index: Arc<RefIndex>,
+    referenced: Arc<SecretReads>,
+) -> Vec<BoxFuture<'static, ()>> {
+    let scopes: Vec<(Option<String>, kube::Api<PartialObjectMeta<Secret>>)> =
+        if namespaces.is_empty() {
+            vec![(None, kube::Api::all(client.clone()))]
+        } else {
+            namespaces
+                .iter()
+                .map(|ns| (Some(ns.clone()), kube::Api::namespaced(client.clone(), ns)))
+                .collect()
+        };
+    let mut drivers: Vec<BoxFuture<'static, ()>> = Vec::new();
+    for (scope, api) in scopes {
+        let (routes, index, referenced) = (routes.clone(), index.clone(), referenced.clone());
+        drivers.push(Box::pin(async move {
+            use futures::StreamExt;
+            use kube::runtime::WatchStreamExt;
+            let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
+            let mut stream = std::pin::pin!(stream);
+            let scope = scope.as_deref();
+            while let Some(event) = stream.next().await {
+                let (o, deleted): (PartialObjectMeta<Secret>, bool) = match event {
+                    Ok(Event::Apply(o)) => (o, false),
+                    Ok(Event::Delete(o)) => (o, true),
+                    Ok(Event::Init) => {
+                        referenced.relist_started(scope);
+                        continue;
+                    }
+                    Ok(Event::InitApply(o)) => {
+                        // Changed while the watch was down: as a change.
+                        let changed = referenced.relisted(
+                            scope,
+                            o.metadata.namespace.as_deref().unwrap_or_default(),
+                            o.metadata.name.as_deref().unwrap_or_default(),
+                            o.metadata.resource_version.as_deref(),
+                        );
+                        if !changed {
+                            continue;
+                        }
+                        (o, false)
+                    }
+                    Ok(Event::InitDone) => {
+                        referenced.relist_done(scope);
+                        continue;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "watch of Secret metadata failed; retrying");
+                        continue;
+                    }
+                };
+                let ns = o.metadata.namespace.clone().unwrap_or_default();
+                let name = o.metadata.name.clone().unwrap_or_default();
+                // The version first, so the resources queued below read the
+                // new data.
+                if deleted {
+                    referenced.gone(&ns, &name);
+                } else {
+                    referenced.seen(&ns, &name, o.metadata.resource_version.as_deref());
+                }
+                for owner in index.dependents(&ns, &name) {
+                    routes.registry.owner(&owner, routes.gate.as_ref());
+                }
+            }
+        }));
+    }
+    drivers
+}
+
+/// The global configuration ConfigMap (`kms-config` in the operator's
+/// namespace): kept in `global`; a change sends every resource that uses it
+/// round.
+pub fn global_config(
+    client: &Client,
+    pod_namespace: &str,
+    undecodable: Undecodable,
+    global: Arc<RwLock<GlobalConfig>>,
+    routes: &Routes,
+) -> (Scoped<ConfigMap>, Vec<BoxFuture<'static, ()>>) {
+    let routes = routes.clone();
+    Watches::new(client.clone(), vec![pod_namespace.to_owned()], undecodable).watch::<ConfigMap, _>(
+        &watcher::Config::default().fields(&format!("metadata.name={GLOBAL_CONFIG_NAME}")),
+        move |event| {
+            let parsed = match event {
+                Event::Apply(cm) | Event::InitApply(cm) => GlobalConfig::from_config_map(cm),
+                Event::Delete(_) => GlobalConfig::default(),
+                Event::Init | Event::InitDone => return,
+            };
+            let changed = {
+                let mut g = global.write().unwrap_or_else(|e| e.into_inner());
+                let changed = *g != parsed;
+                *g = parsed;
+                changed
+            };
+            if changed {
+                tracing::info!("global configuration {GLOBAL_CONFIG_NAME} changed");
+                for kind in routes.registry.kinds() {
+                    kind.global_config_changed(routes.gate.as_ref());
+                }
+            }
+        },
+    )
+}
