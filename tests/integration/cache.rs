@@ -99,14 +99,14 @@ async fn a_restart_costs_the_kms_nothing() {
     ];
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     const N: usize = 20;
-    let mut op = Operator::start(&ns.name, &[&ns.name], &flags);
+    let mut op = Operator::start(&ns.name, &[&ns.name], &flags).await;
     setup(&client, &ns.name, &kms, N, "40s").await;
     let before = synced(&client, &ns.name, N).await;
     op.stop();
 
     // Restart: nothing is due, so nothing is asked of the KMS.
     kms.reset_stats().await;
-    let _op = Operator::start(&ns.name, &[&ns.name], &flags);
+    let _op = Operator::start(&ns.name, &[&ns.name], &flags).await;
     tokio::time::sleep(Duration::from_secs(10)).await;
     assert_eq!(
         kms.count(LOGIN, None).await,
@@ -210,7 +210,7 @@ async fn a_lost_or_corrupt_cache_is_a_miss() {
     let flags = [format!("--cache-dir={}", cache.display())];
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     const N: usize = 5;
-    let mut op = Operator::start(&ns.name, &[&ns.name], &flags);
+    let mut op = Operator::start(&ns.name, &[&ns.name], &flags).await;
     setup(&client, &ns.name, &kms, N, "1h").await;
     let before = synced(&client, &ns.name, N).await;
     op.stop();
@@ -219,7 +219,7 @@ async fn a_lost_or_corrupt_cache_is_a_miss() {
     // Secrets are current, and nothing is due: no KMS call.
     std::fs::remove_dir_all(&cache).unwrap();
     kms.reset_stats().await;
-    let mut op = Operator::start(&ns.name, &[&ns.name], &flags);
+    let mut op = Operator::start(&ns.name, &[&ns.name], &flags).await;
     tokio::time::sleep(Duration::from_secs(8)).await;
     assert_eq!(
         kms.count(LIST, None).await + kms.count(LOGIN, None).await,
@@ -236,7 +236,7 @@ async fn a_lost_or_corrupt_cache_is_a_miss() {
             std::fs::write(&f, vec![0xAB; 4096]).unwrap();
         }
     }
-    let op = Operator::start(&ns.name, &[&ns.name], &flags);
+    let op = Operator::start(&ns.name, &[&ns.name], &flags).await;
     setup_one_more(&client, &ns.name, &kms).await;
     let converged = wait_for(Duration::from_secs(30), || async {
         Api::<Secret>::namespaced(client.clone(), &ns.name)

@@ -230,21 +230,21 @@ fn aws() -> Value {
 /// An operator whose environment holds only `env` of the cloud variables,
 /// trusting the loopback dev servers (`--allowed-kms-hosts=127.0.0.1`) for
 /// the cloud methods.
-fn operator(ns: &str, flags: &[&str], env: &[(&str, &str)]) -> Operator {
+async fn operator(ns: &str, flags: &[&str], env: &[(&str, &str)]) -> Operator {
     let mut flags = flags.to_vec();
     flags.push("--allowed-kms-hosts=127.0.0.1");
-    operator_with(ns, &flags, env)
+    operator_with(ns, &flags, env).await
 }
 
 /// [`operator`] without the allow list: only the global hostAPI is trusted.
-fn operator_with(ns: &str, flags: &[&str], env: &[(&str, &str)]) -> Operator {
+async fn operator_with(ns: &str, flags: &[&str], env: &[(&str, &str)]) -> Operator {
     let mut vars: Vec<(&str, Option<&str>)> = CLOUD_ENV
         .iter()
         .filter(|n| !env.iter().any(|(k, _)| k == *n))
         .map(|n| (*n, None))
         .collect();
     vars.extend(env.iter().map(|(k, v)| (*k, Some(*v))));
-    Operator::start_with_env(ns, &[ns], flags, &vars)
+    Operator::start_with_env(ns, &[ns], flags, &vars).await
 }
 
 async fn expect_synced(client: &kube::Client, ns: &str, name: &str, target: &str, strategy: &str) {
@@ -303,7 +303,8 @@ async fn cloud_methods_log_in_and_sync() {
             ("AWS_WEB_IDENTITY_TOKEN_FILE", token_file.to_str().unwrap()),
             ("AWS_ROLE_ARN", "arn:aws:iam::111122223333:role/kms"),
         ],
-    );
+    )
+    .await;
 
     apply_cr(&client, &ns.name, cr("aws", &kms.api(), "aws-out", aws())).await;
     apply_cr(
@@ -426,10 +427,11 @@ async fn aws_environment_and_instance_metadata() {
             ("AWS_SECRET_ACCESS_KEY", "env-secret"),
             ("AWS_REGION", "eu-west-1"),
         ],
-    );
+    )
+    .await;
     let ns_imds = TestNamespace::new(&client, "cloud-aws-imds").await;
     let imds_flag = format!("--aws-imds-endpoint={}", clouds.url);
-    let _op_imds = operator(&ns_imds.name, &[&imds_flag], &[]);
+    let _op_imds = operator(&ns_imds.name, &[&imds_flag], &[]).await;
 
     apply_cr(
         &client,
@@ -459,7 +461,7 @@ async fn missing_aws_credentials_name_the_sources_tried() {
         format!("http://{}", l.local_addr().unwrap())
     };
     let imds_flag = format!("--aws-imds-endpoint={imds}");
-    let _op = operator(&ns.name, &[&imds_flag], &[]);
+    let _op = operator(&ns.name, &[&imds_flag], &[]).await;
     apply_cr(&client, &ns.name, cr("aws", &kms.api(), "aws-out", aws())).await;
     let (_, _, message) = wait_condition(
         &client,
@@ -517,7 +519,8 @@ async fn cloud_identities_go_only_to_trusted_hosts() {
             ("AWS_ACCESS_KEY_ID", "AKIAENVIRONMENT"),
             ("AWS_SECRET_ACCESS_KEY", "env-secret"),
         ],
-    );
+    )
+    .await;
     let gcp = json!({"gcpIdTokenAuth": {"identityId": GCP_ID, "secretsScope": scope()}});
     let azure = json!({"azureAuth": {"identityId": AZURE_ID, "resource": "api://attacker", "secretsScope": scope()}});
     let universal = json!({"universalAuth": {"credentialsRef": {"secretName": "kms-credentials"}, "secretsScope": scope()}});

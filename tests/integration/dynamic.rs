@@ -104,7 +104,7 @@ async fn a_lease_is_created_once_and_renewed_without_touching_the_secret() {
     let ns = TestNamespace::new(&client, "dyn-renew").await;
     let kms = dev_server("1h", "24h").await;
     credentials(&client, &ns.name).await;
-    let _op = Operator::start(&ns.name, &[&ns.name], &[]);
+    let _op = Operator::start(&ns.name, &[&ns.name], &[]).await;
     create(&client, &ns.name, "db", &kms.api(), "6s", true).await;
 
     let s = wait_for(Duration::from_secs(30), || async {
@@ -180,7 +180,7 @@ async fn max_ttl_replaces_the_lease_and_revokes_the_old_one() {
     let ns = TestNamespace::new(&client, "dyn-max").await;
     let kms = dev_server("4s", "10s").await;
     credentials(&client, &ns.name).await;
-    let op = Operator::start(&ns.name, &[&ns.name], &[]);
+    let op = Operator::start(&ns.name, &[&ns.name], &[]).await;
     create(&client, &ns.name, "db", &kms.api(), "4s", true).await;
     let first = wait_for(Duration::from_secs(30), || async {
         lease_of(&client, &ns.name, "db").await
@@ -245,7 +245,7 @@ async fn deletion_revokes_even_after_an_outage_and_crashes_never_reissue() {
     let ns = TestNamespace::new(&client, "dyn-del").await;
     let kms = dev_server("1h", "24h").await;
     credentials(&client, &ns.name).await;
-    let mut op = Some(Operator::start(&ns.name, &[&ns.name], &[]));
+    let mut op = Some(Operator::start(&ns.name, &[&ns.name], &[]).await);
     create(&client, &ns.name, "db", &kms.api(), "20s", true).await;
     let (id, _) = wait_for(Duration::from_secs(30), || async {
         lease_of(&client, &ns.name, "db").await
@@ -259,7 +259,7 @@ async fn deletion_revokes_even_after_an_outage_and_crashes_never_reissue() {
         if let Some(old) = op.take() {
             logs.push(old.output.clone());
         }
-        op = Some(Operator::start(&ns.name, &[&ns.name], &[]));
+        op = Some(Operator::start(&ns.name, &[&ns.name], &[]).await);
         tokio::time::sleep(Duration::from_millis(1500)).await;
         let active = active_ids(&kms.leases(false).await);
         if active.len() > 1 {
@@ -371,7 +371,7 @@ async fn a_failed_status_write_revokes_the_new_lease() {
         .expect("binding");
     tokio::time::sleep(Duration::from_secs(3)).await;
 
-    let _op = Operator::start(&ns.name, &[&ns.name], &[]);
+    let _op = Operator::start(&ns.name, &[&ns.name], &[]).await;
     create(&client, &ns.name, "db", &kms.api(), "1h", true).await;
     // Several attempts (with backoff) each create a lease and revoke it
     // right away: none stays active.
@@ -420,7 +420,7 @@ async fn a_graceful_stop_during_a_429_leaks_no_lease() {
     // with a Retry-After of up to a minute.
     kms.fault(json!({"route": "POST /api/v1/dynamic-secrets/leases", "rateLimitPerMinute": 1}))
         .await;
-    let mut op = Operator::start(&ns.name, &[&ns.name], &[]);
+    let mut op = Operator::start(&ns.name, &[&ns.name], &[]).await;
     create(&client, &ns.name, "first", &kms.api(), "", true).await;
     wait_for(Duration::from_secs(30), || async {
         lease_of(&client, &ns.name, "first").await

@@ -169,7 +169,7 @@ async fn syncs_follows_changes_and_repairs_the_secret() {
     let ns = TestNamespace::new(&client, "ks-e2e").await;
     let kms = DevServer::start(&seed(&[("DB_PASSWORD", "s3cret"), ("API_KEY", "abc")])).await;
     create_credentials(&client, &ns.name).await;
-    let mut op = Operator::start(&ns.name, &[&ns.name], &[]);
+    let mut op = Operator::start(&ns.name, &[&ns.name], &[]).await;
     apply_cr(
         &client,
         &ns.name,
@@ -311,7 +311,7 @@ async fn a_resync_with_nothing_changed_is_a_304_and_writes_nothing() {
     let ns = TestNamespace::new(&client, "ks-304").await;
     let kms = DevServer::start(&seed(&[("A", "1")])).await;
     create_credentials(&client, &ns.name).await;
-    let _op = Operator::start(&ns.name, &[&ns.name], &[]);
+    let _op = Operator::start(&ns.name, &[&ns.name], &[]).await;
     apply_cr(&client, &ns.name, kms_secret("cr", &kms.api(), "out", "5s")).await;
     let s = wait_data(
         &client,
@@ -360,7 +360,7 @@ async fn an_outage_keeps_the_data_and_is_reported() {
     let ns = TestNamespace::new(&client, "ks-outage").await;
     let kms = DevServer::start(&seed(&[("A", "1")])).await;
     create_credentials(&client, &ns.name).await;
-    let _op = Operator::start(&ns.name, &[&ns.name], &[]);
+    let _op = Operator::start(&ns.name, &[&ns.name], &[]).await;
     apply_cr(&client, &ns.name, kms_secret("cr", &kms.api(), "out", "5s")).await;
     wait_data(
         &client,
@@ -421,7 +421,7 @@ async fn a_rate_limit_is_respected() {
     let ns = TestNamespace::new(&client, "ks-429").await;
     let kms = DevServer::start(&seed(&[("A", "1")])).await;
     create_credentials(&client, &ns.name).await;
-    let _op = Operator::start(&ns.name, &[&ns.name], &[]);
+    let _op = Operator::start(&ns.name, &[&ns.name], &[]).await;
     for i in 0..6 {
         apply_cr(
             &client,
@@ -466,7 +466,7 @@ async fn one_login_per_identity_and_one_list_per_scope() {
         namespaces.push(ns);
     }
     let names: Vec<&str> = namespaces.iter().map(|n| n.name.as_str()).collect();
-    let _op = Operator::start(names[0], &names, &["--allow-cross-namespace-refs"]);
+    let _op = Operator::start(names[0], &names, &["--allow-cross-namespace-refs"]).await;
     kms.reset_stats().await;
     for ns in &namespaces {
         for i in 0..10 {
@@ -556,7 +556,7 @@ async fn changed_credentials_are_read_again_at_once() {
         .create(&PostParams::default(), &wrong)
         .await
         .expect("credentials");
-    let _op = Operator::start(&ns.name, &[&ns.name], &[]);
+    let _op = Operator::start(&ns.name, &[&ns.name], &[]).await;
     for i in 0..3 {
         apply_cr(
             &client,
@@ -609,7 +609,7 @@ async fn invalid_references_are_reported_and_nothing_is_written() {
     let ns = TestNamespace::new(&client, "ks-invalid").await;
     let other = TestNamespace::new(&client, "ks-other").await;
     let kms = DevServer::start(&seed(&[("A", "1")])).await;
-    let _op = Operator::start(&ns.name, &[&ns.name, &other.name], &[]);
+    let _op = Operator::start(&ns.name, &[&ns.name, &other.name], &[]).await;
 
     // Missing credentials Secret.
     apply_cr(
@@ -792,7 +792,7 @@ async fn templates_render_a_tls_secret_from_pkcs12_and_a_config_map() {
 
     let kms = DevServer::start(&seed(&[("P12", p12_b64.trim()), ("LOG_LEVEL", "debug")])).await;
     create_credentials(&client, &ns.name).await;
-    let _op = Operator::start(&ns.name, &[&ns.name], &[]);
+    let _op = Operator::start(&ns.name, &[&ns.name], &[]).await;
     let mut cr = kms_secret("tls", &kms.api(), "app-tls", "1h");
     cr["spec"]["managedKubeSecretReferences"] = json!([{
         "secretName": "app-tls",

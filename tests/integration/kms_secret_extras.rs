@@ -110,7 +110,7 @@ async fn kubernetes_ldap_and_service_token_auth_sync() {
         json!({"infisicalToken": "not-a-token"}),
     )
     .await;
-    let _op = Operator::start(&ns.name, &[&ns.name], &[]);
+    let _op = Operator::start(&ns.name, &[&ns.name], &[]).await;
 
     let k8s = |sa: &str, sa_ns: Option<&str>| {
         let mut r = json!({"name": sa});
@@ -312,7 +312,7 @@ async fn instant_updates_follow_changes_within_two_seconds() {
         json!({"clientId": crate::support::CLIENT_ID, "clientSecret": crate::support::CLIENT_SECRET}),
     )
     .await;
-    let _op = Operator::start(&ns.name, &[&ns.name], &[]);
+    let _op = Operator::start(&ns.name, &[&ns.name], &[]).await;
     let mut value = cr(
         "live",
         &kms.api(),
@@ -429,7 +429,7 @@ async fn a_private_ca_is_trusted_and_rotated_and_hosts_are_allow_listed() {
     create_secret(&client, &ns.name, "kms-ca", json!({"ca.crt": ca})).await;
     create_secret(&client, &ns.name, "wrong-ca", json!({"ca.crt": other_ca})).await;
     // Only 127.0.0.1 may be reached; `localhost` is not on the list.
-    let _op = Operator::start(&ns.name, &[&ns.name], &["--allowed-kms-hosts", "127.0.0.1"]);
+    let _op = Operator::start(&ns.name, &[&ns.name], &["--allowed-kms-hosts", "127.0.0.1"]).await;
 
     let auth = json!({"universalAuth": {"credentialsRef": {"secretName": "kms-credentials"}, "secretsScope": scope()}});
     let with_ca = |name: &str, target: &str, ca_secret: &str| {

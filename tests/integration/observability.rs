@@ -14,25 +14,10 @@ use serde_json::json;
 use crate::harness::{self, TestNamespace, wait_for};
 use crate::support::{CLIENT_ID, CLIENT_SECRET, DevServer, Operator, binary, seed};
 
-/// The addresses an operator process serves on, from its log.
-pub(crate) fn served(op: &Operator) -> Vec<String> {
-    op.output
-        .text()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|v| {
-            v["fields"]["message"]
-                .as_str()
-                .is_some_and(|m| m.starts_with("serving"))
-        })
-        .filter_map(|v| v["fields"]["addr"].as_str().map(str::to_owned))
-        .collect()
-}
-
 /// Scrape `/metrics` over plain HTTP from whichever address serves it.
 pub(crate) async fn scrape(op: &Operator) -> Option<String> {
     let http = reqwest::Client::new();
-    for addr in served(op) {
+    for addr in op.served() {
         if let Ok(r) = http.get(format!("http://{addr}/metrics")).send().await
             && r.status().is_success()
         {
@@ -118,9 +103,12 @@ async fn two_replicas_expose_consistent_metrics_and_status() {
         .map(|n| {
             let mut args = vec!["--pod-name", n];
             args.extend_from_slice(&fast);
-            Operator::start(&home.name, &[&work.name], &args)
+            Operator::spawn(&home.name, &[&work.name], &args, &[])
         })
         .collect();
+    for op in &mut ops {
+        op.ready().await;
+    }
 
     // Exactly S shards owned across the replicas (gauges refresh every 5 s).
     let owned = wait_for(Duration::from_secs(30), || async {
@@ -307,7 +295,7 @@ async fn series_do_not_grow_with_the_number_of_resources() {
         credentials(&client, &ns.name).await;
     }
     let watched: Vec<&str> = namespaces.iter().map(|n| n.name.as_str()).collect();
-    let op = Operator::start(&home.name, &watched, &[]);
+    let op = Operator::start(&home.name, &watched, &[]).await;
     // Warm up: a few resources so every kind of series has appeared.
     for ns in namespaces.iter().take(2) {
         crs(&client, &ns.name)
@@ -364,7 +352,7 @@ async fn series_do_not_grow_with_the_number_of_resources() {
 async fn https_metrics_require_a_token_allowed_to_get_metrics() {
     let client = harness::client().await;
     let home = TestNamespace::new(&client, "obs-tls").await;
-    let op = Operator::start(&home.name, &[&home.name], &["--metrics-tls"]);
+    let op = Operator::start(&home.name, &[&home.name], &["--metrics-tls"]).await;
     let https = wait_for(Duration::from_secs(20), || async {
         op.output
             .text()

@@ -302,7 +302,7 @@ async fn pushes_follows_the_source_and_deletes_only_its_own_keys() {
         &[("A", "1"), ("B", "2"), ("EXISTING", "mine")],
     )
     .await;
-    let mut op = Operator::start(&ns.name, &[&ns.name], &[]);
+    let mut op = Operator::start(&ns.name, &[&ns.name], &[]).await;
     apply_cr(&client, &ns.name, push_cr("p", &kms.api(), json!({}))).await;
 
     let folder = wait_kms(&kms, Duration::from_secs(30), "A=1, B=2", |f| {
@@ -435,7 +435,7 @@ async fn replace_takes_over_existing_keys() {
         &[("EXISTING", "mine"), ("SAME", "s")],
     )
     .await;
-    let _op = Operator::start(&ns.name, &[&ns.name], &[]);
+    let _op = Operator::start(&ns.name, &[&ns.name], &[]).await;
     apply_cr(&client, &ns.name, push_cr("p", &kms.api(), json!({}))).await;
     wait_condition(
         &client,
@@ -510,7 +510,7 @@ async fn an_idle_resync_lists_once_and_writes_nothing() {
         &[("A", "1"), ("B", " padded \n\n"), ("C", "3")],
     )
     .await;
-    let _op = Operator::start(&ns.name, &[&ns.name], &[]);
+    let _op = Operator::start(&ns.name, &[&ns.name], &[]).await;
     apply_cr(&client, &ns.name, push_cr("p", &kms.api(), json!({}))).await;
     wait_kms(&kms, Duration::from_secs(30), "A, B, C", |f| {
         ["A", "B", "C"].iter().all(|k| f.contains_key(*k))
@@ -632,7 +632,7 @@ async fn generated_values_are_made_once_and_survive_resyncs_and_restarts() {
     create_generator(&client, &ids, json!({"kind": "UUID"})).await;
     let kms = DevServer::start(&seed(&[("UNRELATED", "x")])).await;
     create_credentials(&client, &ns.name).await;
-    let mut op = Operator::start(&ns.name, &[&ns.name], &[]);
+    let mut op = Operator::start(&ns.name, &[&ns.name], &[]).await;
     let generators = |extra: Value| {
         let mut list = vec![
             json!({"destinationSecretName": "DB_PASSWORD", "generatorRef": {"kind": "Password", "name": pw}}),
@@ -686,7 +686,7 @@ async fn generated_values_are_made_once_and_survive_resyncs_and_restarts() {
         !log.contains(&password) && !log.contains(&uuid),
         "a generated value in the log"
     );
-    let _op = Operator::start(&ns.name, &[&ns.name], &[]);
+    let _op = Operator::start(&ns.name, &[&ns.name], &[]).await;
     tokio::time::sleep(Duration::from_secs(8)).await;
     let later: BTreeMap<String, String> = kms_folder(&kms)
         .await
@@ -771,7 +771,7 @@ async fn deletion_waits_for_the_kms_and_uses_the_last_login() {
     let kms = DevServer::start(&seed(&[("FOREIGN", "f")])).await;
     create_credentials(&client, &ns.name).await;
     set_source(&client, &ns.name, "src", &[("A", "1"), ("B", "2")]).await;
-    let _op = Operator::start(&ns.name, &[&ns.name], &[]);
+    let _op = Operator::start(&ns.name, &[&ns.name], &[]).await;
     apply_cr(
         &client,
         &ns.name,
@@ -880,7 +880,7 @@ async fn skip_cleanup_and_the_cleanup_timeout_release_the_resource() {
     set_source(&client, &ns.name, "src2", &[("B", "2")]).await;
     // The timeout is long enough that, on a loaded machine, the escape
     // hatch below is never overtaken by it.
-    let _op = Operator::start(&ns.name, &[&ns.name], &["--cleanup-timeout=20s"]);
+    let _op = Operator::start(&ns.name, &[&ns.name], &["--cleanup-timeout=20s"]).await;
     apply_cr(
         &client,
         &ns.name,

@@ -162,7 +162,7 @@ async fn workloads_roll_exactly_when_a_secret_they_use_changes() {
         .unwrap();
     let flags = ["--reload-debounce", "6"];
     let (rollouts, watch) = Rollouts::watch(&client, &ns.name);
-    let mut op = Operator::start(&ns.name, &[&ns.name], &flags);
+    let mut op = Operator::start(&ns.name, &[&ns.name], &flags).await;
 
     // s1 holds only A (a template); s2 and s3 hold everything at "/".
     kms_secret(
@@ -302,7 +302,7 @@ async fn workloads_roll_exactly_when_a_secret_they_use_changes() {
 
     // A restart rolls nothing.
     op.stop();
-    let _op = Operator::start(&ns.name, &[&ns.name], &flags);
+    let _op = Operator::start(&ns.name, &[&ns.name], &flags).await;
     tokio::time::sleep(Duration::from_secs(15)).await;
     assert_eq!(
         rollouts.counts(&names),

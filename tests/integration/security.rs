@@ -24,7 +24,7 @@ use crate::kms_secret::{
     apply_cr, condition_json, data_of, expect, kms_secrets, wait_condition, wait_data,
 };
 use crate::kms_secret_extras::{cr, create_secret, scope};
-use crate::observability::{scrape, served, sum};
+use crate::observability::{scrape, sum};
 use crate::support::{CLIENT_ID, CLIENT_SECRET, DevServer, Operator, TempDir, seed};
 
 fn credentials() -> Value {
@@ -129,7 +129,7 @@ async fn fixture(prefix: &str, secrets: &[(&str, &str)]) -> Fixture {
     let ns = TestNamespace::new(&client, prefix).await;
     let kms = DevServer::start(&seed(secrets)).await;
     create_secret(&client, &ns.name, "kms-credentials", credentials()).await;
-    let op = Operator::start(&ns.name, &[&ns.name], &[]);
+    let op = Operator::start(&ns.name, &[&ns.name], &[]).await;
     Fixture {
         client,
         ns,
@@ -196,7 +196,8 @@ async fn a_readiness_probe_during_start_up_does_not_wedge_the_replica() {
     let dir = TempDir::new("slow-kubeconfig");
     let slow = dir.0.join("kubeconfig");
     std::fs::write(&slow, kubeconfig.replace(&server, &proxy)).unwrap();
-    let op = Operator::start_with_env(
+    // Spawned, not awaited: what it answers before it is ready is the test.
+    let op = Operator::spawn(
         &ns.name,
         &[&ns.name],
         &[],
@@ -207,7 +208,7 @@ async fn a_readiness_probe_during_start_up_does_not_wedge_the_replica() {
     let http = reqwest::Client::new();
     let started = Instant::now();
     let addr = loop {
-        if let Some(a) = served(&op).into_iter().next() {
+        if let Some(a) = op.served().into_iter().next() {
             break a;
         }
         assert!(
@@ -361,7 +362,7 @@ async fn an_undecodable_object_is_skipped_and_reported_once() {
     )
     .await;
 
-    let op = Operator::start(&ns.name, &[&ns.name], &[]);
+    let op = Operator::start(&ns.name, &[&ns.name], &[]).await;
     // Every controller runs: the KmsSecret syncs, the good push pushes.
     wait_data(
         &client,
@@ -598,7 +599,7 @@ async fn a_chunked_answer_beyond_the_cap_is_cut_off() {
     )
     .await;
     create_secret(&client, &ns.name, "kms-credentials", credentials()).await;
-    let op = Operator::start(&ns.name, &[&ns.name], &[]);
+    let op = Operator::start(&ns.name, &[&ns.name], &[]).await;
     apply_cr(
         &client,
         &ns.name,
@@ -650,7 +651,7 @@ async fn a_paused_endpoint_delays_no_other() {
     .await;
     let kms = DevServer::start(&seed(&[("DB_PASSWORD", "s3cret")])).await;
     create_secret(&client, &ns.name, "kms-credentials", credentials()).await;
-    let _op = Operator::start(&ns.name, &[&ns.name], &[]);
+    let _op = Operator::start(&ns.name, &[&ns.name], &[]).await;
     for i in 0..10 {
         apply_cr(
             &client,
@@ -755,7 +756,7 @@ async fn a_missing_folder_never_empties_a_secret() {
         };
         let kms = DevServer::start_with(&folder_seed(), flags).await;
         create_secret(&client, &ns.name, "kms-credentials", credentials()).await;
-        let _op = Operator::start(&ns.name, &[&ns.name], &[]);
+        let _op = Operator::start(&ns.name, &[&ns.name], &[]).await;
         let mode = if not_found { "404" } else { "200-empty" };
         let have = expect(&[("A", "1")]);
 
@@ -1032,7 +1033,7 @@ async fn credentials_in_the_host_url_are_never_shown() {
     let client = harness::client().await;
     let ns = TestNamespace::new(&client, "sec-userinfo").await;
     create_secret(&client, &ns.name, "kms-credentials", credentials()).await;
-    let op = Operator::start(&ns.name, &[&ns.name], &[]);
+    let op = Operator::start(&ns.name, &[&ns.name], &[]).await;
     apply_cr(
         &client,
         &ns.name,

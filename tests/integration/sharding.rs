@@ -32,7 +32,16 @@ fn replica(name: &str, pod_ns: &str, watched: &[&str], extra: &[&str]) -> Operat
     let mut args = vec!["--pod-name", name];
     args.extend_from_slice(&FAST);
     args.extend_from_slice(extra);
-    Operator::start(pod_ns, watched, &args)
+    // Started, not awaited: replicas started together race for the shards
+    // as they would in a cluster; the tests wait with `ready`.
+    Operator::spawn(pod_ns, watched, &args, &[])
+}
+
+/// Wait until every replica is ready.
+async fn ready<'a>(ops: impl IntoIterator<Item = &'a mut Operator>) {
+    for op in ops {
+        op.ready().await;
+    }
 }
 
 /// Holder of each shard Lease in `ns`.
@@ -222,6 +231,7 @@ async fn three_replicas_split_the_shards_and_sync_everything_once() {
         .iter()
         .map(|n| replica(n, &home.name, &watched, &[]))
         .collect();
+    ready(&mut ops).await;
 
     let balanced = wait_for(Duration::from_secs(30), || async {
         let h = holders(&client, &home.name).await;
@@ -295,6 +305,7 @@ async fn failover_is_fast_sticky_and_fenced() {
         .iter()
         .map(|n| (*n, replica(n, &home.name, &[&work.name], &[])))
         .collect();
+    ready(ops.values_mut()).await;
     // The steady state is the assignment of the member set.
     let expected: BTreeMap<u32, Option<String>> = shard::assign(&names.map(str::to_owned), 16)
         .into_iter()
@@ -357,6 +368,7 @@ async fn failover_is_fast_sticky_and_fenced() {
     // again (sticky: same member set, same assignment).
     ops.insert("r-a", replica("r-a", &home.name, &[&work.name], &[]));
     ops.insert("r-b", replica("r-b", &home.name, &[&work.name], &[]));
+    ready(ops.values_mut()).await;
     let back = wait_for(Duration::from_secs(30), || async {
         let h = holders(&client, &home.name).await;
         (shards_of(&h, "r-b") == b_shards && shards_of(&h, "r-a") == a_shards).then_some(())
@@ -503,6 +515,7 @@ async fn scaling_keeps_every_shard_owned_and_mixed_shard_counts_are_refused() {
     let work = TestNamespace::new(&client, "shard-scale-ns").await;
     let (log, watch) = LeaseLog::watch(&client, &home.name);
     let mut first = replica("s-0", &home.name, &[&work.name], &[]);
+    first.ready().await;
     let owned_all = wait_for(Duration::from_secs(30), || async {
         let h = holders(&client, &home.name).await;
         (h.len() == 16 && h.values().all(|v| v.as_deref() == Some("s-0"))).then_some(())
@@ -517,6 +530,7 @@ async fn scaling_keeps_every_shard_owned_and_mixed_shard_counts_are_refused() {
         replica("s-1", &home.name, &[&work.name], &[]),
         replica("s-2", &home.name, &[&work.name], &[]),
     ];
+    ready(&mut more).await;
     let spread = wait_for(Duration::from_secs(30), || async {
         let h = holders(&client, &home.name).await;
         ["s-0", "s-1", "s-2"]
@@ -550,6 +564,7 @@ async fn scaling_keeps_every_shard_owned_and_mixed_shard_counts_are_refused() {
 
     // A replica with another shard count refuses to acquire and says why.
     let mut odd = replica("s-odd", &home.name, &[&work.name], &["--shards", "8"]);
+    odd.ready().await;
     let said = wait_for(Duration::from_secs(20), || async {
         odd.output
             .text()

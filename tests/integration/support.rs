@@ -251,6 +251,10 @@ impl Drop for DevServer {
     }
 }
 
+/// How long a replica may take to be ready (its caches' first lists on a
+/// loaded machine).
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// An operator replica child process.
 pub struct Operator {
     child: Option<Child>,
@@ -259,14 +263,76 @@ pub struct Operator {
 }
 
 impl Operator {
-    /// Start `kms-operator run` watching `namespaces`, with extra flags.
-    pub fn start(pod_namespace: &str, namespaces: &[&str], extra: &[&str]) -> Self {
-        Self::start_with_env(pod_namespace, namespaces, extra, &[])
+    /// Start `kms-operator run` watching `namespaces`, with extra flags, and
+    /// wait until it is ready ([`Operator::ready`]).
+    pub async fn start(pod_namespace: &str, namespaces: &[&str], extra: &[&str]) -> Self {
+        Self::start_with_env(pod_namespace, namespaces, extra, &[]).await
     }
 
     /// Like [`Operator::start`], with environment variables set (`Some`) or
     /// removed (`None`) for the child process.
-    pub fn start_with_env(
+    pub async fn start_with_env(
+        pod_namespace: &str,
+        namespaces: &[&str],
+        extra: &[&str],
+        env: &[(&str, Option<&str>)],
+    ) -> Self {
+        let mut op = Self::spawn(pod_namespace, namespaces, extra, env);
+        op.ready().await;
+        op
+    }
+
+    /// Wait until its `/readyz` answers 200 (caches listed, workers
+    /// running); panics, with its log, when it exits first or is not ready
+    /// within a minute.
+    pub async fn ready(&mut self) {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(2))
+            .build()
+            .unwrap();
+        let started = std::time::Instant::now();
+        while started.elapsed() < READY_TIMEOUT {
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                panic!(
+                    "the operator exited ({status}) before it was ready:\n{}",
+                    self.output.text()
+                );
+            }
+            for addr in self.served() {
+                if let Ok(r) = http.get(format!("http://{addr}/readyz")).send().await
+                    && r.status().is_success()
+                {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!(
+            "the operator was not ready within {READY_TIMEOUT:?}:\n{}",
+            self.output.text()
+        );
+    }
+
+    /// The addresses it serves on (health, metrics), from its log.
+    pub fn served(&self) -> Vec<String> {
+        self.output
+            .text()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| {
+                v["fields"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("serving"))
+            })
+            .filter_map(|v| v["fields"]["addr"].as_str().map(str::to_owned))
+            .collect()
+    }
+
+    /// Start the process and return at once, ready or not (a start that
+    /// fails, what happens before readiness, replicas started together).
+    pub fn spawn(
         pod_namespace: &str,
         namespaces: &[&str],
         extra: &[&str],
