@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use super::KmsError;
 use super::auth::{Credentials, Identity, IdentityKey, Token, TokenAction, TokenCache};
 use super::cloud::CloudConfig;
+use super::endpoint::{BodyError, describe_reqwest_error, read_capped};
 use super::endpoint::{Clients, Endpoint, host_allowed};
 use super::flight::SingleFlight;
 use super::limiter::{Acquired, Limiter};
@@ -715,50 +716,6 @@ pub fn unix_ms(t: std::time::SystemTime) -> i64 {
         .unwrap_or(0)
 }
 
-/// Read a response body of at most `max` bytes. The cap holds while the
-/// body streams in, whatever the response declares: a chunked body (no
-/// `Content-Length`) that runs past it is cut off at the first chunk beyond
-/// the cap, so a hostile or broken server cannot make the operator buffer
-/// more than `max` plus one chunk.
-pub(crate) async fn read_capped(
-    mut resp: reqwest::Response,
-    max: usize,
-) -> Result<bytes::Bytes, BodyError> {
-    if resp.content_length().is_some_and(|l| l > max as u64) {
-        return Err(BodyError::TooLarge(max));
-    }
-    let mut body = bytes::BytesMut::new();
-    while let Some(chunk) = resp
-        .chunk()
-        .await
-        .map_err(|e| BodyError::Read(describe_reqwest_error(&e)))?
-    {
-        if body.len() + chunk.len() > max {
-            return Err(BodyError::TooLarge(max));
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body.freeze())
-}
-
-/// Why a response body was not read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum BodyError {
-    /// It is larger than the cap (in bytes): not read further.
-    TooLarge(usize),
-    /// The connection failed while reading it.
-    Read(String),
-}
-
-impl std::fmt::Display for BodyError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            BodyError::TooLarge(max) => write!(f, "response larger than {max} bytes"),
-            BodyError::Read(reason) => f.write_str(reason),
-        }
-    }
-}
-
 impl From<BodyError> for String {
     fn from(e: BodyError) -> String {
         e.to_string()
@@ -808,30 +765,6 @@ fn certificate_problem(e: &reqwest::Error) -> Option<String> {
         next = err.source();
     }
     None
-}
-
-pub(crate) fn describe_reqwest_error(e: &reqwest::Error) -> String {
-    // The URL carries no secret (tokens travel in headers and bodies), but
-    // keep the message short: the kind of failure and its innermost cause.
-    let kind = if e.is_timeout() {
-        "timed out"
-    } else if e.is_connect() {
-        "connection failed"
-    } else if e.is_body() || e.is_decode() {
-        "reading the response failed"
-    } else {
-        "request failed"
-    };
-    let mut source: Option<&dyn std::error::Error> = std::error::Error::source(e);
-    let mut last = None;
-    while let Some(s) = source {
-        last = Some(s.to_string());
-        source = s.source();
-    }
-    match last {
-        Some(cause) => format!("{kind}: {cause}"),
-        None => kind.to_owned(),
-    }
 }
 
 /// Parse a successful JSON body, or turn an error status into [`KmsError`].

@@ -1,6 +1,7 @@
-//! Where the KMS is: base-URL normalisation (`/api` appended as the
-//! reference does), the `--allowed-kms-hosts` check, and one HTTP client per
-//! trust configuration (system roots, or system roots plus a private CA).
+//! Where the KMS is and how it is talked to: base-URL normalisation (`/api`
+//! appended as the reference does), the `--allowed-kms-hosts` check, one HTTP
+//! client per trust configuration (system roots, or system roots plus a
+//! private CA), bodies read under a cap, and transport failures described.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -258,5 +259,74 @@ mod tests {
                 .origin,
             "http://127.0.0.1:8080"
         );
+    }
+}
+
+/// Read a response body of at most `max` bytes. The cap holds while the
+/// body streams in, whatever the response declares: a chunked body (no
+/// `Content-Length`) that runs past it is cut off at the first chunk beyond
+/// the cap, so a hostile or broken server cannot make the operator buffer
+/// more than `max` plus one chunk.
+pub(crate) async fn read_capped(
+    mut resp: reqwest::Response,
+    max: usize,
+) -> Result<bytes::Bytes, BodyError> {
+    if resp.content_length().is_some_and(|l| l > max as u64) {
+        return Err(BodyError::TooLarge(max));
+    }
+    let mut body = bytes::BytesMut::new();
+    while let Some(chunk) = resp
+        .chunk()
+        .await
+        .map_err(|e| BodyError::Read(describe_reqwest_error(&e)))?
+    {
+        if body.len() + chunk.len() > max {
+            return Err(BodyError::TooLarge(max));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.freeze())
+}
+
+/// Why a response body was not read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum BodyError {
+    /// It is larger than the cap (in bytes): not read further.
+    TooLarge(usize),
+    /// The connection failed while reading it.
+    Read(String),
+}
+
+impl std::fmt::Display for BodyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BodyError::TooLarge(max) => write!(f, "response larger than {max} bytes"),
+            BodyError::Read(reason) => f.write_str(reason),
+        }
+    }
+}
+
+/// A transport failure in a few words: its kind and innermost cause.
+pub(crate) fn describe_reqwest_error(e: &reqwest::Error) -> String {
+    // The URL carries no secret (tokens travel in headers and bodies), but
+    // keep the message short: the kind of failure and its innermost cause.
+    let kind = if e.is_timeout() {
+        "timed out"
+    } else if e.is_connect() {
+        "connection failed"
+    } else if e.is_body() || e.is_decode() {
+        "reading the response failed"
+    } else {
+        "request failed"
+    };
+    let mut source: Option<&dyn std::error::Error> = std::error::Error::source(e);
+    let mut last = None;
+    while let Some(s) = source {
+        last = Some(s.to_string());
+        source = s.source();
+    }
+    match last {
+        Some(cause) => format!("{kind}: {cause}"),
+        None => kind.to_owned(),
     }
 }

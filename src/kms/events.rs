@@ -193,7 +193,7 @@ impl Kms {
         self.record_request(SUBSCRIBE, Some(status.as_u16()), started.elapsed());
         if !status.is_success() {
             let headers = response.headers().clone();
-            let body = super::client::read_capped(response, MAX_ERROR_BODY)
+            let body = super::endpoint::read_capped(response, MAX_ERROR_BODY)
                 .await
                 .unwrap_or_default();
             return Err(api_error_of(SUBSCRIBE, status, &headers, &body));

@@ -254,7 +254,7 @@ fn wire(
     let index = Arc::new(RefIndex::default());
     let kms_secret_queue = Arc::new(Queue::new());
     let (kms_secrets, mut drivers) =
-        kms_secret::watch(&all, gate.clone(), kms_secret_queue.clone(), index.clone());
+        kms_secret::watch::watch(&all, gate.clone(), kms_secret_queue.clone(), index.clone());
     let (secrets, config_maps, d) = watches::managed_objects(&all, &routes);
     drivers.extend(d);
     let (workloads, d) = watches::workloads(&all, &routes, &secrets, &config_maps);

@@ -16,6 +16,7 @@ mod dynamic;
 mod helm;
 mod kms_secret;
 mod kms_secret_extras;
+mod layout;
 mod observability;
 mod push;
 mod reload;

@@ -22,8 +22,6 @@
 pub mod plan;
 pub mod watch;
 
-pub use self::watch::watch;
-
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 

@@ -22,7 +22,9 @@ use std::time::SystemTime;
 use futures::future::BoxFuture;
 use secrecy::{ExposeSecret, SecretString};
 
-use super::{CloudConfig, CloudError, CloudProof, CloudSource, SignedRequest, base, describe};
+use super::common::{
+    CloudConfig, CloudError, CloudProof, CloudSource, SignedRequest, base, describe,
+};
 
 /// The body of the signed request.
 pub const GET_CALLER_IDENTITY: &str = "Action=GetCallerIdentity&Version=2011-06-15";
@@ -218,7 +220,7 @@ impl AwsSource {
             .await
             .map_err(|e| format!("STS at {sts}: {}", describe(&e)))?;
         let status = resp.status();
-        let text = super::text(resp)
+        let text = super::common::text(resp)
             .await
             .map_err(|e| format!("STS at {sts}: {e}"))?;
         if !status.is_success() {
@@ -227,7 +229,7 @@ impl AwsSource {
             return Err(format!(
                 "STS at {sts} answered {}: {code} {}",
                 status.as_u16(),
-                super::truncate(&message, 300)
+                super::common::truncate(&message, 300)
             ));
         }
         let creds = xml_tag(&text, "Credentials").ok_or_else(|| {
@@ -262,7 +264,7 @@ impl AwsSource {
                 resp.status().as_u16()
             ));
         }
-        let session = SecretString::from(super::text(resp).await?);
+        let session = SecretString::from(super::common::text(resp).await?);
         let get = |path: String| {
             http.get(format!("{imds}{path}"))
                 .header("x-aws-ec2-metadata-token", session.expose_secret())
@@ -276,7 +278,7 @@ impl AwsSource {
                 resp.status().as_u16()
             ));
         }
-        let roles = super::text(resp).await?;
+        let roles = super::common::text(resp).await?;
         let role = roles
             .lines()
             .map(str::trim)
@@ -301,7 +303,7 @@ impl AwsSource {
             secret_access_key: Option<SecretString>,
             token: Option<SecretString>,
         }
-        let body = super::body(resp).await?;
+        let body = super::common::body(resp).await?;
         let creds: ImdsCredentials = serde_json::from_slice(&body)
             .map_err(|_| format!("the credentials of role {role} are not valid JSON"))?;
         if let Some(code) = creds.code.filter(|c| c != "Success") {

@@ -7,7 +7,7 @@
 use futures::future::BoxFuture;
 use secrecy::SecretString;
 
-use super::{CloudConfig, CloudError, CloudProof, CloudSource, base, describe, truncate};
+use super::common::{CloudConfig, CloudError, CloudProof, CloudSource, base, describe, truncate};
 
 /// Resource of a token when the resource names none.
 pub const DEFAULT_RESOURCE: &str = "https://management.azure.com/";
@@ -61,7 +61,7 @@ impl AzureSource {
             .await
             .map_err(|e| fail(describe(&e)))?;
         let status = resp.status();
-        let body = super::body(resp).await.map_err(fail)?;
+        let body = super::common::body(resp).await.map_err(fail)?;
         #[derive(serde::Deserialize)]
         struct Answer {
             #[serde(default)]

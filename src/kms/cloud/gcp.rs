@@ -19,7 +19,7 @@ use base64::Engine;
 use futures::future::BoxFuture;
 use secrecy::{ExposeSecret, SecretString};
 
-use super::{CloudConfig, CloudError, CloudProof, CloudSource, base, describe, truncate};
+use super::common::{CloudConfig, CloudError, CloudProof, CloudSource, base, describe, truncate};
 
 /// Lifetime of a self-signed service-account JWT.
 const JWT_LIFETIME_SECS: u64 = 600;
@@ -54,7 +54,7 @@ impl GcpIdTokenSource {
             .await
             .map_err(|e| fail(describe(&e)))?;
         let status = resp.status();
-        let text = super::text(resp).await.map_err(fail)?;
+        let text = super::common::text(resp).await.map_err(fail)?;
         if !status.is_success() {
             return Err(fail(format!(
                 "answered {}: {}",
