@@ -1,9 +1,10 @@
 //! Instant updates: one event stream per (identity, project, environment,
 //! path), shared by every KmsSecret of that scope with `instantUpdates`. An
 //! event queues the scope's resources at once (their next fetch skips the
-//! short-lived answer sharing); a lost stream reconnects with backoff (1 s
-//! doubling to 30 s, jittered) and queues them once, in case an event was
-//! missed; a stream silent for two minutes (no ping) is reopened. When the
+//! short-lived answer sharing); every time a stream opens (the first time
+//! too) it queues them once, since a change made before it was open sent no
+//! event; a lost stream reconnects with backoff (1 s doubling to 30 s,
+//! jittered); a stream silent for two minutes (no ping) is reopened. When the
 //! KMS says the feature is not available (plan, permission, unknown route),
 //! the scope falls back to polling and the resources say so.
 
@@ -265,6 +266,10 @@ async fn run(
                 set(StreamState::Open);
                 backoff = Duration::from_secs(1);
                 tracing::debug!(project = %sub.project_id, path = %sub.path, "instant-update stream open");
+                // A change made between a subscriber's last fetch and this
+                // moment sent no event to anyone: every open (the first one
+                // too) has the subscribers check once, conditionally.
+                notify.notify();
                 let mut last = Instant::now();
                 loop {
                     let next = tokio::time::timeout_at(last + SILENCE, stream.next()).await;
@@ -278,9 +283,8 @@ async fn run(
                         Ok(Ok(None)) | Ok(Err(_)) | Err(_) => break,
                     }
                 }
+                // Events missed while it is down are caught when it reopens.
                 set(StreamState::Connecting);
-                // An event may have been missed while the stream was down.
-                notify.notify();
             }
             Err(e) if permanent(&e) => {
                 tracing::warn!(error = %e, path = %sub.path, "instant updates are not available; polling only");

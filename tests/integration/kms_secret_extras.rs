@@ -297,6 +297,53 @@ async fn kubernetes_ldap_and_service_token_auth_sync() {
     }
 }
 
+/// A change made after a resource's first fetch but before its event stream
+/// is open sends no event: the stream's opening has the resource check once,
+/// so the change arrives at once, not at the next resync (10 minutes here).
+#[tokio::test]
+async fn a_change_before_the_event_stream_opens_is_not_missed() {
+    let client = harness::client().await;
+    let ns = TestNamespace::new(&client, "ks-instant-gap").await;
+    let kms = DevServer::start(&seed(&[("COUNTER", "0")])).await;
+    // The stream opens 8 s after it is asked for: the first fetch is long
+    // done by then.
+    kms.fault(json!({"route": "POST /api/v1/events/subscribe/project-events", "latencyMs": 8000}))
+        .await;
+    create_secret(
+        &client,
+        &ns.name,
+        "kms-credentials",
+        json!({"clientId": crate::support::CLIENT_ID, "clientSecret": crate::support::CLIENT_SECRET}),
+    )
+    .await;
+    let _op = Operator::start(&ns.name, &[&ns.name], &[]).await;
+    let mut value = cr(
+        "gap",
+        &kms.api(),
+        "gap-out",
+        json!({"universalAuth": {"credentialsRef": {"secretName": "kms-credentials"}, "secretsScope": scope()}}),
+    );
+    value["spec"]["syncConfig"] = json!({"instantUpdates": true, "resyncInterval": "10m"});
+    apply_cr(&client, &ns.name, value).await;
+    wait_data(
+        &client,
+        &ns.name,
+        "gap-out",
+        &expect(&[("COUNTER", "0")]),
+        Duration::from_secs(30),
+    )
+    .await;
+    kms.set_secret("demo", "dev", "/", "COUNTER", "1").await;
+    wait_data(
+        &client,
+        &ns.name,
+        "gap-out",
+        &expect(&[("COUNTER", "1")]),
+        Duration::from_secs(30),
+    )
+    .await;
+}
+
 // A latency bound: measured alone (`scripts/test.sh` runs the ignored tests
 // after the others, one at a time), not among forty tests sharing two cores.
 #[tokio::test]
