@@ -25,7 +25,9 @@ use kube::{Client, Config};
 use serde_json::{Value, json};
 
 use crate::harness::{self, TestNamespace, wait_for};
-use crate::support::{CLIENT_ID, CLIENT_SECRET, DevServer, TempDir, binary, seed};
+use crate::support::{
+    CLIENT_ID, CLIENT_SECRET, DevServer, TempDir, binary, seed, served_addresses,
+};
 
 // ---------------------------------------------------------------------------
 // Tools: helm and kubectl from the test environment's cache.
@@ -1794,16 +1796,7 @@ impl ChartOperator {
 
     /// Addresses the operator serves on, from its JSON log.
     fn addresses(&self) -> Vec<String> {
-        self.log()
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|v| {
-                v["fields"]["message"]
-                    .as_str()
-                    .is_some_and(|m| m.starts_with("serving"))
-            })
-            .filter_map(|v| v["fields"]["addr"].as_str().map(str::to_owned))
-            .collect()
+        served_addresses(&self.log())
     }
 }
 

@@ -255,6 +255,20 @@ impl Drop for DevServer {
 /// loaded machine).
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The addresses an operator's JSON log says it serves on (health,
+/// metrics).
+pub fn served_addresses(log: &str) -> Vec<String> {
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| {
+            v["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("serving"))
+        })
+        .filter_map(|v| v["fields"]["addr"].as_str().map(str::to_owned))
+        .collect()
+}
+
 /// An operator replica child process.
 pub struct Operator {
     child: Option<Child>,
@@ -317,17 +331,7 @@ impl Operator {
 
     /// The addresses it serves on (health, metrics), from its log.
     pub fn served(&self) -> Vec<String> {
-        self.output
-            .text()
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|v| {
-                v["fields"]["message"]
-                    .as_str()
-                    .is_some_and(|m| m.starts_with("serving"))
-            })
-            .filter_map(|v| v["fields"]["addr"].as_str().map(str::to_owned))
-            .collect()
+        served_addresses(&self.output.text())
     }
 
     /// Start the process and return at once, ready or not (a start that
