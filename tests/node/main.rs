@@ -184,18 +184,31 @@ async fn s3_readiness_waits_for_the_workers_through_slow_lists() {
                 .unwrap(),
         );
     }
-    // Probes from the first second, every second.
+    // Probes from the first second, every second; besides the kubelet's,
+    // the test's own every 20 ms from the host (the lists take about half
+    // a second here: one kubelet probe per second may fall before the
+    // server listens and the next after the workers started).
     let roll_started = k8s_openapi::jiff::Timestamp::now();
-    install(
-        RELEASE,
-        "dev",
-        &[
-            "controllerManager.manager.readinessProbe.initialDelaySeconds=0",
-            "controllerManager.manager.readinessProbe.periodSeconds=1",
-            "controllerManager.manager.readinessProbe.failureThreshold=1",
-        ],
-    );
+    let prober = probe_new_pods(client.clone(), roll_started);
+    let roll = roll_started.to_string();
+    tokio::task::spawn_blocking(move || {
+        install(
+            RELEASE,
+            "dev",
+            &[
+                "controllerManager.manager.readinessProbe.initialDelaySeconds=0",
+                "controllerManager.manager.readinessProbe.periodSeconds=1",
+                "controllerManager.manager.readinessProbe.failureThreshold=1",
+                // A new roll even when the values are those of a previous run.
+                &format!("controllerManager.podAnnotations.roll={roll}"),
+            ],
+        )
+    })
+    .await
+    .unwrap();
     wait_ready_pods(&client, RELEASE, 3, Duration::from_secs(180)).await;
+    STOP_PROBES.store(true, std::sync::atomic::Ordering::Relaxed);
+    let probed = prober.await.unwrap();
     // Every pod: started after the upgrade, probed and refused while it
     // listed, Ready only after its workers started.
     let events: Vec<Event> = Api::<Event>::namespaced(client.clone(), RELEASE_NS)
@@ -258,6 +271,23 @@ async fn s3_readiness_waits_for_the_workers_through_slow_lists() {
             workers_at.as_second() <= ready_at.as_second(),
             "{name}: Ready at {ready_at}, workers started at {workers_at}"
         );
+        // The host's own probes: 503 until the workers started, then 200.
+        let own = probed
+            .get(&name)
+            .unwrap_or_else(|| panic!("{name} was never probed by the test"));
+        let first_ok = own
+            .first_ok
+            .unwrap_or_else(|| panic!("{name}: /readyz never answered 200 to the test"));
+        assert!(
+            first_ok >= workers_at,
+            "{name}: /readyz answered 200 at {first_ok}, before its workers started at {workers_at}"
+        );
+        println!(
+            "{name}: 503 × {} from the test, first 200 {} ms after the workers started",
+            own.refused,
+            first_ok.as_millisecond() - workers_at.as_millisecond()
+        );
+        refused_during_lists += own.refused;
     }
     assert!(
         refused_during_lists > 0,
@@ -292,6 +322,71 @@ async fn s3_readiness_waits_for_the_workers_through_slow_lists() {
         .await
         .unwrap();
     report("s3 readiness (criterion 3)", started.elapsed());
+}
+
+/// Stops [`probe_new_pods`].
+static STOP_PROBES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// What the test's own probes of one pod's `/readyz` saw.
+#[derive(Debug, Default)]
+struct Probed {
+    /// Answers 503.
+    refused: i32,
+    /// When it first answered 200.
+    first_ok: Option<k8s_openapi::jiff::Timestamp>,
+}
+
+/// Probe `/readyz` of every operator pod started since `since`, from the
+/// host every 20 ms (as the kubelet does, but faster), until it answers 200
+/// or [`STOP_PROBES`] is set; by pod name.
+fn probe_new_pods(
+    client: kube::Client,
+    since: k8s_openapi::jiff::Timestamp,
+) -> tokio::task::JoinHandle<std::collections::BTreeMap<String, Probed>> {
+    use std::sync::atomic::Ordering::Relaxed;
+    STOP_PROBES.store(false, Relaxed);
+    tokio::spawn(async move {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_millis(500))
+            .build()
+            .unwrap();
+        let mut probes = tokio::task::JoinSet::new();
+        let mut seen = BTreeSet::new();
+        while !STOP_PROBES.load(Relaxed) {
+            for pod in pods(&client, RELEASE).await {
+                let (Some(name), Some(status)) = (pod.metadata.name, pod.status) else {
+                    continue;
+                };
+                let (Some(ip), Some(start)) = (status.pod_ip, status.start_time) else {
+                    continue;
+                };
+                if start.0 < since || !seen.insert(name.clone()) {
+                    continue;
+                }
+                let http = http.clone();
+                probes.spawn(async move {
+                    let url = format!("http://{ip}:8081/readyz");
+                    let mut probed = Probed::default();
+                    while !STOP_PROBES.load(Relaxed) {
+                        match http.get(&url).send().await.map(|r| r.status().as_u16()) {
+                            Ok(200) => {
+                                probed.first_ok = Some(k8s_openapi::jiff::Timestamp::now());
+                                break;
+                            }
+                            Ok(503) => probed.refused += 1,
+                            // Not listening yet, or another answer: the
+                            // assertions judge.
+                            _ => {}
+                        }
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    (name, probed)
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        probes.join_all().await.into_iter().collect()
+    })
 }
 
 /// Watch managed Secrets' data in `namespaces` until stopped: any Secret
