@@ -1,9 +1,10 @@
 //! Instant updates: one event stream per (identity, project, environment,
 //! path), shared by every KmsSecret of that scope with `instantUpdates`. An
-//! event queues the scope's resources at once (their next fetch skips the
-//! short-lived answer sharing); every time a stream opens (the first time
-//! too) it queues them once, since a change made before it was open sent no
-//! event; a lost stream reconnects with backoff (1 s doubling to 30 s,
+//! event queues the scope's resources at once (their next fetch takes only
+//! an answer whose request started after the event); every time a stream
+//! opens (the first time too) it queues them once, since a change made
+//! before it was open sent no event; a resource that joins a stream that is
+//! already open takes no answer from before the stream's last event either; a lost stream reconnects with backoff (1 s doubling to 30 s,
 //! jittered); a stream silent for two minutes (no ping) is reopened. When the
 //! KMS says the feature is not available (plan, permission, unknown route),
 //! the scope falls back to polling and the resources say so.
@@ -36,9 +37,13 @@ pub enum StreamState {
 
 type Subscribers = Arc<Mutex<HashSet<ObjectKey>>>;
 
+/// When a stream last queued its subscribers (an event, or its opening).
+type Heard = Arc<Mutex<Option<Instant>>>;
+
 struct Entry {
     subscribers: Subscribers,
     state: Arc<Mutex<StreamState>>,
+    heard: Heard,
     task: JoinHandle<()>,
 }
 
@@ -130,6 +135,28 @@ impl InstantUpdates {
         )
     }
 
+    /// The oldest start an answer for `key` may have had and still be
+    /// used: no older than `share`, and not before its stream last queued
+    /// its subscribers. A resource that joins an open stream after an event
+    /// was heard (and so was not queued by it) would otherwise be served an
+    /// answer from before that change, and hear of it no more.
+    pub fn not_before(&self, key: &ObjectKey, share: Duration) -> Instant {
+        let now = Instant::now();
+        let window = now.checked_sub(share).unwrap_or(now);
+        let heard = self
+            .by_resource
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .cloned()
+            .and_then(|stream_key| {
+                let streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+                let entry = streams.get(&stream_key)?;
+                *entry.heard.lock().unwrap_or_else(|e| e.into_inner())
+            });
+        heard.map_or(window, |h| h.max(window))
+    }
+
     /// Whether `key` listens to a stream.
     pub fn is_registered(&self, key: &ObjectKey) -> bool {
         self.by_resource
@@ -154,6 +181,7 @@ impl InstantUpdates {
         let entry = streams.entry(stream_key).or_insert_with(|| {
             let state = Arc::new(Mutex::new(StreamState::Connecting));
             let subscribers: Subscribers = Arc::default();
+            let heard: Heard = Arc::default();
             let task = tokio::spawn(run(
                 self.kms.clone(),
                 identity.clone(),
@@ -164,11 +192,13 @@ impl InstantUpdates {
                     gate: self.gate.clone(),
                     fresh: self.fresh.clone(),
                     subscribers: subscribers.clone(),
+                    heard: heard.clone(),
                 },
             ));
             Entry {
                 subscribers,
                 state,
+                heard,
                 task,
             }
         });
@@ -321,11 +351,15 @@ struct Notify {
     gate: Arc<dyn Ownership>,
     fresh: Arc<Mutex<HashSet<ObjectKey>>>,
     subscribers: Subscribers,
+    heard: Heard,
 }
 
 impl Notify {
-    /// Mark every subscriber fresh and queue it now.
+    /// Mark every subscriber fresh and queue it now. The instant is set
+    /// first: a subscriber that joins after the list below was taken still
+    /// sees it (and fetches an answer that started after it).
     fn notify(&self) {
+        *self.heard.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
         let keys: Vec<ObjectKey> = self
             .subscribers
             .lock()

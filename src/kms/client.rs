@@ -106,8 +106,9 @@ pub enum Fetch {
 
 type FetchKey = (IdentityKey, Scope, Option<String>);
 
-/// The last answer for a scope: when it arrived, the ETag it proved
-/// current, and the secrets if the answer carried them.
+/// The last answer for a scope: when its request started (it holds every
+/// change made before then), the ETag it proved current, and the secrets if
+/// the answer carried them.
 struct Recent {
     at: Instant,
     etag: Option<String>,
@@ -579,20 +580,22 @@ impl Kms {
     /// is conditional.
     ///
     /// Callers that ask for the same scope at about the same time share one
-    /// request: identical requests in flight are joined, and an answer not
-    /// older than `max_age` is reused (a caller whose ETag it proved current
-    /// gets `NotModified`). Pass a zero `max_age` to force a request.
+    /// request: an answer to a request that started at or after
+    /// `not_before` is reused, and an identical request in flight that
+    /// started then or later is joined (a caller whose ETag an answer proved
+    /// current gets `NotModified`). A caller that must see every change made
+    /// before an instant (an event heard then) passes that instant.
     pub async fn fetch(
         &self,
         identity: &Identity,
         scope: &Scope,
         etag: Option<&str>,
-        max_age: Duration,
+        not_before: Instant,
     ) -> Result<Arc<Fetch>, KmsError> {
         let scope_key = (identity.key(), scope.clone());
-        if !max_age.is_zero() {
+        {
             let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(r) = recent.get(&scope_key).filter(|r| r.at.elapsed() <= max_age) {
+            if let Some(r) = recent.get(&scope_key).filter(|r| r.at >= not_before) {
                 if etag.is_some() && r.etag.as_deref() == etag {
                     return Ok(Arc::new(Fetch::NotModified));
                 }
@@ -605,9 +608,9 @@ impl Kms {
             }
         }
         let key = (scope_key.0.clone(), scope.clone(), etag.map(str::to_owned));
-        let (result, _shared) = self
+        let outcome = self
             .fetches
-            .run(key, || async {
+            .run(key, not_before, || async {
                 self.with_token(identity, |token| {
                     self.fetch_once(identity, scope, etag, token)
                 })
@@ -615,27 +618,34 @@ impl Kms {
                 .map(Arc::new)
             })
             .await;
-        if let Ok(answer) = &result {
+        if let Ok(answer) = &outcome.value {
             let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
             recent.retain(|_, r| r.at.elapsed() <= Duration::from_secs(10));
-            let entry = match &**answer {
-                Fetch::Secrets { secrets, etag } => Recent {
-                    at: Instant::now(),
-                    etag: etag.clone(),
-                    secrets: Some(secrets.clone()),
-                },
-                Fetch::NotModified => Recent {
-                    at: Instant::now(),
-                    etag: etag.map(str::to_owned),
-                    secrets: recent
-                        .get(&scope_key)
-                        .filter(|r| r.etag.as_deref() == etag)
-                        .and_then(|r| r.secrets.clone()),
-                },
-            };
-            recent.insert(scope_key, entry);
+            // An answer is as recent as its request's start; a slower,
+            // older request does not replace a newer answer.
+            if recent
+                .get(&scope_key)
+                .is_none_or(|r| r.at <= outcome.started)
+            {
+                let entry = match &**answer {
+                    Fetch::Secrets { secrets, etag } => Recent {
+                        at: outcome.started,
+                        etag: etag.clone(),
+                        secrets: Some(secrets.clone()),
+                    },
+                    Fetch::NotModified => Recent {
+                        at: outcome.started,
+                        etag: etag.map(str::to_owned),
+                        secrets: recent
+                            .get(&scope_key)
+                            .filter(|r| r.etag.as_deref() == etag)
+                            .and_then(|r| r.secrets.clone()),
+                    },
+                };
+                recent.insert(scope_key, entry);
+            }
         }
-        result
+        outcome.value
     }
 
     async fn fetch_once(

@@ -344,6 +344,107 @@ async fn a_change_before_the_event_stream_opens_is_not_missed() {
     .await;
 }
 
+/// A KmsSecret that starts listening on a stream that is already open,
+/// just after an event it was not there to hear, must not be served another
+/// resource's answer from before that change: it would keep the old value
+/// and hear of the change no more (found by the node suite, where three
+/// KmsSecrets were created at once and a value set right after).
+#[tokio::test]
+async fn a_resource_joining_an_open_stream_after_an_event_reads_the_change() {
+    let client = harness::client().await;
+    let ns = TestNamespace::new(&client, "ks-instant-join").await;
+    let kms = DevServer::start(&seed(&[("COUNTER", "0")])).await;
+    create_secret(
+        &client,
+        &ns.name,
+        "kms-credentials",
+        json!({"clientId": crate::support::CLIENT_ID, "clientSecret": crate::support::CLIENT_SECRET}),
+    )
+    .await;
+    // Its debug log says when an event is heard.
+    let op = Operator::start_with_env(
+        &ns.name,
+        &[&ns.name],
+        &[],
+        &[(
+            "RUST_LOG",
+            Some("info,kms_operator::controllers::instant=debug"),
+        )],
+    )
+    .await;
+    let heard = || {
+        op.output
+            .text()
+            .lines()
+            .filter(|l| l.contains("instant update") && !l.contains("instant updates"))
+            .count()
+    };
+    let auth = json!({"universalAuth": {"credentialsRef": {"secretName": "kms-credentials"}, "secretsScope": scope()}});
+    let with_sync = |name: &str, sync: Value| {
+        let mut value = cr(name, &kms.api(), &format!("{name}-out"), auth.clone());
+        value["spec"]["syncConfig"] = sync;
+        value
+    };
+    let instant = json!({"instantUpdates": true, "resyncInterval": "10m"});
+    let counter = |v: &str| expect(&[("COUNTER", v)]);
+    // `first` keeps the scope's stream open.
+    apply_cr(&client, &ns.name, with_sync("first", instant.clone())).await;
+    wait_condition(
+        &client,
+        &ns.name,
+        "first",
+        "secrets.hanzo.ai/InstantUpdates",
+        "True",
+        Duration::from_secs(60),
+    )
+    .await;
+    // From now on every list takes 3 s: `first`'s fetch after the event
+    // below is still running when `late` joins.
+    kms.fault(json!({"route": LIST, "latencyMs": 3000})).await;
+    // `polled` (no instant updates) fetches: an answer with COUNTER=0.
+    apply_cr(
+        &client,
+        &ns.name,
+        with_sync("polled", json!({"resyncInterval": "10m"})),
+    )
+    .await;
+    wait_data(
+        &client,
+        &ns.name,
+        "polled-out",
+        &counter("0"),
+        Duration::from_secs(30),
+    )
+    .await;
+    // The change; its event is heard and queues `first`, whose list
+    // starts (and takes 3 s).
+    let before = heard();
+    kms.set_secret("demo", "dev", "/", "COUNTER", "1").await;
+    wait_for(Duration::from_secs(10), || async {
+        (heard() > before).then_some(())
+    })
+    .await
+    .expect("the operator did not hear the event");
+    // `late` joins the stream within a second of `polled`'s answer.
+    apply_cr(&client, &ns.name, with_sync("late", instant)).await;
+    wait_data(
+        &client,
+        &ns.name,
+        "late-out",
+        &counter("1"),
+        Duration::from_secs(20),
+    )
+    .await;
+    wait_data(
+        &client,
+        &ns.name,
+        "first-out",
+        &counter("1"),
+        Duration::from_secs(20),
+    )
+    .await;
+}
+
 // A latency bound: measured alone (`scripts/test.sh` runs the ignored tests
 // after the others, one at a time), not among forty tests sharing two cores.
 #[tokio::test]

@@ -462,9 +462,12 @@ async fn sync(
         } else {
             record.as_ref().and_then(|r| r.etag.clone())
         };
-        let max_age = if fresh { Duration::ZERO } else { SHARE_WINDOW };
+        // An answer up to SHARE_WINDOW old serves; with instant updates,
+        // only one that started after the stream's last event (this
+        // resource's own, or one it joined the stream too late to hear).
+        let not_before = ctx.instant.not_before(&key, SHARE_WINDOW);
         let result = tokio::select! {
-            r = ctx.kms.fetch(identity, scope, etag.as_deref(), max_age) => r.map_err(|e| match e {
+            r = ctx.kms.fetch(identity, scope, etag.as_deref(), not_before) => r.map_err(|e| match e {
                 // A service token has no login: a refused token shows here.
                 crate::kms::KmsError::Api { status: 401 | 403, .. }
                     if matches!(identity.credentials, crate::kms::Credentials::ServiceToken { .. }) =>
