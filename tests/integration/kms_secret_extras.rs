@@ -31,6 +31,17 @@ fn extras_seed(secrets: &[(&str, &str)], ns: &str) -> String {
     s
 }
 
+/// Secret `kms-credentials` of `ns`: the seed's universal-auth identity.
+async fn universal_credentials(client: &Client, ns: &str) {
+    create_secret(
+        client,
+        ns,
+        "kms-credentials",
+        json!({"clientId": crate::support::CLIENT_ID, "clientSecret": crate::support::CLIENT_SECRET}),
+    )
+    .await;
+}
+
 pub(crate) async fn create_secret(client: &Client, ns: &str, name: &str, data: Value) {
     let secret: Secret = serde_json::from_value(json!({
         "metadata": {"name": name, "namespace": ns},
@@ -309,13 +320,7 @@ async fn a_change_before_the_event_stream_opens_is_not_missed() {
     // done by then.
     kms.fault(json!({"route": "POST /api/v1/events/subscribe/project-events", "latencyMs": 8000}))
         .await;
-    create_secret(
-        &client,
-        &ns.name,
-        "kms-credentials",
-        json!({"clientId": crate::support::CLIENT_ID, "clientSecret": crate::support::CLIENT_SECRET}),
-    )
-    .await;
+    universal_credentials(&client, &ns.name).await;
     let _op = Operator::start(&ns.name, &[&ns.name], &[]).await;
     let mut value = cr(
         "gap",
@@ -354,13 +359,7 @@ async fn a_resource_joining_an_open_stream_after_an_event_reads_the_change() {
     let client = harness::client().await;
     let ns = TestNamespace::new(&client, "ks-instant-join").await;
     let kms = DevServer::start(&seed(&[("COUNTER", "0")])).await;
-    create_secret(
-        &client,
-        &ns.name,
-        "kms-credentials",
-        json!({"clientId": crate::support::CLIENT_ID, "clientSecret": crate::support::CLIENT_SECRET}),
-    )
-    .await;
+    universal_credentials(&client, &ns.name).await;
     // Its debug log says when an event is heard.
     let op = Operator::start_with_env(
         &ns.name,
@@ -453,13 +452,7 @@ async fn instant_updates_follow_changes_within_two_seconds() {
     let client = harness::client().await;
     let ns = TestNamespace::new(&client, "ks-instant").await;
     let kms = DevServer::start(&seed(&[("COUNTER", "0"), ("OTHER", "x")])).await;
-    create_secret(
-        &client,
-        &ns.name,
-        "kms-credentials",
-        json!({"clientId": crate::support::CLIENT_ID, "clientSecret": crate::support::CLIENT_SECRET}),
-    )
-    .await;
+    universal_credentials(&client, &ns.name).await;
     let _op = Operator::start(&ns.name, &[&ns.name], &[]).await;
     let mut value = cr(
         "live",
@@ -567,13 +560,7 @@ async fn a_private_ca_is_trusted_and_rotated_and_hosts_are_allow_listed() {
     .await;
     assert!(kms.url.starts_with("https://"), "{}", kms.url);
     let plain = DevServer::start(&seed(&[("DB_PASSWORD", "plain")])).await;
-    create_secret(
-        &client,
-        &ns.name,
-        "kms-credentials",
-        json!({"clientId": crate::support::CLIENT_ID, "clientSecret": crate::support::CLIENT_SECRET}),
-    )
-    .await;
+    universal_credentials(&client, &ns.name).await;
     create_secret(&client, &ns.name, "kms-ca", json!({"ca.crt": ca})).await;
     create_secret(&client, &ns.name, "wrong-ca", json!({"ca.crt": other_ca})).await;
     // Only 127.0.0.1 may be reached; `localhost` is not on the list.
