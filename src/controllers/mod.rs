@@ -316,7 +316,6 @@ pub struct Context {
     global: Arc<RwLock<GlobalConfig>>,
     records: Mutex<HashMap<String, SyncRecord>>,
     unseen_status: Mutex<UnseenStatus>,
-    failures: Mutex<HashMap<String, u32>>,
 }
 
 /// The parts of a [`Context`] built before the watches start.
@@ -380,7 +379,6 @@ impl Context {
             global: parts.global,
             records: Mutex::new(HashMap::new()),
             unseen_status: Mutex::new(UnseenStatus::default()),
-            failures: Mutex::new(HashMap::new()),
         }
     }
 
@@ -476,10 +474,7 @@ impl Context {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .forget(&kms_secret::owner_id(&key.namespace, &key.name));
-        self.failures
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&format!("{}/{key}", kms_secret::CONTROLLER));
+        self.kms_secret_queue.reset_backoff(key);
         let live: HashSet<String> = self
             .kms_secrets
             .all()
@@ -497,29 +492,6 @@ impl Context {
             tracing::warn!(error = %e, "could not prune the cache");
         }
     }
-
-    /// The backoff after one more failure of `key`: 1 s doubling to the
-    /// maximum, ±20 % jitter, at least what the KMS asked for.
-    fn backoff(&self, key: &str, error: &SyncError) -> Duration {
-        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-        let n = failures.entry(key.to_owned()).or_insert(0);
-        *n = n.saturating_add(1);
-        let base = Duration::from_secs(1)
-            .saturating_mul(1u32 << (*n - 1).min(16))
-            .min(self.settings.max_backoff);
-        let jittered = base.mul_f64(0.8 + 0.4 * fastrand::f64());
-        match error.retry_after() {
-            Some(ra) => jittered.max(ra + Duration::from_millis(fastrand::u64(0..1500))),
-            None => jittered,
-        }
-    }
-
-    fn succeeded(&self, key: &str) {
-        self.failures
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(key);
-    }
 }
 
 /// One controller's reconcile, as the worker pool calls it.
@@ -532,6 +504,13 @@ pub trait Reconciler<K>: Send + Sync + 'static {
         shard: u32,
         cancel: &'a CancellationToken,
     ) -> futures::future::BoxFuture<'a, Result<Action, SyncError>>;
+
+    /// When `key` is tried again after an error that only a change can fix
+    /// (its spec, a reference, a target, a refusal of the KMS): its resync
+    /// interval. `None`: the longest backoff (`Settings::max_backoff`).
+    fn retry_interval(&self, _ctx: &Context, _key: &K) -> Option<Duration> {
+        None
+    }
 }
 
 /// Drain `queue` with `ctx.settings.workers` workers until the queue closes.
@@ -559,16 +538,15 @@ pub async fn run_workers<K, R>(
                     () = cancel.cancelled() => Err(SyncError::NotOwner),
                 };
                 let elapsed = started.elapsed();
-                let id = format!("{controller}/{key}");
                 match result {
                     Ok(Action::RequeueAt(at)) => {
-                        ctx.succeeded(&id);
+                        queue.reset_backoff(&key);
                         let delay = at.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO);
                         queue.add_after(key.clone(), shard, delay);
                         ctx.metrics.reconcile(controller, shard, "success", elapsed);
                     }
                     Ok(Action::Done) => {
-                        ctx.succeeded(&id);
+                        queue.reset_backoff(&key);
                         ctx.metrics.reconcile(controller, shard, "success", elapsed);
                     }
                     Err(SyncError::NotOwner) => {
@@ -583,9 +561,12 @@ pub async fn run_workers<K, R>(
                         ctx.metrics.reconcile(controller, shard, "requeue", elapsed);
                     }
                     Err(e) => {
-                        let delay = ctx.backoff(&id, &e);
+                        let delay = retry_delay(&queue, &key, &e, ctx.settings.max_backoff, || {
+                            reconciler.retry_interval(&ctx, &key)
+                        });
                         let result = if matches!(e, SyncError::Kube { code: Some(409), .. }) { "requeue" } else { "error" };
-                        tracing::warn!(controller, %key, reason = e.reason(), error = %e, retry_in = ?delay, "reconcile failed");
+                        let waits = if e.is_transient() { "backoff" } else { "a change or the resync interval" };
+                        tracing::warn!(controller, %key, reason = e.reason(), error = %e, retry_in = ?delay, waits, "reconcile failed");
                         queue.add_after(key.clone(), shard, delay);
                         ctx.metrics.reconcile(controller, shard, result, elapsed);
                     }
@@ -597,6 +578,36 @@ pub async fn run_workers<K, R>(
     for t in tasks {
         let _ = t.await;
     }
+}
+
+/// When a failed reconcile of `key` is tried again. A transient error (the
+/// KMS or the API unavailable, rate-limited, a conflict) backs off: 1 s
+/// doubling to the maximum, at least what the KMS asked for. Any other error
+/// (the spec, a reference, a target, the KMS refusing) cannot be fixed by
+/// retrying soon: the watches queue the resource when it or what it
+/// references changes, and otherwise it is tried at its resync interval (a
+/// permission granted in the KMS changes nothing in the cluster).
+fn retry_delay<K>(
+    queue: &Queue<K>,
+    key: &K,
+    e: &SyncError,
+    max_backoff: Duration,
+    resync_interval: impl FnOnce() -> Option<Duration>,
+) -> Duration
+where
+    K: Clone + Eq + std::hash::Hash + Ord,
+{
+    if e.is_transient() {
+        let delay = queue.failed(key, max_backoff);
+        return match e.retry_after() {
+            Some(ra) => delay.max(ra + Duration::from_millis(fastrand::u64(0..1500))),
+            None => delay,
+        };
+    }
+    queue.reset_backoff(key);
+    resync_interval()
+        .unwrap_or(max_backoff)
+        .mul_f64(0.9 + 0.2 * fastrand::f64())
 }
 
 #[cfg(test)]
@@ -617,6 +628,48 @@ mod tests {
         // copy at the old version showed up again.
         assert!(!u.unseen("KmsSecret/a/x", Some("6"), t0 + Duration::from_secs(1)));
         assert!(!u.unseen("KmsSecret/a/x", Some("5"), t0 + Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn transient_errors_back_off_and_the_others_wait_for_the_resync_interval() {
+        let q: Queue<String> = Queue::new();
+        let key = "ns/app".to_owned();
+        let max = Duration::from_secs(300);
+        let unavailable = SyncError::Kube {
+            context: "list".into(),
+            message: "etcd unavailable".into(),
+            code: Some(503),
+        };
+        let within = |d: Duration, base: u64| {
+            d >= Duration::from_millis(base * 800) && d <= Duration::from_millis(base * 1200)
+        };
+        // 1 s, 2 s, 4 s, … (±20 %), whatever the resync interval.
+        for base in [1, 2, 4, 8] {
+            let d = retry_delay(&q, &key, &unavailable, max, || {
+                Some(Duration::from_secs(60))
+            });
+            assert!(within(d, base), "{d:?} is not about {base} s");
+        }
+        // A spec error waits for a change, or the resync interval; and the
+        // backoff starts over.
+        let invalid = SyncError::Spec("secretsPath: not a path".into());
+        let d = retry_delay(&q, &key, &invalid, max, || Some(Duration::from_secs(60)));
+        assert!(
+            d >= Duration::from_secs(54) && d <= Duration::from_secs(66),
+            "{d:?}"
+        );
+        let d = retry_delay(&q, &key, &unavailable, max, || None);
+        assert!(within(d, 1), "{d:?}: the backoff did not start over");
+        // Without a resync interval: the longest backoff.
+        let d = retry_delay(&q, &key, &invalid, max, || None);
+        assert!(d >= Duration::from_secs(270), "{d:?}");
+        // The KMS's Retry-After is honoured for transient errors.
+        let limited = SyncError::Kms(crate::kms::KmsError::rate_limited(
+            "GET /api/v3/secrets/raw",
+            Duration::from_secs(30),
+        ));
+        let d = retry_delay(&q, &key, &limited, max, || None);
+        assert!(d >= Duration::from_secs(30), "{d:?}");
     }
 
     #[test]

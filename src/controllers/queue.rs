@@ -34,6 +34,8 @@ struct Inner<K> {
     dirty: HashMap<K, (u32, Instant)>,
     seq: u64,
     closed: bool,
+    /// Consecutive transient failures per key (the backoff state).
+    failures: HashMap<K, u32>,
 }
 
 /// How long an entry of a held shard whose renewal is late waits before
@@ -64,6 +66,7 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
                 dirty: HashMap::new(),
                 seq: 0,
                 closed: false,
+                failures: HashMap::new(),
             }),
             notify: Notify::new(),
         }
@@ -231,11 +234,30 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
     /// Remove `key` wherever it waits.
     pub fn forget(&self, key: &K) {
         let mut q = self.lock();
+        q.failures.remove(key);
         if let Some((_, Place::Delayed(at, seq))) = q.queued.remove(key) {
             q.delayed.remove(&(at, seq, key.clone()));
         }
         q.ready.retain(|k| k != key);
         q.dirty.remove(key);
+    }
+
+    /// One more transient failure of `key`: how long it waits before the
+    /// next attempt (1 s doubling to `max`, ±20 % jitter).
+    pub fn failed(&self, key: &K, max: Duration) -> Duration {
+        let mut q = self.lock();
+        let n = q.failures.entry(key.clone()).or_insert(0);
+        *n = n.saturating_add(1);
+        let base = Duration::from_secs(1)
+            .saturating_mul(1u32 << (*n - 1).min(16))
+            .min(max);
+        base.mul_f64(0.8 + 0.4 * fastrand::f64())
+    }
+
+    /// `key` succeeded, or failed in a way retrying soon cannot fix: its
+    /// backoff starts over.
+    pub fn reset_backoff(&self, key: &K) {
+        self.lock().failures.remove(key);
     }
 
     /// Depth per shard and age of the oldest ready entry per shard.

@@ -835,4 +835,9 @@ impl Reconciler<ObjectKey> for Controller {
     ) -> BoxFuture<'a, Result<Action, SyncError>> {
         Box::pin(Controller::reconcile(self, ctx, key, shard, cancel))
     }
+
+    fn retry_interval(&self, _ctx: &Context, key: &ObjectKey) -> Option<Duration> {
+        let cr = self.resources.get(Some(&key.namespace), &key.name)?;
+        plan::resync_interval(&cr.spec).ok().flatten()
+    }
 }

@@ -912,6 +912,11 @@ impl super::Reconciler<ObjectKey> for Controller {
     ) -> futures::future::BoxFuture<'a, Result<Action, SyncError>> {
         Box::pin(reconcile(ctx, key, shard, cancel))
     }
+
+    fn retry_interval(&self, ctx: &Context, key: &ObjectKey) -> Option<Duration> {
+        let cr = ctx.kms_secrets.get(Some(&key.namespace), &key.name)?;
+        plan::resync_interval(&cr.spec).ok()
+    }
 }
 
 #[cfg(test)]
