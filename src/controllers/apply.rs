@@ -18,7 +18,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::core::ObjectMeta;
 use serde_json::{Map, Value, json};
 
-use super::Context;
+use super::context::Context;
 use super::error::SyncError;
 use super::target::{
     Desired, MANAGED_ANNOTATIONS_ANNOTATION, MANAGED_BY_LABEL, MANAGED_LABEL,

@@ -18,10 +18,13 @@ use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use kube::api::{Api, PostParams};
 use secrecy::SecretString;
 
-use super::Context;
+use super::context::Context;
 use super::error::SyncError;
-use super::refs::{resolve_endpoint, secret_string};
-use crate::api::common::{GenericAuthentication, TlsConfig};
+use super::refs::{namespace_of, resolve_endpoint, secret_string};
+use crate::api::common::{
+    AwsIamAuth, AzureAuth, GcpIamAuth, GcpIdTokenAuth, GenericAuthentication, KubeSecretReference,
+    KubernetesAuth, LdapAuth, TlsConfig,
+};
 use crate::kms::auth::JwtSource;
 use crate::kms::cloud::{self, CloudMethod};
 use crate::kms::endpoint::host_allowed;
@@ -360,9 +363,139 @@ pub async fn generic_identity(
     tls: Option<&TlsConfig>,
     auth: &GenericAuthentication,
 ) -> Result<Identity, SyncError> {
-    let method =
-        super::kms_secret::plan::generic_method(auth, ns, ctx.settings.allow_cross_namespace_refs)?;
+    let method = generic_method(auth, ns, ctx.settings.allow_cross_namespace_refs)?;
     identity(ctx, ns, host_api, tls, &method).await
+}
+
+// How a resource's authentication blocks read as methods.
+
+/// Universal auth from a credentials reference.
+pub fn universal_method(
+    r: &KubeSecretReference,
+    ns: &str,
+    allow_cross: bool,
+) -> Result<AuthMethod, SyncError> {
+    let cns = namespace_of(
+        ns,
+        r.secret_namespace.as_deref(),
+        "authentication.universalAuth.credentialsRef",
+        allow_cross,
+    )?;
+    Ok(AuthMethod::Universal {
+        credentials: (cns, r.secret_name.clone()),
+    })
+}
+
+/// Kubernetes auth.
+pub fn kubernetes_method(
+    a: &KubernetesAuth,
+    ns: &str,
+    allow_cross: bool,
+) -> Result<AuthMethod, SyncError> {
+    let sa_ns = namespace_of(
+        ns,
+        a.service_account_ref.namespace.as_deref(),
+        "authentication.kubernetesAuth.serviceAccountRef",
+        allow_cross,
+    )?;
+    Ok(AuthMethod::Kubernetes {
+        identity_id: a.identity_id.clone(),
+        service_account: (sa_ns, a.service_account_ref.name.clone()),
+        auto_token: a.auto_create_service_account_token.unwrap_or(false),
+        audiences: a
+            .service_account_token_audiences
+            .clone()
+            .unwrap_or_default(),
+    })
+}
+
+/// LDAP auth.
+pub fn ldap_method(a: &LdapAuth, ns: &str, allow_cross: bool) -> Result<AuthMethod, SyncError> {
+    let cns = namespace_of(
+        ns,
+        a.credentials_ref.secret_namespace.as_deref(),
+        "authentication.ldapAuth.credentialsRef",
+        allow_cross,
+    )?;
+    Ok(AuthMethod::Ldap {
+        identity_id: a.identity_id.clone(),
+        credentials: (cns, a.credentials_ref.secret_name.clone()),
+    })
+}
+
+fn cloud_method(method: CloudMethod, identity_id: &str) -> AuthMethod {
+    AuthMethod::Cloud {
+        method,
+        identity_id: identity_id.trim().to_owned(),
+        azure_resource: None,
+        azure_client_id: None,
+        key_file: None,
+    }
+}
+
+/// AWS IAM auth (the pod's ambient AWS credentials).
+pub fn aws_method(a: &AwsIamAuth) -> AuthMethod {
+    cloud_method(CloudMethod::AwsIam, &a.identity_id)
+}
+
+/// Azure managed-identity auth.
+pub fn azure_method(a: &AzureAuth) -> AuthMethod {
+    let nonempty = |v: &Option<String>| {
+        v.as_deref()
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned)
+    };
+    AuthMethod::Cloud {
+        method: CloudMethod::Azure,
+        identity_id: a.identity_id.trim().to_owned(),
+        azure_resource: nonempty(&a.resource),
+        azure_client_id: nonempty(&a.azure_managed_identity_client_id),
+        key_file: None,
+    }
+}
+
+/// GCP ID-token auth (the metadata server).
+pub fn gcp_id_token_method(a: &GcpIdTokenAuth) -> AuthMethod {
+    cloud_method(CloudMethod::GcpIdToken, &a.identity_id)
+}
+
+/// GCP IAM auth (a service-account key file under `--key-file-dir`).
+pub fn gcp_iam_method(a: &GcpIamAuth) -> AuthMethod {
+    AuthMethod::Cloud {
+        method: CloudMethod::GcpIam,
+        identity_id: a.identity_id.trim().to_owned(),
+        azure_resource: None,
+        azure_client_id: None,
+        key_file: Some(a.service_account_key_file_path.trim().to_owned()),
+    }
+}
+
+/// The method of a push or dynamic secret's generic authentication block.
+pub fn generic_method(
+    auth: &GenericAuthentication,
+    ns: &str,
+    allow_cross: bool,
+) -> Result<AuthMethod, SyncError> {
+    if let Some(a) = &auth.universal_auth {
+        universal_method(&a.credentials_ref, ns, allow_cross)
+    } else if let Some(a) = &auth.kubernetes_auth {
+        kubernetes_method(a, ns, allow_cross)
+    } else if let Some(a) = &auth.ldap_auth {
+        ldap_method(a, ns, allow_cross)
+    } else if let Some(a) = &auth.aws_iam_auth {
+        Ok(aws_method(a))
+    } else if let Some(a) = &auth.azure_auth {
+        Ok(azure_method(a))
+    } else if let Some(a) = &auth.gcp_id_token_auth {
+        Ok(gcp_id_token_method(a))
+    } else if let Some(a) = &auth.gcp_iam_auth {
+        Ok(gcp_iam_method(a))
+    } else {
+        Err(SyncError::Spec(
+            "no authentication method is set".to_owned(),
+        ))
+    }
 }
 
 #[cfg(test)]

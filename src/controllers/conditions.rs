@@ -1,6 +1,7 @@
 //! Setting status conditions: `lastTransitionTime` moves only when the
 //! status flips, every condition carries `observedGeneration`, and comparing
-//! two condition lists ignores timestamps.
+//! two condition lists ignores timestamps. An Event is due when `Ready`
+//! changes its status or reason ([`ready_changed`]), not at every resync.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
@@ -23,6 +24,16 @@ impl Status {
             Status::Unknown => "Unknown",
         }
     }
+}
+
+/// The `Ready` condition of `new` when its status or reason differs from
+/// the one in `old` (or it appeared): what an Event announces.
+pub fn ready_changed<'a>(old: &[Condition], new: &'a [Condition]) -> Option<&'a Condition> {
+    let key = |c: Option<&Condition>| c.map(|c| (c.status.clone(), c.reason.clone()));
+    let after = get(new, crate::api::conditions::READY);
+    (key(get(old, crate::api::conditions::READY)) != key(after))
+        .then_some(after)
+        .flatten()
 }
 
 /// Set (or add) the condition `type_` in `conditions`.
@@ -92,6 +103,32 @@ pub fn bounded(message: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_event_is_due_when_ready_changes_status_or_reason_only() {
+        let now = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+        let with = |status, reason: &str, message: &str| {
+            let mut c = Vec::new();
+            set(&mut c, "Ready", status, reason, message, Some(1), &now);
+            c
+        };
+        let synced = with(Status::True, "Synced", "Synced 3 secrets");
+        assert_eq!(
+            ready_changed(&[], &synced).map(|c| c.reason.as_str()),
+            Some("Synced")
+        );
+        // A resync that only changed the message: no Event.
+        assert!(
+            ready_changed(&synced, &with(Status::True, "Synced", "Synced 4 secrets")).is_none()
+        );
+        let failed = with(Status::False, "KmsUnavailable", "the KMS answered 503");
+        assert_eq!(
+            ready_changed(&synced, &failed).map(|c| c.status.as_str()),
+            Some("False")
+        );
+        assert!(ready_changed(&failed, &with(Status::False, "Forbidden", "403")).is_some());
+        assert!(ready_changed(&synced, &[]).is_none());
+    }
 
     fn t(secs: i64) -> Time {
         Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap())

@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::ObjectKey;
+use super::key::ObjectKey;
 use super::queue::Queue;
 use crate::kms::events::{Message, Subscription, permanent};
 use crate::kms::{Identity, IdentityKey, Kms, ProjectRef, Scope};

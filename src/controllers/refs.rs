@@ -3,8 +3,8 @@
 //! namespace unless `--allow-cross-namespace-refs`, and the global
 //! `kms-config` ConfigMap.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Client;
@@ -298,6 +298,63 @@ pub async fn resolve_endpoint(
         }
     };
     Endpoint::new(host, ca_pem).map_err(SyncError::Kms)
+}
+
+/// Which resources read which Secrets (credentials, CA bundles, push
+/// sources), by owner id (`<Kind>/<namespace>/<name>`), so that a change of
+/// such a Secret sends exactly its readers round.
+#[derive(Default)]
+pub struct RefIndex {
+    inner: Mutex<RefIndexInner>,
+}
+
+#[derive(Default)]
+struct RefIndexInner {
+    by_secret: HashMap<(String, String), HashSet<String>>,
+    by_owner: HashMap<String, Vec<(String, String)>>,
+}
+
+impl RefIndex {
+    /// Record the Secrets (`(namespace, name)`) an owner reads.
+    pub fn set(&self, owner: &str, refs: Vec<(String, String)>) {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        Self::remove_locked(&mut inner, owner);
+        for r in &refs {
+            inner
+                .by_secret
+                .entry(r.clone())
+                .or_default()
+                .insert(owner.to_owned());
+        }
+        inner.by_owner.insert(owner.to_owned(), refs);
+    }
+
+    fn remove_locked(inner: &mut RefIndexInner, owner: &str) {
+        for r in inner.by_owner.remove(owner).unwrap_or_default() {
+            if let Some(set) = inner.by_secret.get_mut(&r) {
+                set.remove(owner);
+                if set.is_empty() {
+                    inner.by_secret.remove(&r);
+                }
+            }
+        }
+    }
+
+    /// Forget an owner.
+    pub fn remove(&self, owner: &str) {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        Self::remove_locked(&mut inner, owner);
+    }
+
+    /// Owners that read a Secret.
+    pub fn dependents(&self, ns: &str, name: &str) -> Vec<String> {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner
+            .by_secret
+            .get(&(ns.to_owned(), name.to_owned()))
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
 }
 
 #[cfg(test)]

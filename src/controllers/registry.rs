@@ -20,9 +20,11 @@ use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
 
+use super::context::Context;
+use super::key::ObjectKey;
 use super::queue::Queue;
 use super::stores::Scoped;
-use super::{Context, ObjectKey, Reconciler};
+use super::workers::{Reconciler, run_workers};
 use crate::api::kms_dynamic_secret::KmsDynamicSecret;
 use crate::api::kms_push_secret::KmsPushSecret;
 use crate::api::kms_secret::KmsSecret;
@@ -50,6 +52,9 @@ pub trait Kind: Send + Sync + 'static {
     fn resource_namespaces(&self) -> Option<Vec<String>> {
         None
     }
+    /// `shard` is being given up: drop what is kept for it beyond the
+    /// queue.
+    fn shard_lost(&self, _shard: u32) {}
     /// Its work queue.
     fn queue(&self) -> &dyn WorkQueue;
     /// Start its workers; the task ends once the queue is closed and the
@@ -199,12 +204,16 @@ where
         )
     }
 
+    fn shard_lost(&self, shard: u32) {
+        self.reconciler.shard_lost(shard);
+    }
+
     fn queue(&self) -> &dyn WorkQueue {
         self.queue.as_ref()
     }
 
     fn start(self: Arc<Self>, ctx: Arc<Context>) -> JoinHandle<()> {
-        tokio::spawn(super::run_workers(
+        tokio::spawn(run_workers(
             ctx,
             self.queue.clone(),
             self.controller,

@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 use crate::api::common::CreationPolicy;
+use crate::kms::SecretMap;
 
 /// Annotation: hash of the object's data.
 pub const VERSION_ANNOTATION: &str = "secrets.hanzo.ai/version";
@@ -379,6 +380,49 @@ pub fn valid_data_key(key: &str) -> bool {
         && key
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+}
+
+/// Renders `source` over `secrets` for the field `field`.
+pub trait Renderer: Send + Sync {
+    /// The rendered bytes (text, unless `binary` allows any bytes), or a
+    /// message that names the field and never a value.
+    fn render(
+        &self,
+        field: &str,
+        source: &str,
+        secrets: &SecretMap,
+        binary: bool,
+    ) -> Result<Vec<u8>, String>;
+}
+
+impl Renderer for kms_template::Engine {
+    fn render(
+        &self,
+        field: &str,
+        source: &str,
+        secrets: &SecretMap,
+        binary: bool,
+    ) -> Result<Vec<u8>, String> {
+        use secrecy::ExposeSecret;
+        let data: kms_template::SecretData = secrets
+            .iter()
+            .map(|(k, item)| {
+                (
+                    k.clone(),
+                    kms_template::SecretEntry::new(
+                        item.value.expose_secret().as_bytes().to_vec(),
+                        item.secret_path.clone(),
+                    ),
+                )
+            })
+            .collect();
+        let result = if binary {
+            self.render_bytes(field, source, &data)
+        } else {
+            kms_template::Engine::render(self, field, source, &data).map(String::into_bytes)
+        };
+        result.map_err(|e| e.to_string())
+    }
 }
 
 #[cfg(test)]

@@ -20,15 +20,15 @@ use kube::{Client, ResourceExt};
 use crate::api::kms_dynamic_secret::KmsDynamicSecret;
 use crate::api::kms_secret::KmsSecret;
 use crate::cli::RunArgs;
+use crate::controllers::context::{Context, ContextParts, Settings};
 use crate::controllers::queue::Queue;
+use crate::controllers::refs::RefIndex;
 use crate::controllers::refs::{GlobalConfig, SecretReads};
 use crate::controllers::registry::{Kind, Registry, Resources};
 use crate::controllers::reload::ConsumerIndex;
 use crate::controllers::reload::runtime::{self as reload, Reloader};
 use crate::controllers::stores::{self, Scoped};
-use crate::controllers::{
-    Context, ContextParts, RefIndex, Settings, kms_dynamic_secret, kms_push_secret, kms_secret,
-};
+use crate::controllers::{kms_dynamic_secret, kms_push_secret, kms_secret};
 use crate::kms::limiter::Limiter;
 use crate::kms::{Kms, KmsConfig};
 use crate::metrics::Metrics;
@@ -103,10 +103,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         kind.wait_ready().await;
     }
     tracing::info!(
-        objects = ctx.kms_secrets.all().len(),
+        objects = wired.kms_secrets.all().len(),
         "caches synced; starting workers"
     );
-    prune_cache(cache.as_ref(), &ctx.kms_secrets);
+    prune_cache(cache.as_ref(), &wired.kms_secrets);
     let stats = tokio::spawn(report_queue(ctx.clone(), registry.clone(), wired.dynamic));
     let workers: Vec<_> = registry
         .kinds()
@@ -186,6 +186,8 @@ async fn stop(
 /// What [`wire`] puts together; nothing runs until the drivers are spawned.
 struct Wired {
     ctx: Arc<Context>,
+    /// The KmsSecrets (for the cache pruning at start).
+    kms_secrets: Scoped<KmsSecret>,
     registry: Registry,
     /// The futures that drive every watch.
     drivers: Vec<futures::future::BoxFuture<'static, ()>>,
@@ -294,7 +296,12 @@ fn wire(
             kms_secret::CONTROLLER,
             kms_secrets.clone(),
             kms_secret_queue.clone(),
-            kms_secret::Controller,
+            kms_secret::Controller::new(
+                kms.clone(),
+                gate.clone(),
+                kms_secrets.clone(),
+                kms_secret_queue,
+            ),
         )) as Arc<dyn Kind>,
         Arc::new(Resources::new(
             kms_push_secret::CONTROLLER,
@@ -335,17 +342,16 @@ fn wire(
             recorder,
             renderer: Arc::new(kms_template::Engine::default()),
             global,
-            kms_secret_queue,
             consumers: routes.consumers.clone(),
             referenced,
             cache,
         },
-        kms_secrets,
         secrets.clone(),
         config_maps.clone(),
     ));
     Wired {
         ctx,
+        kms_secrets,
         registry,
         drivers,
         caches: vec![

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder};
 use tokio::task::JoinHandle;
 
-use crate::controllers::Context;
+use crate::controllers::context::Context;
 use crate::controllers::registry::Registry;
 use crate::kms::limiter::Limiter;
 use crate::sharding::Ownership;
@@ -23,7 +23,9 @@ const DRAIN_WAIT: Duration = Duration::from_secs(25);
 pub fn set_drain_hook(coordinator: &shard::Coordinator, registry: Registry, ctx: Arc<Context>) {
     coordinator.set_drain_hook(move |shard| {
         let (registry, cache) = (registry.clone(), ctx.cache.clone());
-        ctx.instant.drop_shard(shard);
+        for kind in registry.kinds() {
+            kind.shard_lost(shard);
+        }
         async move {
             let dropped: usize = registry
                 .kinds()

@@ -16,8 +16,8 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, ResourceExt};
 
-use crate::controllers::RefIndex;
 use crate::controllers::queue::Queue;
+use crate::controllers::refs::RefIndex;
 use crate::controllers::refs::{GLOBAL_CONFIG_NAME, GlobalConfig, SecretReads};
 use crate::controllers::registry::Registry;
 use crate::controllers::reload::runtime::Workloads;

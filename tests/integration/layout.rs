@@ -2,29 +2,13 @@
 //! on another when it names it through `use`, `crate::`, `super::` or
 //! `self::` paths, or a bare path that starts with one of its own child
 //! modules (`reload::X` in a `mod.rs`); `mod` lines do not count, nor do test
-//! modules. No cluster is needed.
-//!
-//! The KmsSecret state that `controllers::Context` still holds ties
-//! `controllers/mod.rs` to the KmsSecret controller and to the modules that
-//! use both: that group is the one cycle known today, listed in
-//! [`KNOWN_CYCLE`]. A new cycle fails the test, and so does the known one
-//! when it shrinks (remove what left it from the list, so it stays honest).
+//! modules. No cluster is needed. There is none today; a new one fails
+//! the test.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use regex::Regex;
-
-/// Modules (by path under `src/`) of the one cycle left.
-const KNOWN_CYCLE: [&str; 7] = [
-    "controllers",
-    "controllers::apply",
-    "controllers::auth",
-    "controllers::instant",
-    "controllers::kms_secret",
-    "controllers::kms_secret::plan",
-    "controllers::registry",
-];
 
 type Module = Vec<String>;
 
@@ -187,7 +171,7 @@ fn cycles(graph: &BTreeMap<Module, BTreeSet<Module>>) -> Vec<BTreeSet<Module>> {
 }
 
 #[test]
-fn src_has_no_import_cycle_but_the_known_one() {
+fn src_has_no_import_cycle() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut all = Vec::new();
     files(&src, &mut all);
@@ -205,12 +189,9 @@ fn src_has_no_import_cycle_but_the_known_one() {
         .iter()
         .map(|g| g.iter().map(name).collect())
         .collect();
-    let known: BTreeSet<String> = KNOWN_CYCLE.iter().map(|s| (*s).to_owned()).collect();
-    assert_eq!(
-        found,
-        vec![known],
-        "import cycles in src/ changed: a new one is a defect; a smaller known \
-         one means KNOWN_CYCLE in tests/integration/layout.rs should shrink"
+    assert!(
+        found.is_empty(),
+        "import cycles in src/ (each a group of modules that reach each other): {found:#?}"
     );
 }
 

@@ -30,7 +30,7 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::EventType;
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use secrecy::SecretString;
@@ -41,15 +41,18 @@ use self::plan::{Decision, LeaseView};
 use super::apply::{self, ensure_owner};
 use super::auth::generic_identity;
 use super::conditions::{self, Status};
+use super::context::Context;
 use super::error::SyncError;
+use super::key::ObjectKey;
 use super::kms_secret::plan::{Target, build_data};
 use super::queue::Queue;
+use super::refs::RefIndex;
 use super::registry::queue_on_change;
 use super::stores::{self, Scoped};
 use super::target::{
     ADOPT_EXISTING_ANNOTATION, Claim, Desired, Observed, TargetKind, claim, desired_meta, diff,
 };
-use super::{Action, Context, ObjectKey, Reconciler, RefIndex};
+use super::workers::{Action, Reconciler};
 use crate::api::KmsDynamicSecret;
 use crate::api::common::CreationPolicy;
 use crate::api::conditions as ct;
@@ -1086,16 +1089,8 @@ async fn write_conditions(ctx: &Context, cr: &KmsDynamicSecret, status: &KmsDyna
 }
 
 async fn event(ctx: &Context, cr: &KmsDynamicSecret, type_: EventType, reason: &str, note: &str) {
-    let e = Event {
-        type_,
-        reason: reason.to_owned(),
-        note: Some(note.to_owned()),
-        action: "Lease".to_owned(),
-        secondary: None,
-    };
-    if let Err(err) = ctx.recorder.publish(&e, &cr.object_ref(&())).await {
-        tracing::warn!(error = %err, "could not publish an Event");
-    }
+    ctx.publish(&cr.object_ref(&()), "Lease", type_, reason, note)
+        .await;
 }
 
 async fn publish_ready_change(
@@ -1115,10 +1110,7 @@ async fn publish_ready_change_from(
     after: &KmsDynamicSecretStatus,
     error: Option<&SyncError>,
 ) {
-    let pick = |s: &KmsDynamicSecretStatus| {
-        conditions::get(&s.conditions, ct::READY).map(|c| (c.status.clone(), c.reason.clone()))
-    };
-    if pick(before) == pick(after) {
+    if conditions::ready_changed(&before.conditions, &after.conditions).is_none() {
         return;
     }
     match error {

@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
@@ -20,10 +20,11 @@ use super::plan::{Op, key_list};
 use super::write::{Applied, Cause};
 use crate::api::conditions as ct;
 use crate::api::kms_push_secret::{KmsPushSecret, KmsPushSecretStatus};
-use crate::controllers::Context;
 use crate::controllers::apply::FIELD_MANAGER;
 use crate::controllers::conditions::{self, Status};
+use crate::controllers::context::Context;
 use crate::controllers::error::SyncError;
+use crate::controllers::workers::Action;
 
 /// What one reconcile found and did.
 #[derive(Debug, Default)]
@@ -153,8 +154,7 @@ impl Report {
 
     /// What the worker does next: requeue at the resync interval or the
     /// next rotation; back off after failures that a retry may fix.
-    pub fn next(&self, now: SystemTime) -> Result<super::super::Action, SyncError> {
-        use super::super::Action;
+    pub fn next(&self, now: SystemTime) -> Result<Action, SyncError> {
         if let Some(e) = &self.error {
             return Err(e.clone());
         }
@@ -376,19 +376,13 @@ pub async fn write(
         .await
         .map_err(|e| SyncError::kube("writing the status", e))?;
 
-    let ready = |s: &KmsPushSecretStatus| {
-        conditions::get(&s.conditions, ct::READY)
-            .map(|x| (x.status.clone(), x.reason.clone(), x.message.clone()))
-    };
-    let (before, after) = (ready(old), ready(status));
-    let changed = before.as_ref().map(|(s, r, _)| (s, r)) != after.as_ref().map(|(s, r, _)| (s, r));
-    if changed && let Some((s, reason, message)) = after {
-        let type_ = if s == "True" {
+    if let Some(ready) = conditions::ready_changed(&old.conditions, &status.conditions) {
+        let type_ = if ready.status == "True" {
             EventType::Normal
         } else {
             EventType::Warning
         };
-        publish(ctx, cr, type_, &reason, &message).await;
+        publish(ctx, cr, type_, &ready.reason, &ready.message).await;
     }
     Ok(())
 }
@@ -401,16 +395,8 @@ pub async fn publish(
     reason: &str,
     note: &str,
 ) {
-    let event = Event {
-        type_,
-        reason: reason.to_owned(),
-        note: Some(conditions::bounded(note)),
-        action: "Push".to_owned(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&event, &cr.object_ref(&())).await {
-        tracing::warn!(error = %e, "could not publish an Event");
-    }
+    ctx.publish(&cr.object_ref(&()), "Push", type_, reason, note)
+        .await;
 }
 
 /// The status while a deletion's cleanup fails: what is still owned, which
@@ -506,7 +492,7 @@ mod tests {
         assert!(s.last_sync_time.is_some());
         assert_eq!(
             report.next(SystemTime::now()).unwrap(),
-            super::super::super::Action::Done,
+            Action::Done,
             "no resyncInterval: event-driven only"
         );
     }
@@ -566,10 +552,7 @@ mod tests {
             wanted: 1,
             ..Report::default()
         };
-        assert_eq!(
-            report.next(SystemTime::now()).unwrap(),
-            super::super::super::Action::Done
-        );
+        assert_eq!(report.next(SystemTime::now()).unwrap(), Action::Done);
     }
 
     #[test]
@@ -594,7 +577,7 @@ mod tests {
         assert_eq!(cond(&s, ct::RECONCILE).status, "True");
         let now = SystemTime::now();
         match report.next(now).unwrap() {
-            super::super::super::Action::RequeueAt(at) => {
+            Action::RequeueAt(at) => {
                 assert!(at <= now + Duration::from_secs(300));
             }
             other => panic!("{other:?}"),

@@ -20,34 +20,42 @@
 //! conditions say what failed, and the work queue retries with backoff.
 
 pub mod plan;
+pub mod record;
 pub mod watch;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use self::plan::{AuthChoice, Target};
+use self::plan::{AuthChoice, Decision, Target};
+use self::record::SyncRecord;
 use super::apply::{self, FIELD_MANAGER, ensure_owner};
 use super::conditions::{self, Status};
+use super::context::{Context, UNSEEN_STATUS_RETRY};
 use super::error::SyncError;
-use super::instant::StreamState;
+use super::instant::{InstantUpdates, StreamState};
+use super::key::ObjectKey;
+use super::queue::Queue;
 use super::registry::OwnerId;
+use super::stores::Scoped;
 use super::target::{
     ADOPT_EXISTING_ANNOTATION, Claim, Desired, OWNER_ANNOTATION, Observed, TargetKind, claim,
     desired_meta, diff, version_of,
 };
-use super::{Action, Context, ObjectKey, SyncRecord};
+use super::workers::{Action, Reconciler};
 use crate::api::common::CreationPolicy;
 use crate::api::conditions as ct;
 use crate::api::kms_secret::{KmsSecret, KmsSecretStatus};
-use crate::kms::{Fetch, SecretMap};
+use crate::kms::{Fetch, Kms, SecretMap};
+use crate::sharding::Ownership;
 
 /// The controller's metric label.
 pub const CONTROLLER: &str = "kmssecret";
@@ -104,33 +112,32 @@ pub fn owner_id(ns: &str, name: &str) -> String {
 /// Reconcile one KmsSecret.
 pub async fn reconcile(
     ctx: &Context,
+    this: &Controller,
     key: &ObjectKey,
     shard: u32,
     cancel: &CancellationToken,
 ) -> Result<Action, SyncError> {
-    let Some(cr) = ctx.kms_secrets.get(Some(&key.namespace), &key.name) else {
-        ctx.forget(key);
+    let Some(cr) = this.store.get(Some(&key.namespace), &key.name) else {
+        this.forget(ctx, key);
         return Ok(Action::Done);
     };
     if cr.metadata.deletion_timestamp.is_some() {
         strip_legacy_finalizers(ctx, &cr).await?;
-        ctx.forget(key);
+        this.forget(ctx, key);
         return Ok(Action::Done);
     }
     // Our last status write is not in the cache yet (the target's watch event
     // came first): wait for it rather than write the older status back.
     let id = owner_id(&key.namespace, &key.name);
     if ctx.status_unseen(&id, cr.resource_version().as_deref()) {
-        return Ok(Action::RequeueAt(
-            SystemTime::now() + super::UNSEEN_STATUS_RETRY,
-        ));
+        return Ok(Action::RequeueAt(SystemTime::now() + UNSEEN_STATUS_RETRY));
     }
     let mut progress = Progress::default();
-    let outcome = sync(ctx, &cr, shard, cancel, &mut progress).await;
+    let outcome = sync(ctx, this, &cr, shard, cancel, &mut progress).await;
     if progress.took_event && outcome.is_err() {
         // The change event that made this sync due is not spent until a
         // sync succeeds (a write that lost a race must fetch again).
-        ctx.instant.mark_fresh(key);
+        this.instant.mark_fresh(key);
     }
     if matches!(outcome, Err(SyncError::NotOwner)) {
         return Err(SyncError::NotOwner);
@@ -199,12 +206,12 @@ async fn observe(ctx: &Context, t: &Target) -> Result<Option<Observed>, SyncErro
 
 /// Whether `owner` (an owner id) is a live KmsSecret that still lists the
 /// target.
-fn owner_lists(ctx: &Context, owner: &str, t: &Target) -> bool {
+fn owner_lists(ctx: &Context, this: &Controller, owner: &str, t: &Target) -> bool {
     let Some(owner) = OwnerId::parse(owner).filter(|o| o.kind == "KmsSecret") else {
         // Another kind (a dynamic secret) or a foreign marker: treat as live.
         return true;
     };
-    let Some(other) = ctx.kms_secrets.get(Some(owner.namespace), owner.name) else {
+    let Some(other) = this.store.get(Some(owner.namespace), owner.name) else {
         return false;
     };
     if other.metadata.deletion_timestamp.is_some() {
@@ -231,6 +238,7 @@ fn owner_reference(cr: &KmsSecret) -> Option<OwnerReference> {
 /// checked).
 fn last_record(
     ctx: &Context,
+    this: &Controller,
     cr: &KmsSecret,
     interval: Duration,
     shard: u32,
@@ -238,11 +246,11 @@ fn last_record(
     observed: &[(Option<Observed>, Claim)],
 ) -> Option<SyncRecord> {
     let uid = cr.uid()?;
-    if let Some(r) = ctx.record(&uid) {
+    if let Some(r) = this.record(&uid) {
         return Some(r);
     }
     let generation = cr.metadata.generation.unwrap_or(0);
-    if let Some(r) = ctx.cached_record(&uid, shard) {
+    if let Some(r) = this.cached_record(ctx, &uid, shard) {
         let matches = r.generation == generation
             && r.target_hashes.len() == targets.len()
             && targets.iter().zip(observed).all(|(t, (o, _))| {
@@ -349,6 +357,7 @@ struct Progress {
 
 async fn sync(
     ctx: &Context,
+    this: &Controller,
     cr: &KmsSecret,
     shard: u32,
     cancel: &CancellationToken,
@@ -356,24 +365,162 @@ async fn sync(
 ) -> Result<Synced, SyncError> {
     let ns = cr.namespace().unwrap_or_default();
     let name = cr.name_any();
-    let uid = cr.uid().unwrap_or_default();
-    let generation = cr.metadata.generation.unwrap_or(0);
     let me = owner_id(&ns, &name);
     let allow_cross = ctx.settings.allow_cross_namespace_refs;
     let interval = plan::resync_interval(&cr.spec)?;
     let targets = plan::targets(cr, allow_cross)?;
+    let observed = observe_targets(ctx, this, cr, &me, &targets).await?;
 
-    // Observe the targets and check who may write them.
+    // Decide what to ask of the KMS.
+    let now = SystemTime::now();
+    let record = last_record(ctx, this, cr, interval, shard, &targets, &observed);
+    let all_intact = observed
+        .iter()
+        .all(|(o, c)| *c == Claim::Ours && o.as_ref().is_some_and(Observed::data_intact));
+    // Instant updates: an event since the last fetch makes the resource due.
+    // A resource that starts listening (after a restart, a shard hand-over,
+    // or the option turned on) may have missed events meanwhile: it checks
+    // once, with a conditional request.
+    let instant = plan::instant_updates(&cr.spec);
+    let key = ObjectKey::new(&ns, &name);
+    let fresh = instant && this.instant.take_fresh(&key);
+    progress.took_event = fresh;
+    let newly_listening = instant && !this.instant.is_registered(&key);
+    let generation = cr.metadata.generation.unwrap_or(0);
+    let decision = plan::decide(
+        record.as_ref(),
+        generation,
+        all_intact,
+        fresh || newly_listening,
+        now,
+    );
+
+    // Log in and listen (when due), then fetch.
+    let login = if decision == Decision::NotDue {
+        None
+    } else {
+        let AuthChoice { method, scope } = plan::auth_choice(&cr.spec, &ns, allow_cross)?;
+        let identity = super::auth::identity(
+            ctx,
+            &ns,
+            cr.spec.host_api.as_deref(),
+            cr.spec.tls.as_ref(),
+            &method,
+        )
+        .await?;
+        Some((identity, scope))
+    };
+    let stream = match (&login, instant) {
+        (_, false) => {
+            this.instant.unregister(&key);
+            None
+        }
+        (Some((identity, scope)), true) => Some(this.instant.ensure(&key, identity, scope).await),
+        (None, true) => this.instant.state_of(&key),
+    };
+    let mut etag_out = record.as_ref().and_then(|r| r.etag.clone());
+    let fetched = match &login {
+        Some((identity, scope)) => {
+            let etag = match decision {
+                Decision::Full => None,
+                _ => etag_out.as_deref(),
+            };
+            let request = FetchRequest {
+                key: &key,
+                identity,
+                scope,
+                etag,
+            };
+            let answer = fetch_scope(ctx, this, &request, &observed, cancel, progress).await?;
+            answer.map(|(secrets, etag)| {
+                etag_out = etag;
+                secrets
+            })
+        }
+        None => None,
+    };
+    if decision == Decision::Full && fetched.is_none() {
+        // A 304 to an unconditional request cannot happen; be safe anyway.
+        return Err(SyncError::Kms(crate::kms::KmsError::Decode {
+            endpoint: "GET /api/v3/secrets/raw",
+            reason: "304 Not Modified to an unconditional request".to_owned(),
+        }));
+    }
+
+    // Plan every target; apply what differs.
+    let desired_all = desired_targets(ctx, cr, &me, &targets, &observed, fetched.as_ref())?;
+    for ((t, (o, _)), d) in targets.iter().zip(&observed).zip(&desired_all) {
+        let (removals, changed) = match o {
+            None => (Default::default(), true),
+            Some(o) => diff(o, d, t.creation_policy),
+        };
+        if changed {
+            apply::write(ctx, d, o.as_ref(), &removals, shard, cancel).await?;
+            tracing::info!(resource = %me, target = %t.id(), "target written");
+        }
+    }
+    prune(ctx, cr, &me, &targets, shard, cancel).await?;
+
+    // Remember what was synced.
+    let synced_keys = fetched
+        .as_ref()
+        .map(|s| s.len() as i64)
+        .or_else(|| record.as_ref().map(|r| r.synced_keys));
+    let polling = stream.as_ref().is_some_and(|s| *s != StreamState::Open);
+    let (last_sync, next_due) = plan::next_times(
+        decision,
+        record.as_ref(),
+        interval,
+        polling,
+        now,
+        fastrand::f64(),
+    );
+    let target_hashes = targets
+        .iter()
+        .zip(&desired_all)
+        .filter_map(|(t, d)| ctx.data_hash(&d.data).map(|h| (t.id(), h)))
+        .collect();
+    this.set_record(
+        ctx,
+        &cr.uid().unwrap_or_default(),
+        shard,
+        SyncRecord {
+            generation,
+            etag: etag_out,
+            last_sync: last_sync.unwrap_or(now),
+            next_due,
+            synced_keys: synced_keys.unwrap_or(0),
+            target_hashes,
+        },
+    );
+    Ok(Synced {
+        last_sync,
+        next_due,
+        synced_keys,
+        targets: targets.len(),
+        stream,
+    })
+}
+
+/// Each target as it is now, and who may write it; an error for a target
+/// that is not ours to write (foreign, or another resource's).
+async fn observe_targets(
+    ctx: &Context,
+    this: &Controller,
+    cr: &KmsSecret,
+    me: &str,
+    targets: &[Target],
+) -> Result<Vec<(Option<Observed>, Claim)>, SyncError> {
     let adopt_existing = cr
         .annotations()
         .get(ADOPT_EXISTING_ANNOTATION)
         .map(String::as_str)
         == Some("true");
     let mut observed = Vec::with_capacity(targets.len());
-    for t in &targets {
+    for t in targets {
         let o = observe(ctx, t).await?;
-        let c = claim(o.as_ref(), &me, adopt_existing, |owner| {
-            owner_lists(ctx, owner, t)
+        let c = claim(o.as_ref(), me, adopt_existing, |owner| {
+            owner_lists(ctx, this, owner, t)
         });
         match &c {
             Claim::Foreign => {
@@ -404,114 +551,85 @@ async fn sync(
         }
         observed.push((o, c));
     }
+    Ok(observed)
+}
 
-    let now = SystemTime::now();
-    let record = last_record(ctx, cr, interval, shard, &targets, &observed);
-    let all_intact = observed
-        .iter()
-        .all(|(o, c)| *c == Claim::Ours && o.as_ref().is_some_and(Observed::data_intact));
-    let need_values = !all_intact || record.as_ref().is_none_or(|r| r.generation != generation);
-    // Instant updates: an event since the last fetch makes the resource due
-    // and skips the short-lived sharing of answers.
-    // A resource that starts listening (after a restart, a shard hand-over,
-    // or the option turned on) may have missed events meanwhile: it checks
-    // once, with a conditional request.
-    let instant = plan::instant_updates(&cr.spec);
-    let key = ObjectKey::new(&ns, &name);
-    let fresh = instant && ctx.instant.take_fresh(&key);
-    progress.took_event = fresh;
-    let newly_listening = instant && !ctx.instant.is_registered(&key);
-    let due = need_values
-        || fresh
-        || newly_listening
-        || record.as_ref().is_none_or(|r| now >= r.next_due);
+/// One fetch of a resource's scope.
+struct FetchRequest<'a> {
+    key: &'a ObjectKey,
+    identity: &'a crate::kms::Identity,
+    scope: &'a crate::kms::Scope,
+    /// The last ETag, for a conditional request.
+    etag: Option<&'a str>,
+}
 
-    let mut etag_out = record.as_ref().and_then(|r| r.etag.clone());
-    // Data per target: fetched and planned, or (not due / 304) the target's
-    // own current data.
-    let login = if due {
-        let AuthChoice { method, scope } = plan::auth_choice(&cr.spec, &ns, allow_cross)?;
-        let identity = super::auth::identity(
-            ctx,
-            &ns,
-            cr.spec.host_api.as_deref(),
-            cr.spec.tls.as_ref(),
-            &method,
-        )
-        .await?;
-        Some((identity, scope))
-    } else {
-        None
-    };
-    let stream = match (&login, instant) {
-        (_, false) => {
-            ctx.instant.unregister(&key);
-            None
-        }
-        (Some((identity, scope)), true) => Some(ctx.instant.ensure(&key, identity, scope).await),
-        (None, true) => ctx.instant.state_of(&key),
-    };
-    let fetched: Option<SecretMap> = if let (true, Some((identity, scope))) = (due, &login) {
-        tokio::select! {
-            r = ctx.kms.token(identity) => { r.map_err(SyncError::Auth)?; }
-            () = cancel.cancelled() => return Err(SyncError::NotOwner),
-        }
-        progress.logged_in = Some(identity.credentials.strategy_name());
-        let etag = if need_values {
-            None
-        } else {
-            record.as_ref().and_then(|r| r.etag.clone())
-        };
-        // An answer up to SHARE_WINDOW old serves; with instant updates,
-        // only one that started after the stream's last event (this
-        // resource's own, or one it joined the stream too late to hear).
-        let not_before = ctx.instant.not_before(&key, SHARE_WINDOW);
-        let result = tokio::select! {
-            r = ctx.kms.fetch(identity, scope, etag.as_deref(), not_before) => r.map_err(|e| match e {
-                // A service token has no login: a refused token shows here.
-                crate::kms::KmsError::Api { status: 401 | 403, .. }
-                    if matches!(identity.credentials, crate::kms::Credentials::ServiceToken { .. }) =>
-                {
-                    SyncError::Auth(e)
-                }
-                error => SyncError::KmsScope { error, scope: describe_scope(scope) },
-            })?,
-            () = cancel.cancelled() => return Err(SyncError::NotOwner),
-        };
-        match &*result {
-            Fetch::NotModified => None,
-            Fetch::Secrets { secrets, etag } => {
-                // An empty answer may mean "no such folder" (older servers
-                // list a missing folder or environment as empty): make sure
-                // before any target is emptied or created empty.
-                let would_empty = observed
-                    .iter()
-                    .any(|(o, _)| o.as_ref().is_none_or(|o| !o.data.is_empty()));
-                if secrets.is_empty() && scope.secret_name.is_none() && would_empty {
-                    tokio::select! {
-                        r = confirm_folder(ctx, identity, scope) => r?,
-                        () = cancel.cancelled() => return Err(SyncError::NotOwner),
-                    }
-                }
-                etag_out.clone_from(etag);
-                Some(secrets.clone())
-            }
-        }
-    } else {
-        None
-    };
-    if need_values && fetched.is_none() {
-        // A 304 to an unconditional request cannot happen; be safe anyway.
-        return Err(SyncError::Kms(crate::kms::KmsError::Decode {
-            endpoint: "GET /api/v3/secrets/raw",
-            reason: "304 Not Modified to an unconditional request".to_owned(),
-        }));
+/// Log in and fetch: the secrets and their ETag, or `None` when the KMS
+/// says nothing changed (304). An empty folder is confirmed to exist before
+/// it may empty a target.
+async fn fetch_scope(
+    ctx: &Context,
+    this: &Controller,
+    req: &FetchRequest<'_>,
+    observed: &[(Option<Observed>, Claim)],
+    cancel: &CancellationToken,
+    progress: &mut Progress,
+) -> Result<Option<(SecretMap, Option<String>)>, SyncError> {
+    let (identity, scope) = (req.identity, req.scope);
+    tokio::select! {
+        r = ctx.kms.token(identity) => { r.map_err(SyncError::Auth)?; }
+        () = cancel.cancelled() => return Err(SyncError::NotOwner),
     }
+    progress.logged_in = Some(identity.credentials.strategy_name());
+    // An answer up to SHARE_WINDOW old serves; with instant updates, only
+    // one that started after the stream's last event (this resource's own,
+    // or one it joined the stream too late to hear).
+    let not_before = this.instant.not_before(req.key, SHARE_WINDOW);
+    let result = tokio::select! {
+        r = ctx.kms.fetch(identity, scope, req.etag, not_before) => r.map_err(|e| match e {
+            // A service token has no login: a refused token shows here.
+            crate::kms::KmsError::Api { status: 401 | 403, .. }
+                if matches!(identity.credentials, crate::kms::Credentials::ServiceToken { .. }) =>
+            {
+                SyncError::Auth(e)
+            }
+            error => SyncError::KmsScope { error, scope: describe_scope(scope) },
+        })?,
+        () = cancel.cancelled() => return Err(SyncError::NotOwner),
+    };
+    match &*result {
+        Fetch::NotModified => Ok(None),
+        Fetch::Secrets { secrets, etag } => {
+            // An empty answer may mean "no such folder" (older servers list
+            // a missing folder or environment as empty): make sure before
+            // any target is emptied or created empty.
+            let would_empty = observed
+                .iter()
+                .any(|(o, _)| o.as_ref().is_none_or(|o| !o.data.is_empty()));
+            if secrets.is_empty() && scope.secret_name.is_none() && would_empty {
+                tokio::select! {
+                    r = confirm_folder(ctx, identity, scope) => r?,
+                    () = cancel.cancelled() => return Err(SyncError::NotOwner),
+                }
+            }
+            Ok(Some((secrets.clone(), etag.clone())))
+        }
+    }
+}
 
-    // Plan every target.
+/// What every target should be: the fetched secrets planned through its
+/// template, or (not fetched) its own current data; with the resource's
+/// labels and annotations, the owner marker and the data's version.
+fn desired_targets(
+    ctx: &Context,
+    cr: &KmsSecret,
+    me: &str,
+    targets: &[Target],
+    observed: &[(Option<Observed>, Claim)],
+    fetched: Option<&SecretMap>,
+) -> Result<Vec<Desired>, SyncError> {
     let mut desired_all = Vec::with_capacity(targets.len());
-    for (t, (o, c)) in targets.iter().zip(&observed) {
-        let data: BTreeMap<String, Vec<u8>> = match &fetched {
+    for (t, (o, c)) in targets.iter().zip(observed) {
+        let data: BTreeMap<String, Vec<u8>> = match fetched {
             Some(secrets) => plan::build_data(t, secrets, ctx.renderer.as_ref())?,
             None => o.as_ref().map(|o| o.data.clone()).unwrap_or_default(),
         };
@@ -522,14 +640,14 @@ async fn sync(
                     .get(super::target::MANAGED_BY_LABEL)
                     .map(String::as_str)
                     == Some(super::target::MANAGED_BY_VALUE)
-                    && o.annotations.get(OWNER_ANNOTATION) == Some(&me)
+                    && o.annotations.get(OWNER_ANNOTATION).map(String::as_str) == Some(me)
             });
         let template_meta = t.template.as_ref().and_then(|tpl| tpl.metadata.as_ref());
         let meta = desired_meta(
             cr.labels(),
             cr.annotations(),
             template_meta,
-            &me,
+            me,
             &version,
             created_by_us,
         );
@@ -545,65 +663,7 @@ async fn sync(
             secret_type: t.secret_type.clone(),
         });
     }
-
-    // Apply what differs.
-    for ((t, (o, _)), d) in targets.iter().zip(&observed).zip(&desired_all) {
-        let (removals, changed) = match o {
-            None => (Default::default(), true),
-            Some(o) => diff(o, d, t.creation_policy),
-        };
-        if changed {
-            apply::write(ctx, d, o.as_ref(), &removals, shard, cancel).await?;
-            tracing::info!(resource = %me, target = %t.id(), "target written");
-        }
-    }
-    prune(ctx, cr, &me, &targets, shard, cancel).await?;
-
-    // Remember what was synced.
-    let synced_keys = fetched
-        .as_ref()
-        .map(|s| s.len() as i64)
-        .or_else(|| record.as_ref().map(|r| r.synced_keys));
-    let last_sync = if due {
-        Some(now)
-    } else {
-        record.as_ref().map(|r| r.last_sync)
-    };
-    let mut next_due = if due {
-        now + plan::jittered(interval, fastrand::f64())
-    } else {
-        record.as_ref().map_or(now + interval, |r| r.next_due)
-    };
-    if stream.as_ref().is_some_and(|s| *s != StreamState::Open) {
-        // Without an open stream, poll at least as often as without
-        // instant updates.
-        let polled = last_sync.unwrap_or(now) + interval.min(plan::DEFAULT_RESYNC);
-        next_due = next_due.min(polled);
-    }
-    let target_hashes = targets
-        .iter()
-        .zip(&desired_all)
-        .filter_map(|(t, d)| ctx.data_hash(&d.data).map(|h| (t.id(), h)))
-        .collect();
-    ctx.set_record(
-        &uid,
-        shard,
-        SyncRecord {
-            generation,
-            etag: etag_out,
-            last_sync: last_sync.unwrap_or(now),
-            next_due,
-            synced_keys: synced_keys.unwrap_or(0),
-            target_hashes,
-        },
-    );
-    Ok(Synced {
-        last_sync,
-        next_due,
-        synced_keys,
-        targets: targets.len(),
-        stream,
-    })
+    Ok(desired_all)
 }
 
 /// Delete owned targets that are no longer listed; release orphan ones.
@@ -678,17 +738,21 @@ fn whole_seconds(t: k8s_openapi::jiff::Timestamp) -> Time {
 
 /// Write the status for the outcome of a sync (one patch, only when it
 /// changes), and an Event when `Ready` changes.
-async fn write_status(
-    ctx: &Context,
+/// The status of `cr` after a sync (pure): the login, sync, readiness,
+/// instant-update and auto-reload conditions, the last sync time, the
+/// number of keys and the shard. `workloads` is how many workloads that
+/// opted in to auto-reload use the targets.
+fn next_status(
     cr: &KmsSecret,
     shard: u32,
     outcome: &Result<Synced, SyncError>,
     progress: &Progress,
-) -> Result<(), SyncError> {
-    let old = cr.status.clone().unwrap_or_default();
-    let mut status = old.clone();
+    workloads: usize,
+    now: &Time,
+) -> KmsSecretStatus {
     let generation = cr.metadata.generation;
-    let now = now_time();
+    let auth_method = auth_method_name(cr);
+    let mut status = cr.status.clone().unwrap_or_default();
     let c = &mut status.conditions;
     // A login that worked is reported whatever happened after it (a
     // template error, a KMS refusal of the folder).
@@ -700,7 +764,7 @@ async fn write_status(
             "OK",
             &format!("Logged in to the KMS using the {strategy} authentication strategy"),
             generation,
-            &now,
+            now,
         );
     }
     match outcome {
@@ -713,7 +777,7 @@ async fn write_status(
                 "OK",
                 &format!("Synced {keys} secrets into {} target(s)", s.targets),
                 generation,
-                &now,
+                now,
             );
             conditions::set(
                 c,
@@ -722,7 +786,7 @@ async fn write_status(
                 "Synced",
                 &format!("Synced {keys} secrets"),
                 generation,
-                &now,
+                now,
             );
             if let Some(t) = s.last_sync {
                 status.last_sync_time = Some(whole_seconds(
@@ -738,7 +802,7 @@ async fn write_status(
                     "Subscribed",
                     "Listening to the KMS's change events",
                     generation,
-                    &now,
+                    now,
                 ),
                 Some(StreamState::Connecting) => conditions::set(
                     c,
@@ -747,7 +811,7 @@ async fn write_status(
                     "Connecting",
                     "Connecting to the KMS's change events; polling meanwhile",
                     generation,
-                    &now,
+                    now,
                 ),
                 Some(StreamState::Unavailable(why)) => conditions::set(
                     c,
@@ -758,7 +822,7 @@ async fn write_status(
                         "Instant updates are not available, polling instead: {why}"
                     )),
                     generation,
-                    &now,
+                    now,
                 ),
                 None => c.retain(|x| x.type_ != ct::INSTANT_UPDATES),
             }
@@ -773,12 +837,9 @@ async fn write_status(
                     ct::LOADED_KMS_TOKEN,
                     Status::False,
                     e.reason(),
-                    &format!(
-                        "Failed to log in to the KMS with {}: {message}",
-                        auth_method_name(cr)
-                    ),
+                    &format!("Failed to log in to the KMS with {auth_method}: {message}"),
                     generation,
-                    &now,
+                    now,
                 );
             }
             conditions::set(
@@ -788,7 +849,7 @@ async fn write_status(
                 e.reason(),
                 &format!("Failed to sync secrets; the targets keep their data: {message}"),
                 generation,
-                &now,
+                now,
             );
             conditions::set(
                 c,
@@ -797,13 +858,12 @@ async fn write_status(
                 e.reason(),
                 &message,
                 generation,
-                &now,
+                now,
             );
         }
     }
     match outcome {
         Ok(_) => {
-            let workloads = consumers_of(ctx, cr);
             conditions::set(
                 c,
                 ct::AUTO_REDEPLOY_READY,
@@ -811,7 +871,7 @@ async fn write_status(
                 "OK",
                 &format!("{workloads} workload(s) that opted in to auto-reload use the targets"),
                 generation,
-                &now,
+                now,
             );
         }
         Err(e) => conditions::set(
@@ -821,12 +881,29 @@ async fn write_status(
             "Stopped",
             &format!("Auto-reload waits for a successful sync: {}", e.reason()),
             generation,
-            &now,
+            now,
         ),
     }
     status.observed_generation = generation;
     status.shard = Some(i32::try_from(shard).unwrap_or(i32::MAX));
 
+    status
+}
+
+async fn write_status(
+    ctx: &Context,
+    cr: &KmsSecret,
+    shard: u32,
+    outcome: &Result<Synced, SyncError>,
+    progress: &Progress,
+) -> Result<(), SyncError> {
+    let old = cr.status.clone().unwrap_or_default();
+    let workloads = if outcome.is_ok() {
+        consumers_of(ctx, cr)
+    } else {
+        0
+    };
+    let status = next_status(cr, shard, outcome, progress, workloads, &now_time());
     if status_unchanged(&old, &status) {
         return Ok(());
     }
@@ -844,35 +921,21 @@ async fn write_status(
         .await
         .map_err(|e| SyncError::kube("writing the status", e))?;
     ctx.status_written(&owner_id(&ns, &cr.name_any()), cr.resource_version());
-
     // One Event per change of Ready (status or reason), not per resync.
-    let before =
-        conditions::get(&old.conditions, ct::READY).map(|x| (x.status.clone(), x.reason.clone()));
-    let after = conditions::get(&status.conditions, ct::READY)
-        .map(|x| (x.status.clone(), x.reason.clone()));
-    if before != after {
-        let (type_, reason, note) = match outcome {
-            Ok(s) => (
-                EventType::Normal,
-                "Synced".to_owned(),
-                format!("Synced {} secrets", s.synced_keys.unwrap_or(0)),
-            ),
-            Err(e) => (
-                EventType::Warning,
-                e.reason().to_owned(),
-                conditions::bounded(&e.to_string()),
-            ),
+    if let Some(ready) = conditions::ready_changed(&old.conditions, &status.conditions) {
+        let type_ = if ready.status == "True" {
+            EventType::Normal
+        } else {
+            EventType::Warning
         };
-        let event = Event {
+        ctx.publish(
+            &cr.object_ref(&()),
+            "Sync",
             type_,
-            reason,
-            note: Some(note),
-            action: "Sync".to_owned(),
-            secondary: None,
-        };
-        if let Err(e) = ctx.recorder.publish(&event, &cr.object_ref(&())).await {
-            tracing::warn!(error = %e, "could not publish an Event");
-        }
+            &ready.reason,
+            &ready.message,
+        )
+        .await;
     }
     Ok(())
 }
@@ -899,10 +962,107 @@ fn status_unchanged(a: &KmsSecretStatus, b: &KmsSecretStatus) -> bool {
         && a.shard == b.shard
 }
 
-/// The KmsSecret controller for the worker pool.
-pub struct Controller;
+/// The KmsSecret controller: its cache, queue, instant-update streams and
+/// sync records (what every kind shares is in [`Context`]).
+pub struct Controller {
+    /// Watched KmsSecrets.
+    pub store: Scoped<KmsSecret>,
+    queue: Arc<Queue<ObjectKey>>,
+    /// Instant-update streams of the KmsSecrets that ask for them.
+    instant: InstantUpdates,
+    records: Mutex<HashMap<String, SyncRecord>>,
+}
 
-impl super::Reconciler<ObjectKey> for Controller {
+impl Controller {
+    /// The controller of the KmsSecrets in `store`, queued in `queue`.
+    pub fn new(
+        kms: Arc<Kms>,
+        gate: Arc<dyn Ownership>,
+        store: Scoped<KmsSecret>,
+        queue: Arc<Queue<ObjectKey>>,
+    ) -> Self {
+        Self {
+            instant: InstantUpdates::new(kms, queue.clone(), gate),
+            store,
+            queue,
+            records: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The sync record of an object UID.
+    fn record(&self, uid: &str) -> Option<SyncRecord> {
+        self.records
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(uid)
+            .cloned()
+    }
+
+    /// Store the sync record of an object UID (in memory, and in the
+    /// persistent cache when there is one).
+    fn set_record(&self, ctx: &Context, uid: &str, shard: u32, record: SyncRecord) {
+        if let Some(cache) = &ctx.cache
+            && let Err(e) = cache.put_sync(uid, &record.to_stored())
+        {
+            ctx.metrics
+                .cache_errors
+                .with_label_values(&[&shard.to_string()])
+                .inc();
+            tracing::warn!(error = %e, "could not write a cache record");
+        }
+        self.records
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(uid.to_owned(), record);
+    }
+
+    /// The persisted sync record of an object UID (counted as a cache hit,
+    /// miss or error).
+    fn cached_record(&self, ctx: &Context, uid: &str, shard: u32) -> Option<SyncRecord> {
+        let cache = ctx.cache.as_ref()?;
+        let s = shard.to_string();
+        match cache.get_sync(uid) {
+            storage::Lookup::Hit(r) => {
+                ctx.metrics.cache_hits.with_label_values(&[&s]).inc();
+                Some(SyncRecord::from_stored(r))
+            }
+            storage::Lookup::Miss => {
+                ctx.metrics.cache_misses.with_label_values(&[&s]).inc();
+                None
+            }
+            storage::Lookup::Error(reason) => {
+                ctx.metrics.cache_errors.with_label_values(&[&s]).inc();
+                tracing::warn!(%reason, "unreadable cache record dropped");
+                None
+            }
+        }
+    }
+
+    /// Forget what is known of a deleted KmsSecret.
+    fn forget(&self, ctx: &Context, key: &ObjectKey) {
+        self.instant.unregister(key);
+        ctx.status_forget(&owner_id(&key.namespace, &key.name));
+        self.queue.reset_backoff(key);
+        let live: HashSet<String> = self
+            .store
+            .all()
+            .iter()
+            .filter_map(|o| o.metadata.uid.clone())
+            .collect();
+        self.records
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|uid, _| live.contains(uid));
+        if let Some(cache) = &ctx.cache
+            && let Err(e) =
+                cache.retain(|kind, uid| kind != storage::RecordKind::Sync || live.contains(uid))
+        {
+            tracing::warn!(error = %e, "could not prune the cache");
+        }
+    }
+}
+
+impl Reconciler<ObjectKey> for Controller {
     fn reconcile<'a>(
         &'a self,
         ctx: &'a Context,
@@ -910,18 +1070,113 @@ impl super::Reconciler<ObjectKey> for Controller {
         shard: u32,
         cancel: &'a CancellationToken,
     ) -> futures::future::BoxFuture<'a, Result<Action, SyncError>> {
-        Box::pin(reconcile(ctx, key, shard, cancel))
+        Box::pin(reconcile(ctx, self, key, shard, cancel))
     }
 
-    fn retry_interval(&self, ctx: &Context, key: &ObjectKey) -> Option<Duration> {
-        let cr = ctx.kms_secrets.get(Some(&key.namespace), &key.name)?;
+    fn retry_interval(&self, _ctx: &Context, key: &ObjectKey) -> Option<Duration> {
+        let cr = self.store.get(Some(&key.namespace), &key.name)?;
         plan::resync_interval(&cr.spec).ok()
+    }
+
+    fn shard_lost(&self, shard: u32) {
+        self.instant.drop_shard(shard);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn kms_secret(status: Option<KmsSecretStatus>) -> KmsSecret {
+        let mut cr: KmsSecret = serde_json::from_value(json!({
+            "apiVersion": "secrets.hanzo.ai/v1alpha1",
+            "kind": "KmsSecret",
+            "metadata": {"name": "app", "namespace": "ns", "generation": 2},
+            "spec": {
+                "authentication": {"universalAuth": {
+                    "credentialsRef": {"secretName": "creds"},
+                    "secretsScope": {"projectSlug": "p", "envSlug": "dev", "secretsPath": "/"}
+                }},
+                "managedKubeSecretReferences": [{"secretName": "out"}]
+            }
+        }))
+        .unwrap();
+        cr.status = status;
+        cr
+    }
+
+    fn condition<'a>(s: &'a KmsSecretStatus, type_: &str) -> (&'a str, &'a str, &'a str) {
+        let c = conditions::get(&s.conditions, type_).unwrap();
+        (c.status.as_str(), c.reason.as_str(), c.message.as_str())
+    }
+
+    #[test]
+    fn the_status_says_what_the_sync_did() {
+        let now = now_time();
+        let synced = Synced {
+            last_sync: Some(SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000)),
+            next_due: SystemTime::now(),
+            synced_keys: Some(3),
+            targets: 1,
+            stream: Some(StreamState::Connecting),
+        };
+        let progress = Progress {
+            logged_in: Some("universal"),
+            took_event: false,
+        };
+        let ok = next_status(&kms_secret(None), 5, &Ok(synced), &progress, 2, &now);
+        assert_eq!(
+            condition(&ok, ct::READY),
+            ("True", "Synced", "Synced 3 secrets")
+        );
+        assert_eq!(condition(&ok, ct::LOADED_KMS_TOKEN).0, "True");
+        assert_eq!(condition(&ok, ct::INSTANT_UPDATES).1, "Connecting");
+        assert_eq!(
+            condition(&ok, ct::AUTO_REDEPLOY_READY).2,
+            "2 workload(s) that opted in to auto-reload use the targets"
+        );
+        assert_eq!(
+            (ok.synced_keys, ok.shard, ok.observed_generation),
+            (Some(3), Some(5), Some(2))
+        );
+        assert_eq!(
+            ok.last_sync_time.as_ref().map(|t| t.0.as_second()),
+            Some(1_800_000_000)
+        );
+
+        // A refused login after a good sync: Ready and the token condition
+        // say so, naming the method; what was synced stays in the status.
+        let refused = SyncError::Auth(crate::kms::KmsError::Api {
+            endpoint: "POST /api/v1/auth/universal-auth/login",
+            status: 401,
+            error: "UnauthorizedError".into(),
+            message: "invalid client secret".into(),
+        });
+        let expected_reason = refused.reason().to_owned();
+        let failed = next_status(
+            &kms_secret(Some(ok.clone())),
+            5,
+            &Err(refused),
+            &Progress::default(),
+            0,
+            &now,
+        );
+        let (status, reason, message) = condition(&failed, ct::READY);
+        assert_eq!((status, reason), ("False", expected_reason.as_str()));
+        assert!(message.contains("invalid client secret"), "{message}");
+        let token = condition(&failed, ct::LOADED_KMS_TOKEN);
+        assert_eq!(token.0, "False");
+        assert!(
+            token
+                .2
+                .starts_with("Failed to log in to the KMS with universalAuth"),
+            "{}",
+            token.2
+        );
+        assert_eq!(condition(&failed, ct::AUTO_REDEPLOY_READY).1, "Stopped");
+        assert_eq!(failed.synced_keys, Some(3));
+        assert_eq!(failed.last_sync_time, ok.last_sync_time);
+    }
 
     #[test]
     fn a_sync_time_compares_equal_to_its_copy_read_back_from_the_api() {

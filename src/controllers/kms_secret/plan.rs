@@ -3,23 +3,27 @@
 //! target must hold. No I/O; everything here is unit-tested.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use crate::api::common::{
-    AwsIamAuth, AzureAuth, CreationPolicy, GcpIamAuth, GcpIdTokenAuth, GenericAuthentication,
-    KubeSecretReference, KubernetesAuth, LdapAuth, MachineIdentityScope, ManagedKubeSecretConfig,
+    CreationPolicy, KubeSecretReference, MachineIdentityScope, ManagedKubeSecretConfig,
     SecretTemplate,
 };
 use crate::api::duration::parse_optional_duration;
 use crate::api::kms_secret::{KmsSecret, KmsSecretSpec};
 pub use crate::controllers::auth::AuthMethod;
+use crate::controllers::auth::{
+    aws_method, azure_method, gcp_iam_method, gcp_id_token_method, kubernetes_method, ldap_method,
+    universal_method,
+};
 use crate::controllers::error::SyncError;
 use crate::controllers::refs::namespace_of;
 use crate::controllers::target::{
-    TargetKind, valid_data_key, valid_namespace_name, valid_object_name,
+    Renderer, TargetKind, valid_data_key, valid_namespace_name, valid_object_name,
 };
-use crate::kms::cloud::CloudMethod;
 use crate::kms::{ProjectRef, Scope, SecretMap};
+
+use super::record::SyncRecord;
 
 /// Default time between syncs.
 pub const DEFAULT_RESYNC: Duration = Duration::from_secs(60);
@@ -282,135 +286,6 @@ pub fn auth_choice(
     })
 }
 
-/// Universal auth from a credentials reference.
-pub fn universal_method(
-    r: &KubeSecretReference,
-    ns: &str,
-    allow_cross: bool,
-) -> Result<AuthMethod, SyncError> {
-    let cns = namespace_of(
-        ns,
-        r.secret_namespace.as_deref(),
-        "authentication.universalAuth.credentialsRef",
-        allow_cross,
-    )?;
-    Ok(AuthMethod::Universal {
-        credentials: (cns, r.secret_name.clone()),
-    })
-}
-
-/// Kubernetes auth.
-pub fn kubernetes_method(
-    a: &KubernetesAuth,
-    ns: &str,
-    allow_cross: bool,
-) -> Result<AuthMethod, SyncError> {
-    let sa_ns = namespace_of(
-        ns,
-        a.service_account_ref.namespace.as_deref(),
-        "authentication.kubernetesAuth.serviceAccountRef",
-        allow_cross,
-    )?;
-    Ok(AuthMethod::Kubernetes {
-        identity_id: a.identity_id.clone(),
-        service_account: (sa_ns, a.service_account_ref.name.clone()),
-        auto_token: a.auto_create_service_account_token.unwrap_or(false),
-        audiences: a
-            .service_account_token_audiences
-            .clone()
-            .unwrap_or_default(),
-    })
-}
-
-/// LDAP auth.
-pub fn ldap_method(a: &LdapAuth, ns: &str, allow_cross: bool) -> Result<AuthMethod, SyncError> {
-    let cns = namespace_of(
-        ns,
-        a.credentials_ref.secret_namespace.as_deref(),
-        "authentication.ldapAuth.credentialsRef",
-        allow_cross,
-    )?;
-    Ok(AuthMethod::Ldap {
-        identity_id: a.identity_id.clone(),
-        credentials: (cns, a.credentials_ref.secret_name.clone()),
-    })
-}
-
-fn cloud_method(method: CloudMethod, identity_id: &str) -> AuthMethod {
-    AuthMethod::Cloud {
-        method,
-        identity_id: identity_id.trim().to_owned(),
-        azure_resource: None,
-        azure_client_id: None,
-        key_file: None,
-    }
-}
-
-/// AWS IAM auth (the pod's ambient AWS credentials).
-pub fn aws_method(a: &AwsIamAuth) -> AuthMethod {
-    cloud_method(CloudMethod::AwsIam, &a.identity_id)
-}
-
-/// Azure managed-identity auth.
-pub fn azure_method(a: &AzureAuth) -> AuthMethod {
-    let nonempty = |v: &Option<String>| {
-        v.as_deref()
-            .map(str::trim)
-            .filter(|v| !v.is_empty())
-            .map(str::to_owned)
-    };
-    AuthMethod::Cloud {
-        method: CloudMethod::Azure,
-        identity_id: a.identity_id.trim().to_owned(),
-        azure_resource: nonempty(&a.resource),
-        azure_client_id: nonempty(&a.azure_managed_identity_client_id),
-        key_file: None,
-    }
-}
-
-/// GCP ID-token auth (the metadata server).
-pub fn gcp_id_token_method(a: &GcpIdTokenAuth) -> AuthMethod {
-    cloud_method(CloudMethod::GcpIdToken, &a.identity_id)
-}
-
-/// GCP IAM auth (a service-account key file under `--key-file-dir`).
-pub fn gcp_iam_method(a: &GcpIamAuth) -> AuthMethod {
-    AuthMethod::Cloud {
-        method: CloudMethod::GcpIam,
-        identity_id: a.identity_id.trim().to_owned(),
-        azure_resource: None,
-        azure_client_id: None,
-        key_file: Some(a.service_account_key_file_path.trim().to_owned()),
-    }
-}
-
-/// The method of a push or dynamic secret's generic authentication block.
-pub fn generic_method(
-    auth: &GenericAuthentication,
-    ns: &str,
-    allow_cross: bool,
-) -> Result<AuthMethod, SyncError> {
-    if let Some(a) = &auth.universal_auth {
-        universal_method(&a.credentials_ref, ns, allow_cross)
-    } else if let Some(a) = &auth.kubernetes_auth {
-        kubernetes_method(a, ns, allow_cross)
-    } else if let Some(a) = &auth.ldap_auth {
-        ldap_method(a, ns, allow_cross)
-    } else if let Some(a) = &auth.aws_iam_auth {
-        Ok(aws_method(a))
-    } else if let Some(a) = &auth.azure_auth {
-        Ok(azure_method(a))
-    } else if let Some(a) = &auth.gcp_id_token_auth {
-        Ok(gcp_id_token_method(a))
-    } else if let Some(a) = &auth.gcp_iam_auth {
-        Ok(gcp_iam_method(a))
-    } else {
-        Err(SyncError::Spec(
-            "no authentication method is set".to_owned(),
-        ))
-    }
-}
-
 /// A KMS folder path: leading `/`, no trailing `/` (except the root).
 pub fn normalize_path(p: &str) -> String {
     let trimmed = p.trim().trim_end_matches('/');
@@ -465,47 +340,66 @@ pub fn jittered(interval: Duration, r: f64) -> Duration {
     interval.mul_f64(0.9 + 0.2 * r)
 }
 
-/// Renders `source` over `secrets` for the field `field`.
-pub trait Renderer: Send + Sync {
-    /// The rendered bytes (text, unless `binary` allows any bytes), or a
-    /// message that names the field and never a value.
-    fn render(
-        &self,
-        field: &str,
-        source: &str,
-        secrets: &SecretMap,
-        binary: bool,
-    ) -> Result<Vec<u8>, String>;
+/// What a sync asks of the KMS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Nothing: not due, every target intact. The targets' own data is
+    /// planned again (labels and annotations of the resource may have
+    /// changed), without a KMS call.
+    NotDue,
+    /// A conditional fetch (`If-None-Match` with the last ETag): due by
+    /// time, by an event, or by starting to listen for events.
+    Conditional,
+    /// A full fetch: nothing is known of the last sync, the spec changed
+    /// since, or a target is not intact.
+    Full,
 }
 
-impl Renderer for kms_template::Engine {
-    fn render(
-        &self,
-        field: &str,
-        source: &str,
-        secrets: &SecretMap,
-        binary: bool,
-    ) -> Result<Vec<u8>, String> {
-        use secrecy::ExposeSecret;
-        let data: kms_template::SecretData = secrets
-            .iter()
-            .map(|(k, item)| {
-                (
-                    k.clone(),
-                    kms_template::SecretEntry::new(
-                        item.value.expose_secret().as_bytes().to_vec(),
-                        item.secret_path.clone(),
-                    ),
-                )
-            })
-            .collect();
-        let result = if binary {
-            self.render_bytes(field, source, &data)
-        } else {
-            kms_template::Engine::render(self, field, source, &data).map(String::into_bytes)
-        };
-        result.map_err(|e| e.to_string())
+/// Decide what a sync asks of the KMS (pure). `record` is what is known of
+/// the last sync, `all_intact` whether every target is ours with its data
+/// as written, `nudged` whether an event arrived or the resource just
+/// started listening (it may have missed events).
+pub fn decide(
+    record: Option<&SyncRecord>,
+    generation: i64,
+    all_intact: bool,
+    nudged: bool,
+    now: SystemTime,
+) -> Decision {
+    match record {
+        Some(r) if all_intact && r.generation == generation => {
+            if nudged || now >= r.next_due {
+                Decision::Conditional
+            } else {
+                Decision::NotDue
+            }
+        }
+        _ => Decision::Full,
     }
+}
+
+/// When the KMS was last checked and when the next check is due, after a
+/// sync that decided `decision` at `now` (pure). `polling`: instant
+/// updates are asked for but their stream is not open, so the resource
+/// polls at least as often as without them. `r` is a uniform number in
+/// `[0, 1)` for the jitter.
+pub fn next_times(
+    decision: Decision,
+    record: Option<&SyncRecord>,
+    interval: Duration,
+    polling: bool,
+    now: SystemTime,
+    r: f64,
+) -> (Option<SystemTime>, SystemTime) {
+    let (last_sync, mut next_due) = match (decision, record) {
+        (Decision::NotDue, Some(rec)) => (Some(rec.last_sync), rec.next_due),
+        (Decision::NotDue, None) => (None, now + interval),
+        _ => (Some(now), now + jittered(interval, r)),
+    };
+    if polling {
+        next_due = next_due.min(last_sync.unwrap_or(now) + interval.min(DEFAULT_RESYNC));
+    }
+    (last_sync, next_due)
 }
 
 /// The data of one target: every fetched secret (no template, or
@@ -566,6 +460,68 @@ pub fn build_data(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn record(generation: i64, next_due: SystemTime) -> SyncRecord {
+        SyncRecord {
+            generation,
+            etag: Some("e".into()),
+            last_sync: next_due - Duration::from_secs(60),
+            next_due,
+            synced_keys: 1,
+            target_hashes: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn a_sync_fetches_only_what_it_must() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let later = now + Duration::from_secs(30);
+        let known = record(3, later);
+        // Nothing known, or the spec changed, or a target was touched: all.
+        assert_eq!(decide(None, 3, true, false, now), Decision::Full);
+        assert_eq!(decide(Some(&known), 4, true, false, now), Decision::Full);
+        assert_eq!(decide(Some(&known), 3, false, false, now), Decision::Full);
+        // Known and intact: nothing until due, an event, or a new listener.
+        assert_eq!(decide(Some(&known), 3, true, false, now), Decision::NotDue);
+        assert_eq!(
+            decide(Some(&known), 3, true, true, now),
+            Decision::Conditional
+        );
+        assert_eq!(
+            decide(Some(&known), 3, true, false, later),
+            Decision::Conditional
+        );
+    }
+
+    #[test]
+    fn the_next_check_follows_the_decision() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let hour = Duration::from_secs(3600);
+        let known = record(3, now + Duration::from_secs(600));
+        // Not due: the record's times stand.
+        assert_eq!(
+            next_times(Decision::NotDue, Some(&known), hour, false, now, 0.5),
+            (Some(known.last_sync), known.next_due)
+        );
+        // Checked now: the interval from now (±10 %; 0.5 is the middle).
+        assert_eq!(
+            next_times(Decision::Conditional, Some(&known), hour, false, now, 0.5),
+            (Some(now), now + hour)
+        );
+        assert_eq!(
+            next_times(Decision::Full, None, hour, false, now, 0.0),
+            (Some(now), now + hour.mul_f64(0.9))
+        );
+        // Instant updates without an open stream: polled at the default.
+        assert_eq!(
+            next_times(Decision::Full, None, hour, true, now, 0.5),
+            (Some(now), now + DEFAULT_RESYNC)
+        );
+        assert_eq!(
+            next_times(Decision::NotDue, Some(&known), hour, true, now, 0.5),
+            (Some(known.last_sync), known.last_sync + DEFAULT_RESYNC)
+        );
+    }
     use crate::kms::SecretItem;
     use secrecy::SecretString;
 

@@ -12,10 +12,11 @@ use kube::runtime::watcher;
 
 use super::owner_id;
 use crate::api::kms_secret::KmsSecret;
+use crate::controllers::key::ObjectKey;
 use crate::controllers::queue::Queue;
+use crate::controllers::refs::RefIndex;
 use crate::controllers::registry::queue_on_change;
 use crate::controllers::stores::{Scoped, Watches};
-use crate::controllers::{ObjectKey, RefIndex};
 use crate::sharding::Ownership;
 
 /// What makes a KmsSecret worth reconciling: generation, labels,

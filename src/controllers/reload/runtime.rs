@@ -1,0 +1,301 @@
+//! The I/O half of reload: watched workloads, the reload queue's
+//! reconcile, and the rollout budget.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::{ConsumerIndex, Source, WorkloadKey, WorkloadKind, plan_stamps, stamp_key};
+use crate::controllers::context::Context;
+use crate::controllers::error::SyncError;
+use crate::controllers::queue::Queue;
+use crate::controllers::registry::{Kind, WorkQueue};
+use crate::controllers::stores::Scoped;
+use crate::controllers::target::{MANAGED_LABEL, VERSION_ANNOTATION};
+use crate::controllers::workers::{Action, Reconciler, run_workers};
+use crate::kms::limiter::Limiter;
+use crate::sharding::Ownership;
+
+/// The controller's metric label.
+pub const CONTROLLER: &str = "reload";
+/// Field manager of stamp patches.
+const FIELD_MANAGER: &str = "kms-operator-reload";
+
+/// The watched workloads.
+#[derive(Clone)]
+pub struct Workloads {
+    /// Deployments.
+    pub deployments: Scoped<Deployment>,
+    /// StatefulSets.
+    pub stateful_sets: Scoped<StatefulSet>,
+    /// DaemonSets.
+    pub daemon_sets: Scoped<DaemonSet>,
+}
+
+/// What reload needs beside the shared context.
+pub struct Reloader {
+    /// Watched workloads.
+    pub workloads: Workloads,
+    /// Which workloads use which objects.
+    pub index: Arc<ConsumerIndex>,
+    /// Rollouts per second (shared by replicas).
+    pub budget: Arc<Limiter>,
+    /// Delay between a change and the rollout it causes.
+    pub debounce: Duration,
+}
+
+/// A workload's annotations and pod template, whatever its kind.
+struct Observed {
+    annotations: BTreeMap<String, String>,
+    template: PodTemplateSpec,
+    reference: k8s_openapi::api::core::v1::ObjectReference,
+}
+
+fn observe(reloader: &Reloader, key: &WorkloadKey) -> Option<Observed> {
+    let ns = Some(key.namespace.as_str());
+    macro_rules! from {
+        ($store:expr) => {{
+            let o = $store.get(ns, &key.name)?;
+            Observed {
+                annotations: o.annotations().clone(),
+                template: o.spec.template.clone(),
+                reference: o.object_ref(&()),
+            }
+        }};
+    }
+    Some(match key.kind {
+        WorkloadKind::Deployment => from!(reloader.workloads.deployments),
+        WorkloadKind::StatefulSet => from!(reloader.workloads.stateful_sets),
+        WorkloadKind::DaemonSet => from!(reloader.workloads.daemon_sets),
+    })
+}
+
+/// The current version of a managed object, if the operator manages it.
+fn managed_version(ctx: &Context, ns: &str, source: Source, name: &str) -> Option<String> {
+    let (labels, annotations) = match source {
+        Source::Secret => {
+            let s = ctx.secrets.get(Some(ns), name)?;
+            (s.labels().clone(), s.annotations().clone())
+        }
+        Source::ConfigMap => {
+            let c = ctx.config_maps.get(Some(ns), name)?;
+            (c.labels().clone(), c.annotations().clone())
+        }
+    };
+    if labels.get(MANAGED_LABEL).map(String::as_str) != Some("true") {
+        return None;
+    }
+    annotations.get(VERSION_ANNOTATION).cloned()
+}
+
+/// Reload as a registered kind: its queue of workloads and its
+/// reconciler.
+pub struct Registration {
+    /// The reconciler.
+    pub reloader: Arc<Reloader>,
+    /// Its queue.
+    pub queue: Arc<Queue<WorkloadKey>>,
+}
+
+impl Kind for Registration {
+    fn controller(&self) -> &'static str {
+        CONTROLLER
+    }
+
+    fn wait_ready(&self) -> BoxFuture<'_, ()> {
+        let w = &self.reloader.workloads;
+        Box::pin(async move {
+            w.deployments.wait_ready().await;
+            w.stateful_sets.wait_ready().await;
+            w.daemon_sets.wait_ready().await;
+        })
+    }
+
+    /// Every workload of the shard that opted in.
+    fn full_pass(&self, shard: u32, gate: &dyn Ownership) {
+        let w = &self.reloader.workloads;
+        let add = |kind: WorkloadKind, o: &dyn ResourceLike| {
+            let namespace = o.namespace_or_empty();
+            if o.opted_in() && gate.shard_of(&namespace) == shard {
+                self.queue.add(
+                    WorkloadKey {
+                        kind,
+                        namespace,
+                        name: o.name(),
+                    },
+                    shard,
+                );
+            }
+        };
+        for o in w.deployments.all() {
+            add(WorkloadKind::Deployment, o.as_ref());
+        }
+        for o in w.stateful_sets.all() {
+            add(WorkloadKind::StatefulSet, o.as_ref());
+        }
+        for o in w.daemon_sets.all() {
+            add(WorkloadKind::DaemonSet, o.as_ref());
+        }
+    }
+
+    fn queue(&self) -> &dyn WorkQueue {
+        self.queue.as_ref()
+    }
+
+    fn start(self: Arc<Self>, ctx: Arc<Context>) -> JoinHandle<()> {
+        tokio::spawn(run_workers(
+            ctx,
+            self.queue.clone(),
+            CONTROLLER,
+            self.reloader.clone(),
+        ))
+    }
+}
+
+/// What a full pass reads of a workload, whatever its kind.
+trait ResourceLike {
+    fn namespace_or_empty(&self) -> String;
+    fn name(&self) -> String;
+    fn opted_in(&self) -> bool;
+}
+
+impl<T: Resource> ResourceLike for T {
+    fn namespace_or_empty(&self) -> String {
+        self.namespace().unwrap_or_default()
+    }
+    fn name(&self) -> String {
+        self.name_any()
+    }
+    fn opted_in(&self) -> bool {
+        self.annotations()
+            .get(super::AUTO_RELOAD_ANNOTATION)
+            .map(String::as_str)
+            == Some("true")
+    }
+}
+
+impl Reconciler<WorkloadKey> for Reloader {
+    fn reconcile<'a>(
+        &'a self,
+        ctx: &'a Context,
+        key: &'a WorkloadKey,
+        shard: u32,
+        cancel: &'a CancellationToken,
+    ) -> futures::future::BoxFuture<'a, Result<Action, SyncError>> {
+        Box::pin(reconcile(ctx, self, key, shard, cancel))
+    }
+}
+
+/// Bring a workload's stamps in line with the versions of the managed
+/// objects it uses: record new ones, roll for changed ones.
+pub async fn reconcile(
+    ctx: &Context,
+    reloader: &Reloader,
+    key: &WorkloadKey,
+    shard: u32,
+    cancel: &CancellationToken,
+) -> Result<Action, SyncError> {
+    let Some(o) = observe(reloader, key) else {
+        reloader.index.remove(key);
+        return Ok(Action::Done);
+    };
+    if o.annotations
+        .get(super::AUTO_RELOAD_ANNOTATION)
+        .map(String::as_str)
+        != Some("true")
+    {
+        return Ok(Action::Done);
+    }
+    let uses = reloader.index.uses(key);
+    let mut versions = BTreeMap::new();
+    for (source, name) in &uses {
+        if let Some(v) = managed_version(ctx, &key.namespace, *source, name) {
+            let kind = match source {
+                Source::Secret => "Secret",
+                Source::ConfigMap => "ConfigMap",
+            };
+            versions.insert(stamp_key(*source, name), (format!("{kind} {name}"), v));
+        }
+    }
+    let template = o
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.annotations.clone())
+        .unwrap_or_default();
+    let patch = plan_stamps(&o.annotations, &template, &versions);
+    if patch.is_empty() {
+        return Ok(Action::Done);
+    }
+    if !patch.template.is_empty() {
+        // The cluster-wide rollout budget.
+        tokio::select! {
+            _ = reloader.budget.acquire("rollouts") => {}
+            () = cancel.cancelled() => return Err(SyncError::NotOwner),
+        }
+    }
+    crate::controllers::apply::ensure_owner(ctx, shard, cancel)?;
+    let mut body = json!({"metadata": {"annotations": patch.metadata}});
+    if !patch.template.is_empty() {
+        body["spec"] = json!({"template": {"metadata": {"annotations": patch.template}}});
+    }
+    let pp = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PatchParams::default()
+    };
+    let context = format!("stamping {key}");
+    let result = match key.kind {
+        WorkloadKind::Deployment => {
+            Api::<Deployment>::namespaced(ctx.client.clone(), &key.namespace)
+                .patch(&key.name, &pp, &Patch::Merge(&body))
+                .await
+                .map(|_| ())
+        }
+        WorkloadKind::StatefulSet => {
+            Api::<StatefulSet>::namespaced(ctx.client.clone(), &key.namespace)
+                .patch(&key.name, &pp, &Patch::Merge(&body))
+                .await
+                .map(|_| ())
+        }
+        WorkloadKind::DaemonSet => Api::<DaemonSet>::namespaced(ctx.client.clone(), &key.namespace)
+            .patch(&key.name, &pp, &Patch::Merge(&body))
+            .await
+            .map(|_| ()),
+    };
+    match result {
+        Ok(()) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Action::Done),
+        Err(e) => return Err(SyncError::kube(context, e)),
+    }
+    if patch.template.is_empty() {
+        tracing::info!(workload = %key, "recorded the versions of the objects it uses");
+    } else {
+        ctx.metrics
+            .reloads
+            .with_label_values(&[key.kind.as_str()])
+            .inc();
+        let note = format!("Rolling out because {} changed", patch.changed.join(", "));
+        tracing::info!(workload = %key, changed = ?patch.changed, "rolling out");
+        let event = Event {
+            type_: EventType::Normal,
+            reason: "SecretChanged".to_owned(),
+            note: Some(note),
+            action: "Reload".to_owned(),
+            secondary: None,
+        };
+        if let Err(e) = ctx.recorder.publish(&event, &o.reference).await {
+            tracing::warn!(error = %e, "could not publish an Event");
+        }
+    }
+    Ok(Action::Done)
+}

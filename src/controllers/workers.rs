@@ -1,0 +1,190 @@
+//! The worker pool of a controller: workers take keys of the shards this
+//! replica owns from its queue, reconcile them under the shard's
+//! cancellation token, and requeue them (at the due time the reconcile asks
+//! for; after an error, with backoff or at the resync interval, by kind of
+//! error).
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio_util::sync::CancellationToken;
+
+use super::context::Context;
+use super::error::SyncError;
+use super::queue::{self, Queue};
+
+/// What a reconcile asks for next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Reconcile again at this time.
+    RequeueAt(SystemTime),
+    /// Nothing more until something changes.
+    Done,
+}
+
+/// One controller's reconcile, as the worker pool calls it.
+pub trait Reconciler<K>: Send + Sync + 'static {
+    /// Reconcile `key` of `shard`; stop early when `cancel` fires.
+    fn reconcile<'a>(
+        &'a self,
+        ctx: &'a Context,
+        key: &'a K,
+        shard: u32,
+        cancel: &'a CancellationToken,
+    ) -> futures::future::BoxFuture<'a, Result<Action, SyncError>>;
+
+    /// When `key` is tried again after an error that only a change can fix
+    /// (its spec, a reference, a target, a refusal of the KMS): its resync
+    /// interval. `None`: the longest backoff (`Settings::max_backoff`).
+    fn retry_interval(&self, _ctx: &Context, _key: &K) -> Option<Duration> {
+        None
+    }
+
+    /// `shard` is being given up: drop what is kept for its resources
+    /// beyond the queue (which the wiring drains).
+    fn shard_lost(&self, _shard: u32) {}
+}
+
+/// Drain `queue` with `ctx.settings.workers` workers until the queue closes.
+pub async fn run_workers<K, R>(
+    ctx: Arc<Context>,
+    queue: Arc<Queue<K>>,
+    controller: &'static str,
+    reconciler: Arc<R>,
+) where
+    K: Clone + Eq + std::hash::Hash + Ord + std::fmt::Display + Send + Sync + 'static,
+    R: Reconciler<K>,
+{
+    let mut tasks = Vec::new();
+    for _ in 0..ctx.settings.workers.max(1) {
+        let (ctx, queue, reconciler) = (ctx.clone(), queue.clone(), reconciler.clone());
+        tasks.push(tokio::spawn(async move {
+            while let Some((key, shard)) = queue
+                .next(|s| ctx.gate.owns(s), |s| ctx.gate.holds(s))
+                .await
+            {
+                let cancel = ctx.gate.cancellation(shard);
+                let started = tokio::time::Instant::now();
+                let result = tokio::select! {
+                    r = reconciler.reconcile(&ctx, &key, shard, &cancel) => r,
+                    () = cancel.cancelled() => Err(SyncError::NotOwner),
+                };
+                let elapsed = started.elapsed();
+                match result {
+                    Ok(Action::RequeueAt(at)) => {
+                        queue.reset_backoff(&key);
+                        let delay = at.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO);
+                        queue.add_after(key.clone(), shard, delay);
+                        ctx.metrics.reconcile(controller, shard, "success", elapsed);
+                    }
+                    Ok(Action::Done) => {
+                        queue.reset_backoff(&key);
+                        ctx.metrics.reconcile(controller, shard, "success", elapsed);
+                    }
+                    Err(SyncError::NotOwner) => {
+                        // A shard that is still held (its renewal was only
+                        // late) keeps its work; a lost one drops it (the next
+                        // owner does a full pass).
+                        if ctx.gate.holds(shard) {
+                            queue.add_after(key.clone(), shard, queue::PARK);
+                        } else {
+                            tracing::debug!(%key, shard, "shard lost during reconcile; dropped");
+                        }
+                        ctx.metrics.reconcile(controller, shard, "requeue", elapsed);
+                    }
+                    Err(e) => {
+                        let delay = retry_delay(&queue, &key, &e, ctx.settings.max_backoff, || {
+                            reconciler.retry_interval(&ctx, &key)
+                        });
+                        let result = if matches!(e, SyncError::Kube { code: Some(409), .. }) { "requeue" } else { "error" };
+                        let waits = if e.is_transient() { "backoff" } else { "a change or the resync interval" };
+                        tracing::warn!(controller, %key, reason = e.reason(), error = %e, retry_in = ?delay, waits, "reconcile failed");
+                        queue.add_after(key.clone(), shard, delay);
+                        ctx.metrics.reconcile(controller, shard, result, elapsed);
+                    }
+                }
+                queue.done(&key);
+            }
+        }));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+}
+
+/// When a failed reconcile of `key` is tried again. A transient error (the
+/// KMS or the API unavailable, rate-limited, a conflict) backs off: 1 s
+/// doubling to the maximum, at least what the KMS asked for. Any other error
+/// (the spec, a reference, a target, the KMS refusing) cannot be fixed by
+/// retrying soon: the watches queue the resource when it or what it
+/// references changes, and otherwise it is tried at its resync interval (a
+/// permission granted in the KMS changes nothing in the cluster).
+fn retry_delay<K>(
+    queue: &Queue<K>,
+    key: &K,
+    e: &SyncError,
+    max_backoff: Duration,
+    resync_interval: impl FnOnce() -> Option<Duration>,
+) -> Duration
+where
+    K: Clone + Eq + std::hash::Hash + Ord,
+{
+    if e.is_transient() {
+        let delay = queue.failed(key, max_backoff);
+        return match e.retry_after() {
+            Some(ra) => delay.max(ra + Duration::from_millis(fastrand::u64(0..1500))),
+            None => delay,
+        };
+    }
+    queue.reset_backoff(key);
+    resync_interval()
+        .unwrap_or(max_backoff)
+        .mul_f64(0.9 + 0.2 * fastrand::f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transient_errors_back_off_and_the_others_wait_for_the_resync_interval() {
+        let q: Queue<String> = Queue::new();
+        let key = "ns/app".to_owned();
+        let max = Duration::from_secs(300);
+        let unavailable = SyncError::Kube {
+            context: "list".into(),
+            message: "etcd unavailable".into(),
+            code: Some(503),
+        };
+        let within = |d: Duration, base: u64| {
+            d >= Duration::from_millis(base * 800) && d <= Duration::from_millis(base * 1200)
+        };
+        // 1 s, 2 s, 4 s, … (±20 %), whatever the resync interval.
+        for base in [1, 2, 4, 8] {
+            let d = retry_delay(&q, &key, &unavailable, max, || {
+                Some(Duration::from_secs(60))
+            });
+            assert!(within(d, base), "{d:?} is not about {base} s");
+        }
+        // A spec error waits for a change, or the resync interval; and the
+        // backoff starts over.
+        let invalid = SyncError::Spec("secretsPath: not a path".into());
+        let d = retry_delay(&q, &key, &invalid, max, || Some(Duration::from_secs(60)));
+        assert!(
+            d >= Duration::from_secs(54) && d <= Duration::from_secs(66),
+            "{d:?}"
+        );
+        let d = retry_delay(&q, &key, &unavailable, max, || None);
+        assert!(within(d, 1), "{d:?}: the backoff did not start over");
+        // Without a resync interval: the longest backoff.
+        let d = retry_delay(&q, &key, &invalid, max, || None);
+        assert!(d >= Duration::from_secs(270), "{d:?}");
+        // The KMS's Retry-After is honoured for transient errors.
+        let limited = SyncError::Kms(crate::kms::KmsError::rate_limited(
+            "GET /api/v3/secrets/raw",
+            Duration::from_secs(30),
+        ));
+        let d = retry_delay(&q, &key, &limited, max, || None);
+        assert!(d >= Duration::from_secs(30), "{d:?}");
+    }
+}
