@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
+use super::error::SyncError;
 use crate::api::common::CreationPolicy;
 use crate::kms::SecretMap;
 
@@ -151,6 +152,29 @@ pub enum Claim {
     Foreign,
     /// Another resource writes it.
     Conflict(String),
+}
+
+impl Claim {
+    /// The error for a target that is not ours to write (foreign, or
+    /// another resource's); `None` when it may be written. `what` names it
+    /// (`Secret ns/name`), `resource` the kind asking (`KmsSecret`).
+    pub fn refusal(&self, what: &str, resource: &str) -> Option<SyncError> {
+        match self {
+            Claim::Foreign => Some(SyncError::Target {
+                reason: "TargetNotManaged",
+                message: format!(
+                    "{what} exists and was not created by kms-operator; nothing was written. Annotate it with \
+                     secrets.hanzo.ai/adopt=true, or annotate this {resource} with \
+                     secrets.hanzo.ai/adopt-existing=true, to let the operator take it over"
+                ),
+            }),
+            Claim::Conflict(other) => Some(SyncError::Target {
+                reason: "TargetConflict",
+                message: format!("{what} is already managed by {other}; nothing was written"),
+            }),
+            Claim::Missing | Claim::Ours | Claim::Adoptable => None,
+        }
+    }
 }
 
 /// Decide who may write `observed`. `owner_id` is ours
@@ -428,6 +452,34 @@ impl Renderer for kms_template::Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_target_not_ours_is_refused_with_its_owner_named() {
+        let what = "Secret ns/app";
+        let foreign = Claim::Foreign.refusal(what, "KmsSecret").unwrap();
+        assert_eq!(foreign.reason(), "TargetNotManaged");
+        let text = foreign.to_string();
+        assert!(
+            text.contains("Secret ns/app exists and was not created by kms-operator"),
+            "{text}"
+        );
+        assert!(
+            text.contains("annotate this KmsSecret with secrets.hanzo.ai/adopt-existing=true"),
+            "{text}"
+        );
+        let taken = Claim::Conflict("KmsSecret/ns/other".into())
+            .refusal(what, "KmsDynamicSecret")
+            .unwrap();
+        assert_eq!(taken.reason(), "TargetConflict");
+        assert!(
+            taken
+                .to_string()
+                .contains("already managed by KmsSecret/ns/other")
+        );
+        for ok in [Claim::Missing, Claim::Ours, Claim::Adoptable] {
+            assert!(ok.refusal(what, "KmsSecret").is_none(), "{ok:?}");
+        }
+    }
 
     fn obs(data: &[(&str, &str)], annotations: &[(&str, &str)]) -> Observed {
         Observed {

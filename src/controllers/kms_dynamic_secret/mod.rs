@@ -338,12 +338,21 @@ impl Controller {
             .unwrap_or_else(|e| e.into_inner())
             .insert(uid.clone(), identity.clone());
         let lease_target = self.lease_target(ctx, &identity, cr).await?;
+        let step = Step {
+            ctx,
+            cr,
+            me: &me,
+            identity: &identity,
+            lease_target: &lease_target,
+            shard,
+            cancel,
+            now: Timestamp::now(),
+            condition_now: now_time(),
+        };
         let mut status = cr.status.clone().unwrap_or_default();
         // The object as last written by this reconcile: every status write
         // is made over its resourceVersion.
         let mut written = cr.clone();
-        let generation = cr.metadata.generation;
-        let now = Timestamp::now();
 
         // The Secret: who may write it, and does it hold the current lease?
         let observed = observe_secret(ctx, &target).await?;
@@ -353,27 +362,9 @@ impl Controller {
             .map(String::as_str)
             == Some("true");
         let c = claim(observed.as_ref(), &me, adopt, |_| true);
-        match &c {
-            Claim::Foreign => {
-                return Err(SyncError::Target {
-                    reason: "TargetNotManaged",
-                    message: format!(
-                        "Secret {}/{} exists and was not created by kms-operator; nothing was written. Annotate it with \
-                         secrets.hanzo.ai/adopt=true, or this resource with secrets.hanzo.ai/adopt-existing=true",
-                        target.namespace, target.name
-                    ),
-                });
-            }
-            Claim::Conflict(other) => {
-                return Err(SyncError::Target {
-                    reason: "TargetConflict",
-                    message: format!(
-                        "Secret {}/{} is already managed by {other}; nothing was written",
-                        target.namespace, target.name
-                    ),
-                });
-            }
-            _ => {}
+        let what = format!("Secret {}/{}", target.namespace, target.name);
+        if let Some(refused) = c.refusal(&what, "KmsDynamicSecret") {
+            return Err(refused);
         }
         let holds_current = match (&status.lease, &observed, &c) {
             (Some(l), Some(o), Claim::Ours) => o
@@ -383,158 +374,20 @@ impl Controller {
             _ => false,
         };
 
-        // Retired leases whose grace is over.
-        let mut kept = Vec::new();
-        for r in std::mem::take(&mut status.retired_leases) {
-            if r.revoke_after.0 <= now {
-                ensure_owner(ctx, shard, cancel)?;
-                match ctx.kms.revoke_lease(&identity, &lease_target, &r.id).await {
-                    Ok(()) => {
-                        tracing::info!(resource = %me, lease = %r.id, "replaced lease revoked");
-                        event(
-                            ctx,
-                            cr,
-                            EventType::Normal,
-                            "LeaseRevoked",
-                            &format!("Revoked replaced lease {}", r.id),
-                        )
-                        .await;
-                    }
-                    Err(e) => {
-                        tracing::warn!(lease = %r.id, error = %e, "could not revoke a replaced lease; will retry");
-                        kept.push(r);
-                    }
-                }
-            } else {
-                kept.push(r);
-            }
-        }
-        status.retired_leases = kept;
-
+        // Retired leases whose grace is over go; then renew or create.
+        step.revoke_retired(&mut status).await?;
         let view = status.lease.as_ref().map(LeaseView::from_status);
         let max_ttl = status
             .max_ttl
             .as_deref()
             .and_then(crate::kms::leases::parse_ttl);
-        let mut decision = plan::decide(view.as_ref(), holds_current, max_ttl, now);
-        let condition_now = now_time();
+        let mut decision = plan::decide(view.as_ref(), holds_current, max_ttl, step.now);
         if decision == Decision::Renew {
-            let Some(lease) = status.lease.clone() else {
-                return Ok(std::time::SystemTime::now());
-            };
-            ensure_owner(ctx, shard, cancel)?;
-            match ctx
-                .kms
-                .renew_lease(&identity, &lease_target, &lease.id, lease.ttl.as_deref())
-                .await
-            {
-                Ok(renewed) => {
-                    tracing::debug!(resource = %me, lease = %lease.id, expires = %renewed.expire_at, "lease renewed");
-                    if let Some(l) = status.lease.as_mut() {
-                        l.expires_at = Time(renewed.expire_at);
-                        l.version = renewed.version;
-                    }
-                    conditions::set(
-                        &mut status.conditions,
-                        ct::LEASE_RENEWAL,
-                        Status::True,
-                        "Renewed",
-                        &format!(
-                            "Lease {} renewed; expires at {}",
-                            lease.id, renewed.expire_at
-                        ),
-                        generation,
-                        &condition_now,
-                    );
-                }
-                Err(e) if renewal_refused(&e) => {
-                    conditions::set(
-                        &mut status.conditions,
-                        ct::LEASE_RENEWAL,
-                        Status::False,
-                        "RenewalRefused",
-                        &conditions::bounded(&format!(
-                            "Lease {} cannot be renewed ({e}); it is replaced",
-                            lease.id
-                        )),
-                        generation,
-                        &condition_now,
-                    );
-                    event(
-                        ctx,
-                        cr,
-                        EventType::Warning,
-                        "LeaseRenewalRefused",
-                        &format!("Lease {} cannot be renewed; replacing it", lease.id),
-                    )
-                    .await;
-                    decision = Decision::Create {
-                        reason: "its renewal was refused",
-                    };
-                }
-                Err(e) => {
-                    conditions::set(
-                        &mut status.conditions,
-                        ct::LEASE_RENEWAL,
-                        Status::False,
-                        e.reason(),
-                        &conditions::bounded(&format!("Renewing lease {} failed: {e}", lease.id)),
-                        generation,
-                        &condition_now,
-                    );
-                    // Keeps the revocations of retired leases made above.
-                    let _ = write_status(&ctx.client, &written, &status).await;
-                    event(
-                        ctx,
-                        cr,
-                        EventType::Warning,
-                        "LeaseRenewalFailed",
-                        &conditions::bounded(&e.to_string()),
-                    )
-                    .await;
-                    return Err(SyncError::Kms(e));
-                }
-            }
+            decision = step.renew(&mut status, &written).await?;
         }
         if let Decision::Create { reason } = decision {
-            ensure_owner(ctx, shard, cancel)?;
-            // Creating and recording the lease runs as a task of its own: a
-            // reconcile dropped when its shard is lost does not stop it
-            // halfway, and a lease that cannot be recorded (write failed,
-            // shard lost meanwhile) is revoked.
-            let step = NewLease {
-                reason,
-                now,
-                generation,
-                condition_now: condition_now.clone(),
-                ttl: cr.spec.lease_ttl.clone().filter(|t| !t.is_empty()),
-            };
-            let (created, recorded, w) = ctx
-                .critical
-                .spawn(create_and_record(
-                    ctx.kms.clone(),
-                    ctx.client.clone(),
-                    identity.clone(),
-                    lease_target.clone(),
-                    written.clone(),
-                    status.clone(),
-                    cancel.clone(),
-                    step,
-                ))
-                .await
-                .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
-            status = recorded;
-            written = w;
-            let lease = &created.lease;
-            tracing::info!(resource = %me, lease = %lease.id, reason, retired = ?status.retired_leases.iter().map(|r| (&r.id, r.revoke_after.0)).collect::<Vec<_>>(), "lease created");
-            event(
-                ctx,
-                cr,
-                EventType::Normal,
-                "LeaseCreated",
-                &format!("Created lease {} ({reason})", lease.id),
-            )
-            .await;
+            let (recorded, w, created) = step.create(reason, status, written).await?;
+            (status, written) = (recorded, w);
             let data: SecretMap = created
                 .data
                 .iter()
@@ -552,7 +405,7 @@ impl Controller {
                 })
                 .collect();
             let rendered = build_data(&target, &data, ctx.renderer.as_ref())?;
-            let version = format!("{}-{}", lease.id, lease.version);
+            let version = format!("{}-{}", created.lease.id, created.lease.version);
             self.write_secret(
                 ctx,
                 cr,
@@ -569,29 +422,8 @@ impl Controller {
             status.synced_keys = Some(i64::try_from(created.data.len()).unwrap_or(i64::MAX));
             status.last_sync_time = Some(Time(Timestamp::now()));
         }
-        let lease = status.lease.clone();
-        let message = lease.as_ref().map_or_else(
-            || "No lease".to_owned(),
-            |l| format!("Lease {} valid until {}", l.id, l.expires_at.0),
-        );
-        conditions::set(
-            &mut status.conditions,
-            ct::RECONCILE,
-            Status::True,
-            "OK",
-            &message,
-            generation,
-            &condition_now,
-        );
-        conditions::set(
-            &mut status.conditions,
-            ct::READY,
-            Status::True,
-            "LeaseActive",
-            &message,
-            generation,
-            &condition_now,
-        );
+
+        // In line: say so.
         let workloads = ctx
             .consumers
             .consumers(
@@ -600,17 +432,13 @@ impl Controller {
                 &target.name,
             )
             .len();
-        conditions::set(
-            &mut status.conditions,
-            ct::AUTO_REDEPLOY_READY,
-            Status::True,
-            "OK",
-            &format!("{workloads} workload(s) that opted in to auto-reload use the Secret"),
-            generation,
-            &condition_now,
+        let status = active_status(
+            status,
+            cr.metadata.generation,
+            shard,
+            workloads,
+            &step.condition_now,
         );
-        status.observed_generation = generation;
-        status.shard = Some(i32::try_from(shard).unwrap_or(i32::MAX));
         ensure_owner(ctx, shard, cancel)?;
         let before = cr.status.clone().unwrap_or_default();
         write_status(&ctx.client, &written, &status).await?;
@@ -1088,6 +916,257 @@ async fn write_conditions(ctx: &Context, cr: &KmsDynamicSecret, status: &KmsDyna
     }
 }
 
+/// What the lease steps of one sync share.
+struct Step<'a> {
+    ctx: &'a Context,
+    cr: &'a KmsDynamicSecret,
+    /// The resource's owner id.
+    me: &'a str,
+    identity: &'a Identity,
+    lease_target: &'a LeaseTarget,
+    shard: u32,
+    cancel: &'a CancellationToken,
+    /// When the sync started (lease times).
+    now: Timestamp,
+    /// The same, for conditions.
+    condition_now: Time,
+}
+
+impl Step<'_> {
+    /// Revoke the retired leases whose grace is over; the others (and
+    /// those whose revocation failed, retried next time) stay listed.
+    async fn revoke_retired(&self, status: &mut KmsDynamicSecretStatus) -> Result<(), SyncError> {
+        let mut kept = Vec::new();
+        for r in std::mem::take(&mut status.retired_leases) {
+            if r.revoke_after.0 <= self.now {
+                ensure_owner(self.ctx, self.shard, self.cancel)?;
+                match self
+                    .ctx
+                    .kms
+                    .revoke_lease(self.identity, self.lease_target, &r.id)
+                    .await
+                {
+                    Ok(()) => {
+                        tracing::info!(resource = %self.me, lease = %r.id, "replaced lease revoked");
+                        event(
+                            self.ctx,
+                            self.cr,
+                            EventType::Normal,
+                            "LeaseRevoked",
+                            &format!("Revoked replaced lease {}", r.id),
+                        )
+                        .await;
+                    }
+                    Err(e) => {
+                        tracing::warn!(lease = %r.id, error = %e, "could not revoke a replaced lease; will retry");
+                        kept.push(r);
+                    }
+                }
+            } else {
+                kept.push(r);
+            }
+        }
+        status.retired_leases = kept;
+        Ok(())
+    }
+
+    /// Renew the lease; a refused renewal asks for a new lease, a failed
+    /// one is recorded in the status and returned.
+    async fn renew(
+        &self,
+        status: &mut KmsDynamicSecretStatus,
+        written: &KmsDynamicSecret,
+    ) -> Result<Decision, SyncError> {
+        let Some(lease) = status.lease.clone() else {
+            return Ok(Decision::Create {
+                reason: "no lease is recorded",
+            });
+        };
+        ensure_owner(self.ctx, self.shard, self.cancel)?;
+        match self
+            .ctx
+            .kms
+            .renew_lease(
+                self.identity,
+                self.lease_target,
+                &lease.id,
+                lease.ttl.as_deref(),
+            )
+            .await
+        {
+            Ok(renewed) => {
+                tracing::debug!(resource = %self.me, lease = %lease.id, expires = %renewed.expire_at, "lease renewed");
+                if let Some(l) = status.lease.as_mut() {
+                    l.expires_at = Time(renewed.expire_at);
+                    l.version = renewed.version;
+                }
+                conditions::set(
+                    &mut status.conditions,
+                    ct::LEASE_RENEWAL,
+                    Status::True,
+                    "Renewed",
+                    &format!(
+                        "Lease {} renewed; expires at {}",
+                        lease.id, renewed.expire_at
+                    ),
+                    self.cr.metadata.generation,
+                    &self.condition_now,
+                );
+                Ok(Decision::Renew)
+            }
+            Err(e) if renewal_refused(&e) => {
+                conditions::set(
+                    &mut status.conditions,
+                    ct::LEASE_RENEWAL,
+                    Status::False,
+                    "RenewalRefused",
+                    &conditions::bounded(&format!(
+                        "Lease {} cannot be renewed ({e}); it is replaced",
+                        lease.id
+                    )),
+                    self.cr.metadata.generation,
+                    &self.condition_now,
+                );
+                event(
+                    self.ctx,
+                    self.cr,
+                    EventType::Warning,
+                    "LeaseRenewalRefused",
+                    &format!("Lease {} cannot be renewed; replacing it", lease.id),
+                )
+                .await;
+                Ok(Decision::Create {
+                    reason: "its renewal was refused",
+                })
+            }
+            Err(e) => {
+                conditions::set(
+                    &mut status.conditions,
+                    ct::LEASE_RENEWAL,
+                    Status::False,
+                    e.reason(),
+                    &conditions::bounded(&format!("Renewing lease {} failed: {e}", lease.id)),
+                    self.cr.metadata.generation,
+                    &self.condition_now,
+                );
+                // Keeps the revocations of retired leases made above.
+                let _ = write_status(&self.ctx.client, written, status).await;
+                event(
+                    self.ctx,
+                    self.cr,
+                    EventType::Warning,
+                    "LeaseRenewalFailed",
+                    &conditions::bounded(&e.to_string()),
+                )
+                .await;
+                Err(SyncError::Kms(e))
+            }
+        }
+    }
+
+    /// Create a lease and record it (a step that finishes even when the
+    /// reconcile is dropped; a lease that cannot be recorded is revoked):
+    /// the recorded status, the object as written, the new lease.
+    async fn create(
+        &self,
+        reason: &'static str,
+        status: KmsDynamicSecretStatus,
+        written: KmsDynamicSecret,
+    ) -> Result<
+        (
+            KmsDynamicSecretStatus,
+            KmsDynamicSecret,
+            crate::kms::leases::CreatedLease,
+        ),
+        SyncError,
+    > {
+        ensure_owner(self.ctx, self.shard, self.cancel)?;
+        // Creating and recording the lease runs as a task of its own: a
+        // reconcile dropped when its shard is lost does not stop it
+        // halfway, and a lease that cannot be recorded (write failed,
+        // shard lost meanwhile) is revoked.
+        let step = NewLease {
+            reason,
+            now: self.now,
+            generation: self.cr.metadata.generation,
+            condition_now: self.condition_now.clone(),
+            ttl: self.cr.spec.lease_ttl.clone().filter(|t| !t.is_empty()),
+        };
+        let (created, recorded, w) = self
+            .ctx
+            .critical
+            .spawn(create_and_record(
+                self.ctx.kms.clone(),
+                self.ctx.client.clone(),
+                self.identity.clone(),
+                self.lease_target.clone(),
+                written,
+                status,
+                self.cancel.clone(),
+                step,
+            ))
+            .await
+            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
+        let lease = &created.lease;
+        tracing::info!(resource = %self.me, lease = %lease.id, reason, retired = ?recorded.retired_leases.iter().map(|r| (&r.id, r.revoke_after.0)).collect::<Vec<_>>(), "lease created");
+        event(
+            self.ctx,
+            self.cr,
+            EventType::Normal,
+            "LeaseCreated",
+            &format!("Created lease {} ({reason})", lease.id),
+        )
+        .await;
+        Ok((recorded, w, created))
+    }
+}
+
+/// The status once the lease and the Secret are in line (pure): Reconcile
+/// and Ready say which lease is valid until when, AutoRedeployReady how
+/// many workloads that opted in to auto-reload use the Secret.
+fn active_status(
+    mut status: KmsDynamicSecretStatus,
+    generation: Option<i64>,
+    shard: u32,
+    workloads: usize,
+    now: &Time,
+) -> KmsDynamicSecretStatus {
+    let message = status.lease.as_ref().map_or_else(
+        || "No lease".to_owned(),
+        |l| format!("Lease {} valid until {}", l.id, l.expires_at.0),
+    );
+    conditions::set(
+        &mut status.conditions,
+        ct::RECONCILE,
+        Status::True,
+        "OK",
+        &message,
+        generation,
+        now,
+    );
+    conditions::set(
+        &mut status.conditions,
+        ct::READY,
+        Status::True,
+        "LeaseActive",
+        &message,
+        generation,
+        now,
+    );
+    conditions::set(
+        &mut status.conditions,
+        ct::AUTO_REDEPLOY_READY,
+        Status::True,
+        "OK",
+        &format!("{workloads} workload(s) that opted in to auto-reload use the Secret"),
+        generation,
+        now,
+    );
+    status.observed_generation = generation;
+    status.shard = Some(i32::try_from(shard).unwrap_or(i32::MAX));
+    status
+}
+
 async fn event(ctx: &Context, cr: &KmsDynamicSecret, type_: EventType, reason: &str, note: &str) {
     ctx.publish(&cr.object_ref(&()), "Lease", type_, reason, note)
         .await;
@@ -1134,5 +1213,54 @@ async fn publish_ready_change_from(
             )
             .await
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_active_lease_is_what_ready_says() {
+        let now = now_time();
+        let expires = Timestamp::from_second(1_800_000_000).unwrap();
+        let status = KmsDynamicSecretStatus {
+            lease: Some(crate::api::kms_dynamic_secret::LeaseStatus {
+                id: "lease-1".into(),
+                version: 2,
+                creation_timestamp: Time(Timestamp::UNIX_EPOCH),
+                expires_at: Time(expires),
+                ttl: None,
+            }),
+            ..KmsDynamicSecretStatus::default()
+        };
+        let s = active_status(status, Some(4), 7, 1, &now);
+        let ready = conditions::get(&s.conditions, ct::READY).unwrap();
+        assert_eq!(
+            (
+                ready.status.as_str(),
+                ready.reason.as_str(),
+                ready.message.as_str()
+            ),
+            (
+                "True",
+                "LeaseActive",
+                &*format!("Lease lease-1 valid until {expires}")
+            )
+        );
+        assert_eq!(
+            conditions::get(&s.conditions, ct::AUTO_REDEPLOY_READY)
+                .unwrap()
+                .message,
+            "1 workload(s) that opted in to auto-reload use the Secret"
+        );
+        assert_eq!((s.observed_generation, s.shard), (Some(4), Some(7)));
+        let none = active_status(KmsDynamicSecretStatus::default(), Some(1), 0, 0, &now);
+        assert_eq!(
+            conditions::get(&none.conditions, ct::RECONCILE)
+                .unwrap()
+                .message,
+            "No lease"
+        );
     }
 }

@@ -522,32 +522,9 @@ async fn observe_targets(
         let c = claim(o.as_ref(), me, adopt_existing, |owner| {
             owner_lists(ctx, this, owner, t)
         });
-        match &c {
-            Claim::Foreign => {
-                return Err(SyncError::Target {
-                    reason: "TargetNotManaged",
-                    message: format!(
-                        "{} {}/{} exists and was not created by kms-operator; nothing was written. Annotate it with \
-                         secrets.hanzo.ai/adopt=true, or annotate this KmsSecret with secrets.hanzo.ai/adopt-existing=true, \
-                         to let the operator take it over",
-                        t.kind.as_str(),
-                        t.namespace,
-                        t.name
-                    ),
-                });
-            }
-            Claim::Conflict(other) => {
-                return Err(SyncError::Target {
-                    reason: "TargetConflict",
-                    message: format!(
-                        "{} {}/{} is already managed by {other}; nothing was written",
-                        t.kind.as_str(),
-                        t.namespace,
-                        t.name
-                    ),
-                });
-            }
-            _ => {}
+        let what = format!("{} {}/{}", t.kind.as_str(), t.namespace, t.name);
+        if let Some(refused) = c.refusal(&what, "KmsSecret") {
+            return Err(refused);
         }
         observed.push((o, c));
     }
