@@ -81,6 +81,23 @@ pub enum AuthMethod {
     Unsupported(&'static str),
 }
 
+impl AuthMethod {
+    /// The Secret `(namespace, name)` the method reads its credentials
+    /// from, if any: what the reference index must know so that a change
+    /// of it reaches the resource.
+    pub fn secret_read(&self) -> Option<&(String, String)> {
+        match self {
+            AuthMethod::Universal { credentials } | AuthMethod::Ldap { credentials, .. } => {
+                Some(credentials)
+            }
+            AuthMethod::ServiceToken { secret } => Some(secret),
+            AuthMethod::Kubernetes { .. }
+            | AuthMethod::Cloud { .. }
+            | AuthMethod::Unsupported(_) => None,
+        }
+    }
+}
+
 /// Read the Secret `ns/name` that holds a method's credentials.
 async fn credentials_secret(
     ctx: &Context,
@@ -501,6 +518,38 @@ pub fn generic_method(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_secret_a_method_reads_is_what_the_reference_index_watches() {
+        let auth =
+            |v: serde_json::Value| -> GenericAuthentication { serde_json::from_value(v).unwrap() };
+        let ldap = auth(serde_json::json!({"ldapAuth": {
+            "identityId": "i", "credentialsRef": {"secretName": "ldap", "secretNamespace": "other"}}}));
+        // The index takes namespaces as written; the reconcile applies the
+        // namespace rule.
+        let method = generic_method(&ldap, "ns", true).unwrap();
+        assert_eq!(
+            method.secret_read(),
+            Some(&("other".to_owned(), "ldap".to_owned()))
+        );
+        assert!(generic_method(&ldap, "ns", false).is_err());
+        let universal = auth(serde_json::json!({"universalAuth": {
+            "credentialsRef": {"secretName": "creds"}}}));
+        assert_eq!(
+            generic_method(&universal, "ns", false)
+                .unwrap()
+                .secret_read(),
+            Some(&("ns".to_owned(), "creds".to_owned()))
+        );
+        let kubernetes = auth(serde_json::json!({"kubernetesAuth": {
+            "identityId": "i", "serviceAccountRef": {"name": "app"}}}));
+        assert_eq!(
+            generic_method(&kubernetes, "ns", false)
+                .unwrap()
+                .secret_read(),
+            None
+        );
+    }
 
     #[test]
     fn cloud_identities_reach_only_trusted_hosts() {

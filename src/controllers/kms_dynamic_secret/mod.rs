@@ -97,19 +97,12 @@ fn referenced(o: &KmsDynamicSecret) -> Vec<(String, String)> {
             name.to_owned(),
         )
     };
-    let mut out = Vec::new();
-    if let Some(u) = &o.spec.authentication.universal_auth {
-        out.push(pick(
-            u.credentials_ref.secret_namespace.as_ref(),
-            &u.credentials_ref.secret_name,
-        ));
-    }
-    if let Some(l) = &o.spec.authentication.ldap_auth {
-        out.push(pick(
-            l.credentials_ref.secret_namespace.as_ref(),
-            &l.credentials_ref.secret_name,
-        ));
-    }
+    let mut out: Vec<(String, String)> =
+        crate::controllers::auth::generic_method(&o.spec.authentication, &ns, true)
+            .ok()
+            .and_then(|m| m.secret_read().cloned())
+            .into_iter()
+            .collect();
     if let Some(ca) = o.spec.tls.as_ref().and_then(|t| t.ca_ref.as_ref()) {
         out.push(pick(ca.secret_namespace.as_ref(), &ca.secret_name));
     }

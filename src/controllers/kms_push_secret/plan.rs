@@ -26,6 +26,7 @@ use crate::api::duration::parse_optional_duration;
 use crate::api::kms_push_secret::{
     GeneratedSecret, GeneratorKind, KmsPushSecret, KmsPushSecretSpec, PushGenerator, UpdatePolicy,
 };
+use crate::controllers::auth::generic_method;
 use crate::controllers::error::SyncError;
 use crate::controllers::kms_secret::plan::normalize_path;
 use crate::controllers::refs::namespace_of;
@@ -131,19 +132,14 @@ pub fn referenced_secrets(cr: &KmsPushSecret) -> Vec<(String, String)> {
     if let Some(s) = &cr.spec.push.secret {
         out.push(pick(s.secret_namespace.as_ref(), &s.secret_name));
     }
-    if let Some(a) = &cr.spec.authentication {
-        if let Some(u) = &a.universal_auth {
-            out.push(pick(
-                u.credentials_ref.secret_namespace.as_ref(),
-                &u.credentials_ref.secret_name,
-            ));
-        }
-        if let Some(l) = &a.ldap_auth {
-            out.push(pick(
-                l.credentials_ref.secret_namespace.as_ref(),
-                &l.credentials_ref.secret_name,
-            ));
-        }
+    if let Some(read) = cr
+        .spec
+        .authentication
+        .as_ref()
+        .and_then(|a| generic_method(a, &ns, true).ok())
+        .and_then(|m| m.secret_read().cloned())
+    {
+        out.push(read);
     }
     if let Some(ca) = cr.spec.tls.as_ref().and_then(|t| t.ca_ref.as_ref()) {
         out.push(pick(ca.secret_namespace.as_ref(), &ca.secret_name));

@@ -10,7 +10,7 @@ use futures::future::BoxFuture;
 use kube::ResourceExt;
 use kube::runtime::watcher;
 
-use super::owner_id;
+use super::{owner_id, plan};
 use crate::api::kms_secret::KmsSecret;
 use crate::controllers::key::ObjectKey;
 use crate::controllers::queue::Queue;
@@ -51,28 +51,13 @@ pub fn referenced_secrets(o: &KmsSecret) -> Vec<(String, String)> {
             name.to_owned(),
         )
     };
-    let mut out = Vec::new();
-    if let Some(a) = &o.spec.authentication {
-        if let Some(u) = &a.universal_auth {
-            out.push(pick(
-                u.credentials_ref.secret_namespace.as_ref(),
-                &u.credentials_ref.secret_name,
-            ));
-        }
-        if let Some(l) = &a.ldap_auth {
-            out.push(pick(
-                l.auth.credentials_ref.secret_namespace.as_ref(),
-                &l.auth.credentials_ref.secret_name,
-            ));
-        }
-        if let Some(s) = &a.service_token {
-            let r = &s.service_token_secret_reference;
-            out.push(pick(r.secret_namespace.as_ref(), &r.secret_name));
-        }
-    }
-    if let Some(r) = &o.spec.token_secret_reference {
-        out.push(pick(r.secret_namespace.as_ref(), &r.secret_name));
-    }
+    // The method as the reconcile reads it (namespaces as written: whether
+    // they are allowed is checked when reconciling).
+    let mut out: Vec<(String, String)> = plan::auth_choice(&o.spec, &ns, true)
+        .ok()
+        .and_then(|c| c.method.secret_read().cloned())
+        .into_iter()
+        .collect();
     if let Some(ca) = o.spec.tls.as_ref().and_then(|t| t.ca_ref.as_ref()) {
         out.push(pick(ca.secret_namespace.as_ref(), &ca.secret_name));
     }
