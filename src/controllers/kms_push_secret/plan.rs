@@ -481,12 +481,46 @@ fn timestamp(t: SystemTime) -> Timestamp {
 /// The diff (pure).
 pub fn plan(input: &Input<'_>) -> Plan {
     let mut p = Plan::default();
-    let now = input.now;
-    let record = |generator: &str| GeneratedSecret {
+    let slots = slots(input, &mut p);
+    // A secret renamed back leaves no slot under the key it has now, so a
+    // wanted key of that name is created (after the rename).
+
+    // 3. Every wanted key.
+    for (key, want) in input.wanted {
+        let slot = slots.get(key);
+        if let Some(owner) = slot.and_then(|s| s.other.clone()) {
+            p.conflicts.push((key.clone(), owner));
+            continue;
+        }
+        if slot.is_some_and(|s| !s.ours) && input.policy != UpdatePolicy::Replace {
+            p.skipped.push(key.clone());
+            continue;
+        }
+        let decision = decide(input, &mut p, key, want, slot);
+        place(input, &mut p, key, want, slot, decision);
+    }
+
+    // 4. Keys of ours no longer wanted.
+    for (key, s) in &slots {
+        if s.ours && s.renamed_from.is_none() && !input.wanted.contains_key(key) {
+            p.deletes.push((s.id.clone(), key.clone()));
+        }
+    }
+    p
+}
+
+/// The record of a value generated now by `generator`.
+fn generated_now(generator: &str, now: SystemTime) -> GeneratedSecret {
+    GeneratedSecret {
         generator: generator.to_owned(),
         generated_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(timestamp(now)),
-    };
+    }
+}
 
+/// Steps 1 and 2: the listed secrets by key, and who owns them (recorded
+/// ids, recovered by marker, another resource's, foreign); ids recorded
+/// under another key are renamed back when that key is wanted and free.
+fn slots(input: &Input<'_>, p: &mut Plan) -> BTreeMap<String, Slot> {
     // 1. Who owns what is listed.
     let mut slots: BTreeMap<String, Slot> = BTreeMap::new();
     let mut renamed: Vec<(&StoredSecret, String)> = Vec::new();
@@ -562,137 +596,139 @@ pub fn plan(input: &Input<'_>) -> Plan {
             );
         }
     }
-    // A secret renamed back leaves no slot under the key it has now, so a
-    // wanted key of that name is created (after the rename).
+    slots
+}
 
-    // 3. Every wanted key.
-    for (key, want) in input.wanted {
-        let slot = slots.get(key);
-        if let Some(owner) = slot.and_then(|s| s.other.clone()) {
-            p.conflicts.push((key.clone(), owner));
-            continue;
-        }
-        if slot.is_some_and(|s| !s.ours) && input.policy != UpdatePolicy::Replace {
-            p.skipped.push(key.clone());
-            continue;
-        }
-        let current = slot.filter(|s| s.ours).map(|s| &s.value);
-        let decision = match want {
-            Wanted::Value(v) => match current {
-                Some(cur) if normalized(v.expose_secret()) == cur.expose_secret() => Decision::Keep,
-                _ => Decision::Write(v.clone()),
-            },
-            Wanted::Generated(g) => {
-                let kept = input
-                    .generated
-                    .get(key)
-                    .filter(|r| r.generator == g.generator);
-                let keep = match (current, kept) {
-                    (None, _) => None,
-                    (Some(_), Some(r)) => {
-                        let at = SystemTime::from(r.generated_at.0);
-                        let due = g.rotation.and_then(|d| at.checked_add(d));
-                        if due.is_some_and(|due| due <= now) {
-                            None
-                        } else {
-                            if let Some(due) = due {
-                                p.next_rotation = Some(p.next_rotation.map_or(due, |n| n.min(due)));
-                            }
-                            Some(r.clone())
+/// What a wanted key needs: keep what is there, write a value, or report
+/// that a generated value is unavailable. Generated values are kept until
+/// their rotation is due (the soonest due rotation is the plan's next).
+fn decide(
+    input: &Input<'_>,
+    p: &mut Plan,
+    key: &str,
+    want: &Wanted,
+    slot: Option<&Slot>,
+) -> Decision {
+    let now = input.now;
+    let record = |generator: &str| generated_now(generator, now);
+    let current = slot.filter(|s| s.ours).map(|s| &s.value);
+    match want {
+        Wanted::Value(v) => match current {
+            Some(cur) if normalized(v.expose_secret()) == cur.expose_secret() => Decision::Keep,
+            _ => Decision::Write(v.clone()),
+        },
+        Wanted::Generated(g) => {
+            let kept = input
+                .generated
+                .get(key)
+                .filter(|r| r.generator == g.generator);
+            let keep = match (current, kept) {
+                (None, _) => None,
+                (Some(_), Some(r)) => {
+                    let at = SystemTime::from(r.generated_at.0);
+                    let due = g.rotation.and_then(|d| at.checked_add(d));
+                    if due.is_some_and(|due| due <= now) {
+                        None
+                    } else {
+                        if let Some(due) = due {
+                            p.next_rotation = Some(p.next_rotation.map_or(due, |n| n.min(due)));
                         }
+                        Some(r.clone())
                     }
-                    // Created by us, but the status write that should have
-                    // recorded it was lost: keep the value, record it now.
-                    (Some(_), None) if slot.is_some_and(|s| s.recovered) => {
-                        Some(record(&g.generator))
-                    }
-                    (Some(_), None) => None,
-                };
-                match keep {
-                    Some(r) => {
-                        p.generated.insert(key.clone(), r);
-                        Decision::Keep
-                    }
-                    None => match &g.fresh {
-                        Ok(v) => {
-                            p.pending.insert(key.clone(), record(&g.generator));
-                            if let Some(due) = g.rotation.and_then(|d| now.checked_add(d)) {
-                                p.next_rotation = Some(p.next_rotation.map_or(due, |n| n.min(due)));
-                            }
-                            Decision::Write(v.clone())
+                }
+                // Created by us, but the status write that should have
+                // recorded it was lost: keep the value, record it now.
+                (Some(_), None) if slot.is_some_and(|s| s.recovered) => Some(record(&g.generator)),
+                (Some(_), None) => None,
+            };
+            match keep {
+                Some(r) => {
+                    p.generated.insert(key.to_owned(), r);
+                    Decision::Keep
+                }
+                None => match &g.fresh {
+                    Ok(v) => {
+                        p.pending.insert(key.to_owned(), record(&g.generator));
+                        if let Some(due) = g.rotation.and_then(|d| now.checked_add(d)) {
+                            p.next_rotation = Some(p.next_rotation.map_or(due, |n| n.min(due)));
                         }
-                        Err(why) => Decision::Unavailable(why.clone()),
-                    },
-                }
-            }
-        };
-        match slot {
-            Some(s) if s.ours => {
-                let (value, write) = match decision {
-                    Decision::Keep => (s.value.clone(), false),
-                    Decision::Write(v) => (v, true),
-                    Decision::Unavailable(why) => {
-                        p.unavailable.push((Op::Update, key.clone(), why));
-                        continue;
+                        Decision::Write(v.clone())
                     }
-                };
-                match &s.renamed_from {
-                    Some(from) => p.updates.push(Change {
-                        id: s.id.clone(),
-                        key: from.clone(),
-                        to: key.clone(),
-                        value,
-                    }),
-                    None if write => p.updates.push(Change {
-                        id: s.id.clone(),
-                        key: key.clone(),
-                        to: key.clone(),
-                        value,
-                    }),
-                    None => p.in_step += 1,
-                }
+                    Err(why) => Decision::Unavailable(why.clone()),
+                },
             }
-            // Foreign, and updatePolicy: Replace.
-            Some(s) => match decision {
-                Decision::Write(v)
-                    if matches!(want, Wanted::Value(_))
-                        && normalized(v.expose_secret()) == s.value.expose_secret() =>
-                {
-                    // Same value: take it over without writing.
-                    p.managed.insert(s.id.clone(), key.clone());
-                    p.in_step += 1;
+        }
+    }
+}
+
+/// Put a wanted key's decision in the plan: an update (or rename) of ours,
+/// a replacement or takeover of a foreign one, or a creation.
+fn place(
+    input: &Input<'_>,
+    p: &mut Plan,
+    key: &str,
+    want: &Wanted,
+    slot: Option<&Slot>,
+    decision: Decision,
+) {
+    match slot {
+        Some(s) if s.ours => {
+            let (value, write) = match decision {
+                Decision::Keep => (s.value.clone(), false),
+                Decision::Write(v) => (v, true),
+                Decision::Unavailable(why) => {
+                    p.unavailable.push((Op::Update, key.to_owned(), why));
+                    return;
                 }
-                Decision::Write(v) => p.replaces.push(Change {
+            };
+            match &s.renamed_from {
+                Some(from) => p.updates.push(Change {
                     id: s.id.clone(),
-                    key: key.clone(),
-                    to: key.clone(),
-                    value: v,
+                    key: from.clone(),
+                    to: key.to_owned(),
+                    value,
                 }),
-                Decision::Keep => {
-                    p.managed.insert(s.id.clone(), key.clone());
-                    p.in_step += 1;
-                }
-                Decision::Unavailable(why) => p.unavailable.push((Op::Replace, key.clone(), why)),
-            },
-            None => match decision {
-                Decision::Write(v) => p.creates.push(NewSecret {
-                    key: key.clone(),
-                    value: v,
-                    comment: input.marker.to_owned(),
+                None if write => p.updates.push(Change {
+                    id: s.id.clone(),
+                    key: key.to_owned(),
+                    to: key.to_owned(),
+                    value,
                 }),
-                Decision::Keep => p.in_step += 1,
-                Decision::Unavailable(why) => p.unavailable.push((Op::Create, key.clone(), why)),
-            },
+                None => p.in_step += 1,
+            }
         }
+        // Foreign, and updatePolicy: Replace.
+        Some(s) => match decision {
+            Decision::Write(v)
+                if matches!(want, Wanted::Value(_))
+                    && normalized(v.expose_secret()) == s.value.expose_secret() =>
+            {
+                // Same value: take it over without writing.
+                p.managed.insert(s.id.clone(), key.to_owned());
+                p.in_step += 1;
+            }
+            Decision::Write(v) => p.replaces.push(Change {
+                id: s.id.clone(),
+                key: key.to_owned(),
+                to: key.to_owned(),
+                value: v,
+            }),
+            Decision::Keep => {
+                p.managed.insert(s.id.clone(), key.to_owned());
+                p.in_step += 1;
+            }
+            Decision::Unavailable(why) => p.unavailable.push((Op::Replace, key.to_owned(), why)),
+        },
+        None => match decision {
+            Decision::Write(v) => p.creates.push(NewSecret {
+                key: key.to_owned(),
+                value: v,
+                comment: input.marker.to_owned(),
+            }),
+            Decision::Keep => p.in_step += 1,
+            Decision::Unavailable(why) => p.unavailable.push((Op::Create, key.to_owned(), why)),
+        },
     }
-
-    // 4. Keys of ours no longer wanted.
-    for (key, s) in &slots {
-        if s.ours && s.renamed_from.is_none() && !input.wanted.contains_key(key) {
-            p.deletes.push((s.id.clone(), key.clone()));
-        }
-    }
-    p
 }
 
 /// Keys a resource still owns, for messages: sorted, deduplicated.
