@@ -61,6 +61,58 @@ pub const LOGIN_METHODS: [&str; 8] = [
     "service-token",
 ];
 
+/// Creates metrics and registers them. Registration only fails on
+/// duplicate or invalid names, which are constants here: a failure is a
+/// programming error, caught by the tests.
+#[derive(Default)]
+struct Registrar {
+    registry: Registry,
+}
+
+impl Registrar {
+    fn register<C: prometheus::core::Collector + Clone + 'static>(&self, c: C) -> C {
+        self.registry
+            .register(Box::new(c.clone()))
+            .expect("metric registration");
+        c
+    }
+
+    fn counter_vec(&self, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+        self.register(IntCounterVec::new(Opts::new(name, help), labels).expect("metric"))
+    }
+
+    fn gauge_vec(&self, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+        self.register(IntGaugeVec::new(Opts::new(name, help), labels).expect("metric"))
+    }
+
+    fn float_gauge_vec(&self, name: &str, help: &str, labels: &[&str]) -> prometheus::GaugeVec {
+        self.register(prometheus::GaugeVec::new(Opts::new(name, help), labels).expect("metric"))
+    }
+
+    fn histogram_vec(
+        &self,
+        name: &str,
+        help: &str,
+        buckets: &[f64],
+        labels: &[&str],
+    ) -> HistogramVec {
+        let opts = HistogramOpts::new(name, help).buckets(buckets.to_vec());
+        self.register(HistogramVec::new(opts, labels).expect("metric"))
+    }
+
+    fn counter(&self, name: &str, help: &str) -> IntCounter {
+        self.register(IntCounter::new(name, help).expect("metric"))
+    }
+
+    fn int_gauge(&self, name: &str, help: &str) -> IntGauge {
+        self.register(IntGauge::new(name, help).expect("metric"))
+    }
+
+    fn gauge(&self, name: &str, help: &str) -> Gauge {
+        self.register(Gauge::new(name, help).expect("metric"))
+    }
+}
+
 /// All metric families of the operator.
 #[derive(Clone)]
 pub struct Metrics {
@@ -118,176 +170,118 @@ impl Metrics {
     /// Register every family on a new registry, with series for `shards`
     /// shards.
     pub fn new(shards: u32) -> Self {
-        let registry = Registry::new();
-        // Registration only fails on duplicate or invalid names, which are
-        // constants here; a failure is a programming error caught by tests.
-        let reg = |c: Box<dyn prometheus::core::Collector>| {
-            registry.register(c).expect("metric registration");
-        };
-        let counter_vec = |name: &str, help: &str, labels: &[&str]| {
-            let c = IntCounterVec::new(Opts::new(name, help), labels).expect("metric");
-            reg(Box::new(c.clone()));
-            c
-        };
-        let gauge_vec = |name: &str, help: &str, labels: &[&str]| {
-            let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("metric");
-            reg(Box::new(g.clone()));
-            g
-        };
-        let reconcile_total = counter_vec(
-            "controller_runtime_reconcile_total",
-            "Reconciles per controller, result and shard.",
-            &["controller", "result", "shard"],
-        );
-        let reconcile_errors = counter_vec(
-            "controller_runtime_reconcile_errors_total",
-            "Failed reconciles per controller and shard.",
-            &["controller", "shard"],
-        );
-        let reconcile_time = HistogramVec::new(
-            HistogramOpts::new(
+        let r = Registrar::default();
+        let m = Self {
+            reconcile_total: r.counter_vec(
+                "controller_runtime_reconcile_total",
+                "Reconciles per controller, result and shard.",
+                &["controller", "result", "shard"],
+            ),
+            reconcile_errors: r.counter_vec(
+                "controller_runtime_reconcile_errors_total",
+                "Failed reconciles per controller and shard.",
+                &["controller", "shard"],
+            ),
+            reconcile_time: r.histogram_vec(
                 "controller_runtime_reconcile_time_seconds",
                 "Reconcile duration.",
-            )
-            .buckets(vec![
-                0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-            ]),
-            &["controller", "shard"],
-        )
-        .expect("metric");
-        reg(Box::new(reconcile_time.clone()));
-        let shard_owned = gauge_vec(
-            "kms_operator_shard_owned",
-            "1 if this replica owns the shard.",
-            &["shard"],
-        );
-        let shard_handovers = counter_vec(
-            "kms_operator_shard_handovers_total",
-            "Shard ownership changes of this replica.",
-            &["shard", "direction"],
-        );
-        let lease_renew_failures = counter_vec(
-            "kms_operator_lease_renew_failures_total",
-            "Failed renewals of shard Leases.",
-            &["shard"],
-        );
-        let queue_depth = gauge_vec(
-            "kms_operator_queue_depth",
-            "Queued objects.",
-            &["controller", "shard"],
-        );
-        let queue_oldest = prometheus::GaugeVec::new(
-            Opts::new(
+                &[
+                    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+                ],
+                &["controller", "shard"],
+            ),
+            shard_owned: r.gauge_vec(
+                "kms_operator_shard_owned",
+                "1 if this replica owns the shard.",
+                &["shard"],
+            ),
+            shard_handovers: r.counter_vec(
+                "kms_operator_shard_handovers_total",
+                "Shard ownership changes of this replica.",
+                &["shard", "direction"],
+            ),
+            lease_renew_failures: r.counter_vec(
+                "kms_operator_lease_renew_failures_total",
+                "Failed renewals of shard Leases.",
+                &["shard"],
+            ),
+            queue_depth: r.gauge_vec(
+                "kms_operator_queue_depth",
+                "Queued objects.",
+                &["controller", "shard"],
+            ),
+            queue_oldest: r.float_gauge_vec(
                 "kms_operator_queue_oldest_seconds",
                 "Age of the oldest ready object in the queue.",
+                &["controller", "shard"],
             ),
-            &["controller", "shard"],
-        )
-        .expect("metric");
-        reg(Box::new(queue_oldest.clone()));
-        let managed_objects = gauge_vec(
-            "kms_operator_managed_objects",
-            "Resources owned by this replica.",
-            &["controller", "shard"],
-        );
-        let kms_requests = counter_vec(
-            "kms_operator_kms_requests_total",
-            "KMS HTTP requests by route template and status code.",
-            &["endpoint", "code"],
-        );
-        let kms_request_duration = HistogramVec::new(
-            HistogramOpts::new(
+            managed_objects: r.gauge_vec(
+                "kms_operator_managed_objects",
+                "Resources owned by this replica.",
+                &["controller", "shard"],
+            ),
+            kms_requests: r.counter_vec(
+                "kms_operator_kms_requests_total",
+                "KMS HTTP requests by route template and status code.",
+                &["endpoint", "code"],
+            ),
+            kms_request_duration: r.histogram_vec(
                 "kms_operator_kms_request_duration_seconds",
                 "KMS request latency.",
-            )
-            .buckets(vec![
-                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0,
-            ]),
-            &["endpoint"],
-        )
-        .expect("metric");
-        reg(Box::new(kms_request_duration.clone()));
-        let kms_logins = counter_vec(
-            "kms_operator_kms_logins_total",
-            "KMS logins by method.",
-            &["method"],
-        );
-        let kms_throttled = IntCounter::new(
-            "kms_operator_kms_throttled_total",
-            "KMS requests delayed by the request budget or a 429.",
-        )
-        .expect("metric");
-        reg(Box::new(kms_throttled.clone()));
-        let cache_hits = counter_vec(
-            "kms_operator_cache_hits_total",
-            "Persistent cache hits.",
-            &["shard"],
-        );
-        let cache_misses = counter_vec(
-            "kms_operator_cache_misses_total",
-            "Persistent cache misses.",
-            &["shard"],
-        );
-        let cache_errors = counter_vec(
-            "kms_operator_cache_errors_total",
-            "Persistent cache records that could not be read or written.",
-            &["shard"],
-        );
-        let dynamic_leases = gauge_vec(
-            "kms_operator_dynamic_leases",
-            "Active dynamic-secret leases held.",
-            &["shard"],
-        );
-        let reloads = counter_vec(
-            "kms_operator_reloads_total",
-            "Workload rollouts triggered.",
-            &["kind"],
-        );
-        let undecodable_objects = gauge_vec(
-            "kms_operator_undecodable_objects",
-            "Watched objects skipped because this version cannot decode them.",
-            &["kind"],
-        );
-        let process_rss = IntGauge::new(
-            "process_resident_memory_bytes",
-            "Resident memory size in bytes.",
-        )
-        .expect("metric");
-        reg(Box::new(process_rss.clone()));
-        let process_cpu = Gauge::new(
-            "process_cpu_seconds_total",
-            "User and system CPU time in seconds.",
-        )
-        .expect("metric");
-        reg(Box::new(process_cpu.clone()));
-        let process_fds =
-            IntGauge::new("process_open_fds", "Open file descriptors.").expect("metric");
-        reg(Box::new(process_fds.clone()));
-
-        let m = Self {
-            registry,
-            reconcile_total,
-            reconcile_errors,
-            reconcile_time,
-            shard_owned,
-            shard_handovers,
-            lease_renew_failures,
-            queue_depth,
-            queue_oldest,
-            managed_objects,
-            kms_requests,
-            kms_request_duration,
-            kms_logins,
-            kms_throttled,
-            cache_hits,
-            cache_misses,
-            cache_errors,
-            dynamic_leases,
-            reloads,
-            undecodable_objects,
-            process_rss,
-            process_cpu,
-            process_fds,
+                &[
+                    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0,
+                ],
+                &["endpoint"],
+            ),
+            kms_logins: r.counter_vec(
+                "kms_operator_kms_logins_total",
+                "KMS logins by method.",
+                &["method"],
+            ),
+            kms_throttled: r.counter(
+                "kms_operator_kms_throttled_total",
+                "KMS requests delayed by the request budget or a 429.",
+            ),
+            cache_hits: r.counter_vec(
+                "kms_operator_cache_hits_total",
+                "Persistent cache hits.",
+                &["shard"],
+            ),
+            cache_misses: r.counter_vec(
+                "kms_operator_cache_misses_total",
+                "Persistent cache misses.",
+                &["shard"],
+            ),
+            cache_errors: r.counter_vec(
+                "kms_operator_cache_errors_total",
+                "Persistent cache records that could not be read or written.",
+                &["shard"],
+            ),
+            dynamic_leases: r.gauge_vec(
+                "kms_operator_dynamic_leases",
+                "Active dynamic-secret leases held.",
+                &["shard"],
+            ),
+            reloads: r.counter_vec(
+                "kms_operator_reloads_total",
+                "Workload rollouts triggered.",
+                &["kind"],
+            ),
+            undecodable_objects: r.gauge_vec(
+                "kms_operator_undecodable_objects",
+                "Watched objects skipped because this version cannot decode them.",
+                &["kind"],
+            ),
+            process_rss: r.int_gauge(
+                "process_resident_memory_bytes",
+                "Resident memory size in bytes.",
+            ),
+            process_cpu: r.gauge(
+                "process_cpu_seconds_total",
+                "User and system CPU time in seconds.",
+            ),
+            process_fds: r.int_gauge("process_open_fds", "Open file descriptors."),
+            registry: r.registry,
         };
         m.touch_known_series(shards);
         m
