@@ -108,7 +108,7 @@ impl Default for Settings {
     }
 }
 
-/// Everything a reconcile needs.
+/// What every reconcile needs, built once by the operator's wiring.
 pub struct Context {
     /// Kubernetes client.
     pub client: Client,
@@ -138,62 +138,13 @@ pub struct Context {
     /// Steps that must finish even when their reconcile is dropped (a lease
     /// created and then recorded or revoked); shutdown waits for them.
     pub critical: tokio_util::task::TaskTracker,
-    global: Arc<RwLock<GlobalConfig>>,
-    unseen_status: Mutex<UnseenStatus>,
-}
-
-/// The parts of a [`Context`] built before the watches start.
-pub struct ContextParts {
-    /// Kubernetes client.
-    pub client: Client,
-    /// KMS client.
-    pub kms: Arc<Kms>,
-    /// Metrics.
-    pub metrics: Metrics,
-    /// The ownership gate.
-    pub gate: Arc<dyn Ownership>,
-    /// Settings.
-    pub settings: Settings,
-    /// Event recorder.
-    pub recorder: Recorder,
-    /// Template renderer.
-    pub renderer: Arc<dyn Renderer>,
-    /// Global config, updated by its watch.
+    /// The global configuration (`kms-config`), updated by its watch.
     pub global: Arc<RwLock<GlobalConfig>>,
-    /// Which workloads use which objects.
-    pub consumers: Arc<ConsumerIndex>,
-    /// Reads of referenced Secrets, kept current by the metadata watch.
-    pub referenced: Arc<SecretReads>,
-    /// The persistent cache, if configured.
-    pub cache: Option<storage::Store>,
+    /// Status writes of this replica its watch may not show yet.
+    pub unseen_status: Mutex<UnseenStatus>,
 }
 
 impl Context {
-    /// Assemble a context from its parts and the watched caches.
-    pub fn new(
-        parts: ContextParts,
-        secrets: Scoped<Secret>,
-        config_maps: Scoped<ConfigMap>,
-    ) -> Self {
-        Self {
-            critical: tokio_util::task::TaskTracker::new(),
-            client: parts.client,
-            kms: parts.kms,
-            metrics: parts.metrics,
-            gate: parts.gate,
-            settings: parts.settings,
-            recorder: parts.recorder,
-            renderer: parts.renderer,
-            secrets,
-            config_maps,
-            consumers: parts.consumers,
-            referenced: parts.referenced,
-            cache: parts.cache,
-            global: parts.global,
-            unseen_status: Mutex::new(UnseenStatus::default()),
-        }
-    }
-
     /// Publish an Event about `object` for `action`; a failure is logged,
     /// not returned (an Event is never worth failing a reconcile for).
     pub async fn publish(

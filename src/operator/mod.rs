@@ -20,7 +20,7 @@ use kube::{Client, ResourceExt};
 use crate::api::kms_dynamic_secret::KmsDynamicSecret;
 use crate::api::kms_secret::KmsSecret;
 use crate::cli::RunArgs;
-use crate::controllers::context::{Context, ContextParts, Settings};
+use crate::controllers::context::{Context, Settings};
 use crate::controllers::queue::Queue;
 use crate::controllers::refs::RefIndex;
 use crate::controllers::refs::{GlobalConfig, SecretReads};
@@ -332,23 +332,23 @@ fn wire(
         cleanup_timeout: args.cleanup_timeout,
         ..Settings::default()
     };
-    let ctx = Arc::new(Context::new(
-        ContextParts {
-            client: client.clone(),
-            kms,
-            metrics: metrics.clone(),
-            gate,
-            settings,
-            recorder,
-            renderer: Arc::new(kms_template::Engine::default()),
-            global,
-            consumers: routes.consumers.clone(),
-            referenced,
-            cache,
-        },
-        secrets.clone(),
-        config_maps.clone(),
-    ));
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        kms,
+        metrics: metrics.clone(),
+        gate,
+        settings,
+        recorder,
+        renderer: Arc::new(kms_template::Engine::default()),
+        secrets: secrets.clone(),
+        config_maps: config_maps.clone(),
+        consumers: routes.consumers.clone(),
+        cache,
+        referenced,
+        critical: tokio_util::task::TaskTracker::new(),
+        global,
+        unseen_status: Default::default(),
+    });
     Wired {
         ctx,
         kms_secrets,
