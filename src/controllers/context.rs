@@ -1,10 +1,8 @@
 //! What every reconcile of every kind shares: the clients, metrics, the
-//! ownership gate, settings, the caches of managed objects, the persistent
-//! cache, and the status writes the watch may not show yet. A kind's own
-//! state lives in its controller.
+//! ownership gate, settings, the caches of managed objects and the
+//! persistent cache. A kind's own state lives in its controller.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -19,64 +17,6 @@ use super::target::Renderer;
 use crate::kms::Kms;
 use crate::metrics::Metrics;
 use crate::sharding::Ownership;
-
-/// How long a resource waits for the watch to show the status this replica
-/// wrote before it is reconciled from the older copy anyway.
-const UNSEEN_STATUS_WAIT: Duration = Duration::from_secs(10);
-
-/// How soon a resource whose cached copy predates its last status write is
-/// looked at again.
-pub const UNSEEN_STATUS_RETRY: Duration = Duration::from_millis(200);
-
-/// Status writes of this replica that its watch cache may not show yet: by
-/// resource, the resourceVersion the status was computed from and when.
-#[derive(Default)]
-pub struct UnseenStatus(HashMap<String, (String, std::time::Instant)>);
-
-impl UnseenStatus {
-    /// The status of `id` was written from the object at `resource_version`.
-    pub fn written(&mut self, id: &str, resource_version: Option<String>, now: std::time::Instant) {
-        match resource_version {
-            Some(rv) => {
-                self.0.insert(id.to_owned(), (rv, now));
-            }
-            None => {
-                self.0.remove(id);
-            }
-        }
-    }
-
-    /// Whether a cached copy at `cached_version` is the object the last
-    /// write started from (so the cache has not seen the write). A watch
-    /// that has not delivered the write within [`UNSEEN_STATUS_WAIT`] no
-    /// longer holds the resource up. Answers `false` once only: a newer copy
-    /// ends the wait for good.
-    pub fn unseen(
-        &mut self,
-        id: &str,
-        cached_version: Option<&str>,
-        now: std::time::Instant,
-    ) -> bool {
-        match self.0.get(id) {
-            Some((rv, at))
-                if Some(rv.as_str()) == cached_version
-                    && now.duration_since(*at) < UNSEEN_STATUS_WAIT =>
-            {
-                true
-            }
-            Some(_) => {
-                self.0.remove(id);
-                false
-            }
-            None => false,
-        }
-    }
-
-    /// Forget `id` (deleted).
-    pub fn forget(&mut self, id: &str) {
-        self.0.remove(id);
-    }
-}
 
 /// Settings of the controllers.
 #[derive(Clone, Debug)]
@@ -140,8 +80,6 @@ pub struct Context {
     pub critical: tokio_util::task::TaskTracker,
     /// The global configuration (`kms-config`), updated by its watch.
     pub global: Arc<RwLock<GlobalConfig>>,
-    /// Status writes of this replica its watch may not show yet.
-    pub unseen_status: Mutex<UnseenStatus>,
 }
 
 impl Context {
@@ -181,65 +119,5 @@ impl Context {
         data: &std::collections::BTreeMap<String, Vec<u8>>,
     ) -> Option<[u8; 32]> {
         self.cache.as_ref().map(|c| c.data_hasher().hash_map(data))
-    }
-
-    /// This replica wrote the status of `id`, computed from the object at
-    /// `resource_version`: until the watch cache shows a newer object, the
-    /// cached status is older than the one in the API.
-    pub fn status_written(&self, id: &str, resource_version: Option<String>) {
-        self.unseen_status
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .written(id, resource_version, std::time::Instant::now());
-    }
-
-    /// Forget the status writes of `id` (deleted).
-    pub fn status_forget(&self, id: &str) {
-        self.unseen_status
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .forget(id);
-    }
-
-    /// Whether the cached copy of `id` (at `cached_version`) predates a
-    /// status this replica wrote: reconciling from it would write the older
-    /// status back (dropping conditions, announcing `Ready` again).
-    pub fn status_unseen(&self, id: &str, cached_version: Option<&str>) -> bool {
-        self.unseen_status
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .unseen(id, cached_version, std::time::Instant::now())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Instant;
-
-    #[test]
-    fn a_status_write_holds_the_older_cached_copy_back_until_a_newer_one_arrives() {
-        let mut u = UnseenStatus::default();
-        let t0 = Instant::now();
-        assert!(!u.unseen("KmsSecret/a/x", Some("5"), t0));
-        u.written("KmsSecret/a/x", Some("5".into()), t0);
-        // The cache still holds the object the write started from.
-        assert!(u.unseen("KmsSecret/a/x", Some("5"), t0 + Duration::from_millis(300)));
-        assert!(!u.unseen("KmsSecret/b/x", Some("5"), t0));
-        // The write (or anything newer) arrived: no more waiting, even if a
-        // copy at the old version showed up again.
-        assert!(!u.unseen("KmsSecret/a/x", Some("6"), t0 + Duration::from_secs(1)));
-        assert!(!u.unseen("KmsSecret/a/x", Some("5"), t0 + Duration::from_secs(1)));
-    }
-
-    #[test]
-    fn a_watch_that_never_delivers_holds_nothing_up_for_long() {
-        let mut u = UnseenStatus::default();
-        let t0 = Instant::now();
-        u.written("KmsSecret/a/x", Some("5".into()), t0);
-        assert!(!u.unseen("KmsSecret/a/x", Some("5"), t0 + UNSEEN_STATUS_WAIT));
-        u.written("KmsSecret/a/x", Some("7".into()), t0);
-        u.forget("KmsSecret/a/x");
-        assert!(!u.unseen("KmsSecret/a/x", Some("7"), t0));
     }
 }

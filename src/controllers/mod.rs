@@ -11,7 +11,8 @@
 //!   [`reload`]: the four controllers;
 //! - [`registry`]: the kinds as the operator wires them (one list);
 //! - [`context`]: what every reconcile shares; [`workers`]: the worker pool
-//!   and the error policy; [`key`]: object keys;
+//!   and the error policy; [`key`]: object keys; [`written`]: the statuses
+//!   a controller wrote that its watch may not show yet;
 //! - [`auth`]: the authentication methods as the controllers resolve them;
 //! - [`instant`]: instant updates (the KMS's change events);
 //! - [`target`]: managed objects, ownership, adoption, versions (pure);
@@ -37,3 +38,4 @@ pub mod reload;
 pub mod stores;
 pub mod target;
 pub mod workers;
+pub mod written;

@@ -347,7 +347,6 @@ fn wire(
         referenced,
         critical: tokio_util::task::TaskTracker::new(),
         global,
-        unseen_status: Default::default(),
     });
     Wired {
         ctx,

@@ -62,6 +62,7 @@ use super::refs::RefIndex;
 use super::registry::{OwnerId, queue_on_change};
 use super::stores::{self, Scoped};
 use super::workers::{Action, Reconciler};
+use super::written::WrittenStatus;
 use crate::api::cluster_generator::{ClusterGenerator, ClusterGeneratorSpec};
 use crate::api::common::SKIP_CLEANUP_ANNOTATION;
 use crate::api::duration::format_duration;
@@ -90,7 +91,7 @@ pub struct Controller {
     /// The last status written per UID, with the resourceVersion it was
     /// written over: used while the watched copy has not caught up yet, so
     /// that a reconcile right after another one starts from what it wrote.
-    written: Mutex<HashMap<String, (String, KmsPushSecretStatus)>>,
+    written: WrittenStatus<KmsPushSecretStatus>,
 }
 
 /// What makes a resource worth reconciling (its status is not).
@@ -155,7 +156,7 @@ pub fn watch(
             queue,
             renderer: Arc::new(kms_template::Engine::default()),
             identities: Mutex::new(HashMap::new()),
-            written: Mutex::new(HashMap::new()),
+            written: WrittenStatus::default(),
         },
         drivers,
     )
@@ -237,22 +238,17 @@ impl Controller {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .retain(|uid, _| live.contains(uid));
-        self.written
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|uid, _| live.contains(uid));
+        self.written.retain(|uid| live.contains(uid));
     }
 
     /// The resource with the status this controller last wrote, when the
     /// watched copy is still the one that status was written over.
     fn freshest(&self, cr: &KmsPushSecret) -> KmsPushSecret {
         let mut cr = cr.clone();
-        let written = self.written.lock().unwrap_or_else(|e| e.into_inner());
         if let (Some(uid), Some(rv)) = (cr.uid(), cr.resource_version())
-            && let Some((base, status)) = written.get(&uid)
-            && *base == rv
+            && let Some(status) = self.written.freshest(&uid, &rv)
         {
-            cr.status = Some(status.clone());
+            cr.status = Some(status);
         }
         cr
     }
@@ -267,10 +263,7 @@ impl Controller {
     ) -> Result<(), SyncError> {
         status::write(ctx, cr, old, new).await?;
         if let (Some(uid), Some(rv)) = (cr.uid(), cr.resource_version()) {
-            self.written
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(uid, (rv, new.clone()));
+            self.written.written(&uid, &rv, new.clone());
         }
         Ok(())
     }

@@ -39,7 +39,7 @@ use self::plan::{AuthChoice, Decision, Target};
 use self::record::SyncRecord;
 use super::apply::{self, FIELD_MANAGER, ensure_owner};
 use super::conditions::{self, Status};
-use super::context::{Context, UNSEEN_STATUS_RETRY};
+use super::context::Context;
 use super::error::SyncError;
 use super::instant::{InstantUpdates, StreamState};
 use super::key::ObjectKey;
@@ -51,6 +51,7 @@ use super::target::{
     desired_meta, diff, version_of,
 };
 use super::workers::{Action, Reconciler};
+use super::written::WrittenStatus;
 use crate::api::common::CreationPolicy;
 use crate::api::conditions as ct;
 use crate::api::kms_secret::{KmsSecret, KmsSecretStatus};
@@ -126,11 +127,13 @@ pub async fn reconcile(
         this.forget(ctx, key);
         return Ok(Action::Done);
     }
-    // Our last status write is not in the cache yet (the target's watch event
-    // came first): wait for it rather than write the older status back.
-    let id = owner_id(&key.namespace, &key.name);
-    if ctx.status_unseen(&id, cr.resource_version().as_deref()) {
-        return Ok(Action::RequeueAt(SystemTime::now() + UNSEEN_STATUS_RETRY));
+    // Our last status write may not be in the cache yet (the target's
+    // watch event came first): read the resource with it.
+    let mut cr = (*cr).clone();
+    if let (Some(uid), Some(rv)) = (cr.uid(), cr.resource_version())
+        && let Some(status) = this.written.freshest(&uid, &rv)
+    {
+        cr.status = Some(status);
     }
     let mut progress = Progress::default();
     let outcome = sync(ctx, this, &cr, shard, cancel, &mut progress).await;
@@ -143,7 +146,7 @@ pub async fn reconcile(
         return Err(SyncError::NotOwner);
     }
     ensure_owner(ctx, shard, cancel)?;
-    write_status(ctx, &cr, shard, &outcome, &progress).await?;
+    write_status(ctx, this, &cr, shard, &outcome, &progress).await?;
     match outcome {
         Ok(s) => Ok(Action::RequeueAt(s.next_due)),
         Err(e) => Err(e),
@@ -869,6 +872,7 @@ fn next_status(
 
 async fn write_status(
     ctx: &Context,
+    this: &Controller,
     cr: &KmsSecret,
     shard: u32,
     outcome: &Result<Synced, SyncError>,
@@ -897,7 +901,9 @@ async fn write_status(
         )
         .await
         .map_err(|e| SyncError::kube("writing the status", e))?;
-    ctx.status_written(&owner_id(&ns, &cr.name_any()), cr.resource_version());
+    if let (Some(uid), Some(rv)) = (cr.uid(), cr.resource_version()) {
+        this.written.written(&uid, &rv, status.clone());
+    }
     // One Event per change of Ready (status or reason), not per resync.
     if let Some(ready) = conditions::ready_changed(&old.conditions, &status.conditions) {
         let type_ = if ready.status == "True" {
@@ -948,6 +954,8 @@ pub struct Controller {
     /// Instant-update streams of the KmsSecrets that ask for them.
     instant: InstantUpdates,
     records: Mutex<HashMap<String, SyncRecord>>,
+    /// The statuses it wrote that the watch may not show yet.
+    written: WrittenStatus<KmsSecretStatus>,
 }
 
 impl Controller {
@@ -963,6 +971,7 @@ impl Controller {
             store,
             queue,
             records: Mutex::new(HashMap::new()),
+            written: WrittenStatus::default(),
         }
     }
 
@@ -1018,7 +1027,6 @@ impl Controller {
     /// Forget what is known of a deleted KmsSecret.
     fn forget(&self, ctx: &Context, key: &ObjectKey) {
         self.instant.unregister(key);
-        ctx.status_forget(&owner_id(&key.namespace, &key.name));
         self.queue.reset_backoff(key);
         let live: HashSet<String> = self
             .store
@@ -1030,6 +1038,7 @@ impl Controller {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .retain(|uid, _| live.contains(uid));
+        self.written.retain(|uid| live.contains(uid));
         if let Some(cache) = &ctx.cache
             && let Err(e) =
                 cache.retain(|kind, uid| kind != storage::RecordKind::Sync || live.contains(uid))
