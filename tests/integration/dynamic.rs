@@ -247,11 +247,18 @@ async fn deletion_revokes_even_after_an_outage_and_crashes_never_reissue() {
     credentials(&client, &ns.name).await;
     let mut op = Some(Operator::start(&ns.name, &[&ns.name], &[]).await);
     create(&client, &ns.name, "db", &kms.api(), "20s", true).await;
+    // The first sync is complete: the lease is recorded and the Secret holds
+    // its credentials. (A replica killed between recording a lease and
+    // writing the Secret leaves a lease whose credentials nobody has: the
+    // next one creates another and retires that one, by design.)
     let (id, _) = wait_for(Duration::from_secs(30), || async {
-        lease_of(&client, &ns.name, "db").await
+        let (id, exp) = lease_of(&client, &ns.name, "db").await?;
+        let s = secret(&client, &ns.name, "db-creds").await?;
+        let version = s.metadata.annotations?.get("secrets.hanzo.ai/version")?.clone();
+        version.starts_with(&format!("{id}-")).then_some((id, exp))
     })
     .await
-    .expect("lease");
+    .expect("lease in the Secret");
 
     // Kill -9 and restart ten times: the lease is reused, never re-issued.
     let mut logs = Vec::new();
