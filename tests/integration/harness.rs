@@ -147,6 +147,34 @@ where
     }
 }
 
+/// Check that `check` holds throughout `window`: at once, at every poll of
+/// [`wait_for`] (100 ms) and once more at the end. A negative assertion
+/// ("nothing rolls for 10 s") is then seen to hold over the whole window,
+/// not only at its end, and fails at the first poll that breaks it: the
+/// error says when, e.g. "3.2 s into the 10.0 s window".
+pub async fn holds_for<F, Fut>(window: Duration, mut check: F) -> Result<(), String>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = tokio::time::Instant::now();
+    let broken = wait_for(window, || {
+        let holds = check();
+        async move { (!holds.await).then(|| started.elapsed()) }
+    })
+    .await;
+    let at = match broken {
+        Some(at) => at,
+        None if check().await => return Ok(()),
+        None => started.elapsed(),
+    };
+    Err(format!(
+        "{:.1} s into the {:.1} s window",
+        at.as_secs_f64(),
+        window.as_secs_f64()
+    ))
+}
+
 /// A namespace for one test, deleted when the test ends (best effort: without
 /// a controller manager the namespace stays `Terminating`, which is harmless).
 pub struct TestNamespace {
@@ -199,4 +227,36 @@ impl Drop for TestNamespace {
         })
         .join();
     }
+}
+
+/// `holds_for` checks the whole window and stops at the first poll that
+/// breaks it (no cluster needed).
+#[tokio::test]
+async fn holds_for_fails_at_the_first_broken_poll_and_passes_a_whole_window() {
+    let started = tokio::time::Instant::now();
+    let broken = holds_for(Duration::from_secs(5), || async {
+        started.elapsed() < Duration::from_millis(500)
+    })
+    .await;
+    let when = broken.expect_err("a condition that stops holding passed");
+    assert!(
+        when.starts_with("0.") && when.ends_with("into the 5.0 s window"),
+        "{when}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+
+    let started = tokio::time::Instant::now();
+    let mut polls = 0;
+    let held = holds_for(Duration::from_millis(500), || {
+        polls += 1;
+        async { true }
+    })
+    .await;
+    assert_eq!(held, Ok(()));
+    assert!(started.elapsed() >= Duration::from_millis(500));
+    assert!(polls >= 5, "{polls} polls in 500 ms");
 }
