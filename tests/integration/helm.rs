@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use base64::Engine as _;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -24,9 +24,9 @@ use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Client, Config};
 use serde_json::{Value, json};
 
-use crate::harness::{self, TestNamespace, wait_for};
+use crate::harness::{self, TestNamespace, holds_for, wait_for};
 use crate::support::{
-    CLIENT_ID, CLIENT_SECRET, DevServer, TempDir, binary, seed, served_addresses,
+    CLIENT_ID, CLIENT_SECRET, DevServer, TempDir, binary, exited, seed, served_addresses,
 };
 
 // ---------------------------------------------------------------------------
@@ -636,16 +636,9 @@ fn binary_accepts_settings(r: &Rendered) {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let mut child = cmd.spawn().expect("start kms-operator");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("kms-operator kept running without a cluster");
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    let Some(status) = exited(&mut child, Duration::from_secs(10)) else {
+        let _ = child.kill();
+        panic!("kms-operator kept running without a cluster");
     };
     let out = child.wait_with_output().expect("output");
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -1948,15 +1941,17 @@ async fn scoped_install_syncs_in_its_namespace_and_is_refused_elsewhere() {
     );
 
     // Nothing happens outside the watched namespace.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(
+    let held = holds_for(Duration::from_secs(2), || async {
         Api::<Secret>::namespaced(client.clone(), &other.name)
             .get_opt("app-secret")
             .await
             .unwrap()
-            .is_none(),
-        "synced outside the watched namespace"
-    );
+            .is_none()
+    })
+    .await;
+    if let Err(when) = held {
+        panic!("synced outside the watched namespace, {when}");
+    }
 
     // And the token is refused there: a Secret write, a cluster-wide list,
     // Leases outside the release namespace.

@@ -304,8 +304,7 @@ impl Operator {
             .timeout(Duration::from_secs(2))
             .build()
             .unwrap();
-        let started = std::time::Instant::now();
-        while started.elapsed() < READY_TIMEOUT {
+        let ready = crate::harness::wait_for(READY_TIMEOUT, || {
             if let Some(child) = self.child.as_mut()
                 && let Ok(Some(status)) = child.try_wait()
             {
@@ -314,19 +313,25 @@ impl Operator {
                     self.output.text()
                 );
             }
-            for addr in self.served() {
-                if let Ok(r) = http.get(format!("http://{addr}/readyz")).send().await
-                    && r.status().is_success()
-                {
-                    return;
+            let (http, addresses) = (http.clone(), served_addresses(&self.output.text()));
+            async move {
+                for addr in addresses {
+                    if let Ok(r) = http.get(format!("http://{addr}/readyz")).send().await
+                        && r.status().is_success()
+                    {
+                        return Some(());
+                    }
                 }
+                None
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        })
+        .await;
+        if ready.is_none() {
+            panic!(
+                "the operator was not ready within {READY_TIMEOUT:?}:\n{}",
+                self.output.text()
+            );
         }
-        panic!(
-            "the operator was not ready within {READY_TIMEOUT:?}:\n{}",
-            self.output.text()
-        );
     }
 
     /// The addresses it serves on (health, metrics), from its log.
@@ -401,15 +406,26 @@ impl Operator {
                 .arg("-TERM")
                 .arg(child.id().to_string())
                 .status();
-            for _ in 0..100 {
-                if let Ok(Some(_)) = child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(100));
+            if exited(&mut child, Duration::from_secs(10)).is_none() {
+                let _ = child.kill();
+                let _ = child.wait();
             }
-            let _ = child.kill();
-            let _ = child.wait();
         }
+    }
+}
+
+/// Wait up to `timeout` for `child` to exit, polling every 20 ms (from
+/// synchronous code, as a `Drop` or a test without a runtime): its exit
+/// status, `None` when it still runs.
+pub fn exited(child: &mut Child, timeout: Duration) -> Option<std::process::ExitStatus> {
+    let started = std::time::Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) if started.elapsed() < timeout => {}
+            _ => return None,
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
