@@ -10,7 +10,7 @@ use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
-use crate::harness::{self, TestNamespace, wait_for};
+use crate::harness::{self, TestNamespace, holds_for, wait_for};
 use crate::support::{CLIENT_ID, CLIENT_SECRET, DevServer, Operator};
 
 fn kms_secrets(client: &Client, ns: &str) -> Api<DynamicObject> {
@@ -212,12 +212,17 @@ async fn workloads_roll_exactly_when_a_secret_they_use_changes() {
         op.output.text()
     );
     let names = ["web", "api", "plain", "other"];
-    tokio::time::sleep(Duration::from_secs(6)).await;
-    assert_eq!(
-        rollouts.counts(&names),
-        vec![0, 0, 0, 0],
-        "nothing rolled on opt-in"
-    );
+    // For a debounce window: nothing rolls on opt-in.
+    holds_for(Duration::from_secs(6), || async {
+        rollouts.counts(&names) == [0, 0, 0, 0]
+    })
+    .await
+    .unwrap_or_else(|when| {
+        panic!(
+            "something rolled on opt-in {when}: {:?}",
+            rollouts.counts(&names)
+        )
+    });
     // The condition counts the workloads that use s1: web and api.
     let counted = wait_for(Duration::from_secs(15), || async {
         let o = kms_secrets(&client, &ns.name).get("one").await.ok()?;
@@ -248,22 +253,30 @@ async fn workloads_roll_exactly_when_a_secret_they_use_changes() {
     })
     .await;
     assert!(rolled.is_some(), "api did not roll after B changed");
-    // Let more resyncs pass: nothing else may roll.
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    assert_eq!(
-        rollouts.counts(&names),
-        vec![0, 1, 0, 0],
-        "web/plain/other must not roll; api exactly once"
-    );
+    // While more resyncs pass, nothing else may roll.
+    holds_for(Duration::from_secs(10), || async {
+        rollouts.counts(&names) == [0, 1, 0, 0]
+    })
+    .await
+    .unwrap_or_else(|when| {
+        panic!(
+            "web/plain/other must not roll, api exactly once; {when}: {:?}",
+            rollouts.counts(&names)
+        )
+    });
 
     // A change in another folder reaches no Secret: nothing rolls.
     kms.set_secret("demo", "dev", "/other", "D", "d2").await;
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    assert_eq!(
-        rollouts.counts(&names),
-        vec![0, 1, 0, 0],
-        "a key outside the scope rolled something"
-    );
+    holds_for(Duration::from_secs(10), || async {
+        rollouts.counts(&names) == [0, 1, 0, 0]
+    })
+    .await
+    .unwrap_or_else(|when| {
+        panic!(
+            "a key outside the scope rolled something {when}: {:?}",
+            rollouts.counts(&names)
+        )
+    });
 
     // A changes: s1, s2, s3 all change together; web and api roll once
     // each.
@@ -280,8 +293,16 @@ async fn workloads_roll_exactly_when_a_secret_they_use_changes() {
         "web/api did not roll after A changed: {:?}",
         rollouts.counts(&names)
     );
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    assert_eq!(rollouts.counts(&names), vec![1, 2, 0, 0]);
+    holds_for(Duration::from_secs(10), || async {
+        rollouts.counts(&names) == [1, 2, 0, 0]
+    })
+    .await
+    .unwrap_or_else(|when| {
+        panic!(
+            "more rollouts than changes {when}: {:?}",
+            rollouts.counts(&names)
+        )
+    });
     let web = Api::<Deployment>::namespaced(client.clone(), &ns.name)
         .get("web")
         .await
@@ -303,12 +324,16 @@ async fn workloads_roll_exactly_when_a_secret_they_use_changes() {
     // A restart rolls nothing.
     op.stop();
     let _op = Operator::start(&ns.name, &[&ns.name], &flags).await;
-    tokio::time::sleep(Duration::from_secs(15)).await;
-    assert_eq!(
-        rollouts.counts(&names),
-        vec![1, 2, 0, 0],
-        "a restart rolled something"
-    );
+    holds_for(Duration::from_secs(15), || async {
+        rollouts.counts(&names) == [1, 2, 0, 0]
+    })
+    .await
+    .unwrap_or_else(|when| {
+        panic!(
+            "a restart rolled something {when}: {:?}",
+            rollouts.counts(&names)
+        )
+    });
     watch.abort();
 
     // One Event per rollout, naming the Secret.

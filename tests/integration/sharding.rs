@@ -16,7 +16,7 @@ use kube::runtime::watcher;
 use kube::{Api, Client};
 use serde_json::json;
 
-use crate::harness::{self, TestNamespace, wait_for};
+use crate::harness::{self, TestNamespace, holds_for, wait_for};
 use crate::support::{CLIENT_ID, CLIENT_SECRET, DevServer, Operator, seed};
 
 const FAST: [&str; 6] = [
@@ -457,22 +457,26 @@ async fn failover_is_fast_sticky_and_fenced() {
     // from the current state, so nothing is written.
     let resumed_at_lines = paused.output.text().lines().count();
     paused.signal("CONT");
-    tokio::time::sleep(Duration::from_secs(6)).await;
-    let after: Vec<String> = paused
-        .output
-        .text()
-        .lines()
-        .skip(resumed_at_lines)
-        .map(str::to_owned)
-        .collect();
-    let writes_after: Vec<&String> = after
-        .iter()
-        .filter(|l| l.contains("\"target written\""))
-        .collect();
-    assert!(
-        writes_after.is_empty(),
-        "the paused replica wrote after resuming: {writes_after:?}"
-    );
+    let writes_after = || -> Vec<String> {
+        paused
+            .output
+            .text()
+            .lines()
+            .skip(resumed_at_lines)
+            .filter(|l| l.contains("\"target written\""))
+            .map(str::to_owned)
+            .collect()
+    };
+    let held = holds_for(Duration::from_secs(6), || async {
+        writes_after().is_empty()
+    })
+    .await;
+    if let Err(when) = held {
+        panic!(
+            "the paused replica wrote after resuming, {when}: {:?}",
+            writes_after()
+        );
+    }
     let now: BTreeMap<String, String> = secrets
         .list(&Default::default())
         .await
@@ -573,12 +577,13 @@ async fn scaling_keeps_every_shard_owned_and_mixed_shard_counts_are_refused() {
     })
     .await;
     assert!(said.is_some(), "no mismatch report:\n{}", odd.output.text());
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let h = holders(&client, &home.name).await;
-    assert!(
-        shards_of(&h, "s-odd").is_empty(),
-        "the mismatched replica acquired shards"
-    );
+    let held = holds_for(Duration::from_secs(2), || async {
+        shards_of(&holders(&client, &home.name).await, "s-odd").is_empty()
+    })
+    .await;
+    if let Err(when) = held {
+        panic!("the mismatched replica acquired shards, {when}");
+    }
     odd.stop();
     first.stop();
     watch.abort();
