@@ -12,7 +12,7 @@ use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
-use crate::harness::{self, TestNamespace, wait_for};
+use crate::harness::{self, TestNamespace, holds_for, wait_for};
 use crate::support::{CLIENT_ID, CLIENT_SECRET, DevServer, Operator};
 
 fn api(client: &Client, ns: &str) -> Api<DynamicObject> {
@@ -254,7 +254,11 @@ async fn deletion_revokes_even_after_an_outage_and_crashes_never_reissue() {
     let (id, _) = wait_for(Duration::from_secs(30), || async {
         let (id, exp) = lease_of(&client, &ns.name, "db").await?;
         let s = secret(&client, &ns.name, "db-creds").await?;
-        let version = s.metadata.annotations?.get("secrets.hanzo.ai/version")?.clone();
+        let version = s
+            .metadata
+            .annotations?
+            .get("secrets.hanzo.ai/version")?
+            .clone();
         version.starts_with(&format!("{id}-")).then_some((id, exp))
     })
     .await
@@ -267,9 +271,12 @@ async fn deletion_revokes_even_after_an_outage_and_crashes_never_reissue() {
             logs.push(old.output.clone());
         }
         op = Some(Operator::start(&ns.name, &[&ns.name], &[]).await);
-        tokio::time::sleep(Duration::from_millis(1500)).await;
-        let active = active_ids(&kms.leases(false).await);
-        if active.len() > 1 {
+        let held = holds_for(Duration::from_millis(1500), || async {
+            active_ids(&kms.leases(false).await).len() <= 1
+        })
+        .await;
+        if let Err(when) = held {
+            let active = active_ids(&kms.leases(false).await);
             logs.extend(op.as_ref().map(|o| o.output.clone()));
             let text: Vec<String> = logs
                 .iter()
@@ -281,16 +288,28 @@ async fn deletion_revokes_even_after_an_outage_and_crashes_never_reissue() {
                         .join("\n")
                 })
                 .collect();
-            panic!("leases re-issued: {active:?}\n{}", text.join("\n----\n"));
+            panic!(
+                "leases re-issued, {when}: {active:?}\n{}",
+                text.join("\n----\n")
+            );
         }
     }
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(
-        lease_of(&client, &ns.name, "db").await.map(|l| l.0),
-        Some(id.clone()),
-        "the lease changed"
-    );
-    assert_eq!(active_ids(&kms.leases(false).await), vec![id.clone()]);
+    let held = holds_for(Duration::from_secs(3), || async {
+        lease_of(&client, &ns.name, "db")
+            .await
+            .map(|l| l.0)
+            .as_ref()
+            == Some(&id)
+            && active_ids(&kms.leases(false).await) == [id.clone()]
+    })
+    .await;
+    if let Err(when) = held {
+        panic!(
+            "the lease changed, {when}: status {:?}, active {:?}, was {id}",
+            lease_of(&client, &ns.name, "db").await,
+            active_ids(&kms.leases(false).await)
+        );
+    }
 
     // Delete while the KMS is down: the resource waits for the KMS.
     kms.fault(json!({"outage": true})).await;
@@ -298,15 +317,17 @@ async fn deletion_revokes_even_after_an_outage_and_crashes_never_reissue() {
         .delete("db", &DeleteParams::default())
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_secs(6)).await;
-    assert!(
+    let held = holds_for(Duration::from_secs(6), || async {
         api(&client, &ns.name)
             .get_opt("db")
             .await
             .unwrap()
-            .is_some(),
-        "deleted before the lease was revoked"
-    );
+            .is_some()
+    })
+    .await;
+    if let Err(when) = held {
+        panic!("deleted before the lease was revoked, {when}");
+    }
     kms.clear_faults().await;
     let gone = wait_for(Duration::from_secs(40), || async {
         api(&client, &ns.name)
@@ -376,7 +397,35 @@ async fn a_failed_status_write_revokes_the_new_lease() {
         .create(&PostParams::default(), &binding)
         .await
         .expect("binding");
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The API server enforces a new policy a moment later: once it refuses
+    // a status with a lease (a dry run on a resource of its own, gone
+    // before the operator starts).
+    create(&client, &ns.name, "probe", &kms.api(), "1h", false).await;
+    let probe_status = json!({"status": {"lease": {
+        "id": "probe", "version": 1,
+        "creationTimestamp": "2026-01-01T00:00:00Z", "expiresAt": "2026-01-01T01:00:00Z"
+    }}});
+    let dry_run = PatchParams {
+        dry_run: true,
+        ..PatchParams::default()
+    };
+    let enforced = wait_for(Duration::from_secs(30), || async {
+        match api(&client, &ns.name)
+            .patch_status("probe", &dry_run, &Patch::Merge(&probe_status))
+            .await
+        {
+            Err(kube::Error::Api(e)) if e.message.contains("test: lease status refused") => {
+                Some(())
+            }
+            _ => None,
+        }
+    })
+    .await;
+    assert!(enforced.is_some(), "the admission policy was not enforced");
+    api(&client, &ns.name)
+        .delete("probe", &DeleteParams::default())
+        .await
+        .unwrap();
 
     let _op = Operator::start(&ns.name, &[&ns.name], &[]).await;
     create(&client, &ns.name, "db", &kms.api(), "1h", true).await;

@@ -10,7 +10,7 @@ use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
-use crate::harness::{self, TestNamespace, wait_for};
+use crate::harness::{self, TestNamespace, holds_for, wait_for};
 use crate::support::{CLIENT_ID, CLIENT_SECRET, DevServer, Operator, seed};
 
 const LIST: &str = "GET /api/v3/secrets/raw";
@@ -166,23 +166,23 @@ async fn wait_kms<F>(
 where
     F: Fn(&BTreeMap<String, String>) -> bool,
 {
-    let started = tokio::time::Instant::now();
-    loop {
-        let folder: BTreeMap<String, String> = kms_folder(kms)
+    let values = || async {
+        kms_folder(kms)
             .await
             .into_iter()
             .map(|(k, (v, _))| (k, v))
-            .collect();
-        if check(&folder) {
-            return folder;
-        }
-        assert!(
-            started.elapsed() < timeout,
-            "KMS did not reach: {what} within {timeout:?}; last seen keys {:?}",
-            folder.keys().collect::<Vec<_>>()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
+            .collect::<BTreeMap<String, String>>()
+    };
+    let reached = wait_for(timeout, || async {
+        let folder = values().await;
+        check(&folder).then_some(folder)
+    })
+    .await;
+    if let Some(folder) = reached {
+        return folder;
     }
+    let keys: Vec<String> = values().await.into_keys().collect();
+    panic!("KMS did not reach: {what} within {timeout:?}; last seen keys {keys:?}");
 }
 
 fn has(folder: &BTreeMap<String, String>, key: &str, value: &str) -> bool {
@@ -525,7 +525,22 @@ async fn an_idle_resync_lists_once_and_writes_nothing() {
         Duration::from_secs(10),
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Settled: the KMS sees no request for a second (a pass the status
+    // write may cause is over).
+    let quiet = wait_for(Duration::from_secs(30), || async {
+        let seen = kms.stats().await;
+        holds_for(Duration::from_secs(1), || async {
+            kms.stats().await == seen
+        })
+        .await
+        .ok()
+    })
+    .await;
+    assert!(
+        quiet.is_some(),
+        "the KMS never went quiet: {}",
+        kms.stats().await
+    );
     kms.reset_stats().await;
 
     // A burst of unrelated Secret changes sends no resource round.
@@ -538,12 +553,16 @@ async fn an_idle_resync_lists_once_and_writes_nothing() {
         .unwrap();
         secrets.create(&PostParams::default(), &s).await.unwrap();
     }
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(
-        kms.stats().await,
-        json!({}),
-        "KMS traffic after unrelated Secret changes"
-    );
+    let held = holds_for(Duration::from_secs(2), || async {
+        kms.stats().await == json!({})
+    })
+    .await;
+    if let Err(when) = held {
+        panic!(
+            "KMS traffic after unrelated Secret changes, {when}: {}",
+            kms.stats().await
+        );
+    }
 
     // An annotation change sends it round: one list, no write (the KMS
     // trims values; the comparison does too).
@@ -563,9 +582,16 @@ async fn an_idle_resync_lists_once_and_writes_nothing() {
         "no list after the change: {}",
         kms.stats().await
     );
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(kms.count(LIST, None).await, 1, "{}", kms.stats().await);
-    assert_eq!(writes(&kms).await, 0, "{}", kms.stats().await);
+    let held = holds_for(Duration::from_secs(2), || async {
+        kms.count(LIST, None).await == 1 && writes(&kms).await == 0
+    })
+    .await;
+    if let Err(when) = held {
+        panic!(
+            "more than one list or a write, {when}: {}",
+            kms.stats().await
+        );
+    }
 
     // With a resync interval: one list per period, still no write.
     patch_cr(
@@ -575,16 +601,30 @@ async fn an_idle_resync_lists_once_and_writes_nothing() {
         json!({"spec": {"resyncInterval": "5s"}}),
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    kms.reset_stats().await;
-    tokio::time::sleep(Duration::from_secs(12)).await;
-    let lists = kms.count(LIST, None).await;
+    // The pass the change causes lists (the second list since the reset)
+    // before the count starts again.
+    let listed = wait_for(Duration::from_secs(10), || async {
+        (kms.count(LIST, None).await >= 2).then_some(())
+    })
+    .await;
     assert!(
-        (2..=3).contains(&lists),
-        "{lists} lists in 12 s: {}",
+        listed.is_some(),
+        "no list after the spec change: {}",
         kms.stats().await
     );
-    assert_eq!(writes(&kms).await, 0, "{}", kms.stats().await);
+    kms.reset_stats().await;
+    let held = holds_for(Duration::from_secs(12), || async {
+        kms.count(LIST, None).await <= 3 && writes(&kms).await == 0
+    })
+    .await;
+    let lists = kms.count(LIST, None).await;
+    if let Err(when) = held {
+        panic!(
+            "more than 3 lists or a write in 12 s, {when}: {}",
+            kms.stats().await
+        );
+    }
+    assert!(lists >= 2, "{lists} lists in 12 s: {}", kms.stats().await);
     assert_eq!(
         kms.count("POST /api/v1/auth/universal-auth/login", None)
             .await,
@@ -678,16 +718,33 @@ async fn generated_values_are_made_once_and_survive_resyncs_and_restarts() {
         format!("Password/{pw}")
     );
 
-    // Two resyncs later, and after a restart, the values are the same.
-    tokio::time::sleep(Duration::from_secs(11)).await;
+    // Two resyncs later (two more lists; the test itself reads the KMS
+    // only after the restart), and after a restart, the values are the
+    // same.
+    let lists = kms.count(LIST, None).await;
+    let resynced = wait_for(Duration::from_secs(30), || async {
+        (kms.count(LIST, None).await >= lists + 2).then_some(())
+    })
+    .await;
+    assert!(resynced.is_some(), "no two resyncs: {}", kms.stats().await);
     op.stop();
     let log = op.output.text();
     assert!(
         !log.contains(&password) && !log.contains(&uuid),
         "a generated value in the log"
     );
+    // Its first pass is over when the second list starts.
+    let lists = kms.count(LIST, None).await;
     let _op = Operator::start(&ns.name, &[&ns.name], &[]).await;
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    let resynced = wait_for(Duration::from_secs(30), || async {
+        (kms.count(LIST, None).await >= lists + 2).then_some(())
+    })
+    .await;
+    assert!(
+        resynced.is_some(),
+        "no two passes after the restart: {}",
+        kms.stats().await
+    );
     let later: BTreeMap<String, String> = kms_folder(&kms)
         .await
         .into_iter()
@@ -917,11 +974,13 @@ async fn skip_cleanup_and_the_cleanup_timeout_release_the_resource() {
     let api = push_api(&client, &ns.name);
     api.delete("skip", &DeleteParams::default()).await.unwrap();
     api.delete("late", &DeleteParams::default()).await.unwrap();
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(
-        api.get_opt("skip").await.unwrap().is_some(),
-        "released while the KMS is down"
-    );
+    let held = holds_for(Duration::from_secs(2), || async {
+        api.get_opt("skip").await.unwrap().is_some()
+    })
+    .await;
+    if let Err(when) = held {
+        panic!("released while the KMS is down, {when}");
+    }
 
     // The escape hatch releases at once, without cleanup, even while an
     // attempt is waiting on the KMS.

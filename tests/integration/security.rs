@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 use crate::harness::{self, TestNamespace, wait_for};
 use crate::kms_secret::{
-    apply_cr, condition_json, data_of, expect, kms_secrets, wait_condition, wait_data,
+    apply_cr, condition, condition_json, data_of, expect, kms_secrets, wait_condition, wait_data,
 };
 use crate::kms_secret_extras::{cr, create_secret, scope};
 use crate::observability::{scrape, sum};
@@ -115,6 +115,21 @@ fn log_lines(op: &Operator, needle: &str) -> Vec<String> {
         .collect()
 }
 
+/// Seconds in a `Duration` as its `Debug` shows it (`30s`, `1.5s`,
+/// `250ms`, `12µs`); 0 for anything else.
+fn retry_seconds(shown: &str) -> f64 {
+    let (number, scale) = if let Some(n) = shown.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = shown.strip_suffix("µs") {
+        (n, 1e-6)
+    } else if let Some(n) = shown.strip_suffix("ns") {
+        (n, 1e-9)
+    } else {
+        (shown.strip_suffix('s').unwrap_or_default(), 1.0)
+    };
+    number.parse::<f64>().map_or(0.0, |n| n * scale)
+}
+
 /// A namespace with the credentials Secret, a dev KMS with `secrets` and an
 /// operator watching the namespace.
 struct Fixture {
@@ -204,29 +219,30 @@ async fn a_readiness_probe_during_start_up_does_not_wedge_the_replica() {
         &[("KUBECONFIG", Some(slow.to_str().unwrap()))],
     );
 
-    // Probe from the first moment the health server listens.
+    // Probe every millisecond from the first moment the health server
+    // listens (its address comes from the log): the answers are what is
+    // counted, so this loop is the measurement, not a wait.
     let http = reqwest::Client::new();
     let started = Instant::now();
-    let addr = loop {
-        if let Some(a) = op.served().into_iter().next() {
-            break a;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "no health server:\n{}",
-            op.output.text()
-        );
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    };
-    let (mut not_ready, mut ready_at) = (0, None);
+    let (mut addr, mut not_ready, mut ready_at) = (None, 0, None);
     while started.elapsed() < Duration::from_secs(30) {
-        match http.get(format!("http://{addr}/readyz")).send().await {
-            Ok(r) if r.status().is_success() => {
-                ready_at = Some(started.elapsed());
-                break;
+        if addr.is_none() {
+            addr = op.served().into_iter().next();
+            assert!(
+                addr.is_some() || started.elapsed() < Duration::from_secs(20),
+                "no health server:\n{}",
+                op.output.text()
+            );
+        }
+        if let Some(addr) = &addr {
+            match http.get(format!("http://{addr}/readyz")).send().await {
+                Ok(r) if r.status().is_success() => {
+                    ready_at = Some(started.elapsed());
+                    break;
+                }
+                Ok(_) => not_ready += 1,
+                Err(_) => {}
             }
-            Ok(_) => not_ready += 1,
-            Err(_) => {}
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
@@ -292,7 +308,7 @@ async fn create_undecodable_push(client: &Client, ns: &str, name: &str, host: &s
     let set_value = |present: bool| {
         let crds = crds.clone();
         async move {
-            for _ in 0..20 {
+            let done = wait_for(Duration::from_secs(10), || async {
                 let mut crd = crds.get(crd_name).await.expect("the CRD");
                 let policy = crd.spec.versions[0]
                     .schema
@@ -313,16 +329,12 @@ async fn create_undecodable_push(client: &Client, ns: &str, name: &str, host: &s
                     values.push(value);
                 }
                 crd.metadata.managed_fields = None;
-                if crds
-                    .replace(crd_name, &PostParams::default(), &crd)
+                crds.replace(crd_name, &PostParams::default(), &crd)
                     .await
-                    .is_ok()
-                {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            panic!("could not update the CRD");
+                    .ok()
+            })
+            .await;
+            assert!(done.is_some(), "could not update the CRD");
         }
     };
     set_value(true).await;
@@ -670,7 +682,19 @@ async fn a_paused_endpoint_delays_no_other() {
     })
     .await
     .expect("the paused endpoint was never asked");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Every paused resource has been tried (and is not Ready).
+    let tried = wait_for(Duration::from_secs(30), || async {
+        for i in 0..10 {
+            let (status, _, _) =
+                condition(&client, &ns.name, &format!("paused-{i}"), "Ready").await?;
+            if status != "False" {
+                return None;
+            }
+        }
+        Some(())
+    })
+    .await;
+    assert!(tried.is_some(), "not every paused resource was tried");
 
     let t0 = Instant::now();
     apply_cr(
@@ -953,7 +977,7 @@ async fn a_released_target_is_taken_only_with_the_opt_in() {
         client,
         ns,
         kms,
-        op: _op,
+        op,
     } = fixture("sec-release", &[("A", "1")]).await;
     let mut first = cr("first", &kms.api(), "kept", universal());
     first["spec"]["managedKubeSecretReferences"] = json!([
@@ -1000,8 +1024,24 @@ async fn a_released_target_is_taken_only_with_the_opt_in() {
         have
     );
     // With it, it may, at once: not at the resource's next retry, which
-    // its backoff has put more than 8 s away by now.
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    // the refusal put more than 8 s away (it waits for a change or its
+    // resync interval; the log says when it retries).
+    let key = format!("{}/second", ns.name);
+    let far = wait_for(Duration::from_secs(30), || async {
+        log_lines(&op, "reconcile failed")
+            .iter()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|l| l["fields"]["key"] == key.as_str())
+            .filter_map(|l| l["fields"]["retry_in"].as_str().map(retry_seconds))
+            .next_back()
+            .filter(|s| *s >= 8.0)
+    })
+    .await;
+    assert!(
+        far.is_some(),
+        "the refusal's retry is not logged more than 8 s away:\n{}",
+        log_lines(&op, "reconcile failed").join("\n")
+    );
     let marked = Instant::now();
     Api::<Secret>::namespaced(client.clone(), &ns.name)
         .patch(
