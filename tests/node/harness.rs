@@ -133,6 +133,33 @@ where
     }
 }
 
+/// Check that `check` holds throughout `window`: at once, at every poll of
+/// [`wait_for`] (250 ms) and once more at the end, failing at the first
+/// poll that breaks it; the error says when ("3.2 s into the 12.0 s
+/// window").
+pub async fn holds_for<F, Fut>(window: Duration, mut check: F) -> Result<(), String>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    let broken = wait_for(window, || {
+        let holds = check();
+        async move { (!holds.await).then(|| started.elapsed()) }
+    })
+    .await;
+    let at = match broken {
+        Some(at) => at,
+        None if check().await => return Ok(()),
+        None => started.elapsed(),
+    };
+    Err(format!(
+        "{:.1} s into the {:.1} s window",
+        at.as_secs_f64(),
+        window.as_secs_f64()
+    ))
+}
+
 /// Create a namespace (if missing).
 pub async fn namespace(client: &Client, name: &str) {
     let api: Api<Namespace> = Api::all(client.clone());

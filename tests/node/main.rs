@@ -378,11 +378,13 @@ fn probe_new_pods(
                             // assertions judge.
                             _ => {}
                         }
+                        // The probe period: the answers are counted, not awaited.
                         tokio::time::sleep(Duration::from_millis(20)).await;
                     }
                     (name, probed)
                 });
             }
+            // How soon a new pod is probed: a sampling period, not a wait.
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         probes.join_all().await.into_iter().collect()
@@ -429,6 +431,7 @@ fn watch_nothing_emptied(
             if violations.len() > 20 || client_stop() {
                 break;
             }
+            // A watch over the whole scenario: its sampling period.
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
         violations
@@ -677,12 +680,15 @@ spec:
         (rs, revs)
     };
     // Settled: the operator stamps each workload once when it first sees it
-    // (that roll is the first change of the template), then nothing moves.
+    // (that roll is the first change of the template), then nothing moves
+    // for 8 s.
     let settled = wait_for(Duration::from_secs(90), || async {
         let c1 = counts().await;
-        tokio::time::sleep(Duration::from_secs(8)).await;
-        let c2 = counts().await;
-        (c1 == c2 && c1.0 >= 1 && c1.1 >= 1).then_some(c1)
+        if c1.0 < 1 || c1.1 < 1 {
+            return None;
+        }
+        let held = holds_for(Duration::from_secs(8), || async { counts().await == c1 }).await;
+        held.ok().map(|()| c1)
     })
     .await
     .expect("the workloads did not settle");
@@ -701,8 +707,16 @@ spec:
             &kube::api::Patch::Merge(json!({"stringData": {"x": "2"}})),
         )
         .await;
-    tokio::time::sleep(Duration::from_secs(12)).await;
-    assert_eq!(counts().await, settled, "a rollout without a change");
+    let held = holds_for(Duration::from_secs(12), || async {
+        counts().await == settled
+    })
+    .await;
+    if let Err(when) = held {
+        panic!(
+            "a rollout without a change, {when}: {settled:?} → {:?}",
+            counts().await
+        );
+    }
     // A real change: exactly one new ReplicaSet and one new revision.
     kms.set_secret("A", "reload-2").await;
     wait_value(
@@ -725,8 +739,16 @@ spec:
             counts().await
         );
     };
-    tokio::time::sleep(Duration::from_secs(12)).await;
-    assert_eq!(counts().await, rolled, "more rollouts than changes");
+    let held = holds_for(Duration::from_secs(12), || async {
+        counts().await == rolled
+    })
+    .await;
+    if let Err(when) = held {
+        panic!(
+            "more rollouts than changes, {when}: {rolled:?} → {:?}",
+            counts().await
+        );
+    }
     // The new pods have the new value.
     let deploy: Deployment = Api::namespaced(client.clone(), ns)
         .get("web-deployment")
@@ -794,11 +816,13 @@ async fn s6_garbage_collection_follows_the_creation_policy() {
         collected.is_some(),
         "the Owner target was not garbage-collected"
     );
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(
-        secret_data(&client, ns, "orphan-out").await.is_some(),
-        "the Orphan target was deleted"
-    );
+    let held = holds_for(Duration::from_secs(3), || async {
+        secret_data(&client, ns, "orphan-out").await.is_some()
+    })
+    .await;
+    if let Err(when) = held {
+        panic!("the Orphan target was deleted, {when}");
+    }
     report("s6 garbage collection (criterion 8)", started.elapsed());
 }
 
@@ -835,6 +859,7 @@ async fn s7_upgrade_rolls_one_by_one_the_pdb_holds_uninstall_keeps() {
                     return (i + 1, value);
                 }
                 i += 1;
+                // The writer's pace (one change a second), not a wait.
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         })
@@ -851,6 +876,7 @@ async fn s7_upgrade_rolls_one_by_one_the_pdb_holds_uninstall_keeps() {
                         .filter(|p| ready(p) && p.metadata.deletion_timestamp.is_none())
                         .count(),
                 );
+                // The sampling period of the lowest Ready count.
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
             min
@@ -1089,10 +1115,39 @@ async fn s8_persistent_cache_and_scoped_install_restart_for_free() {
         )
         .await;
     }
-    // Settled: every status written, every record flushed.
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let logins = kms.count("POST /api/v1/auth/universal-auth/login").await;
-    let fetches = kms.count("GET /api/v3/secrets/raw").await;
+    // Settled: every resource Ready, and no KMS request for 5 s (every
+    // status written; the graceful stops below flush the cache).
+    let requests = || async {
+        (
+            kms.count("POST /api/v1/auth/universal-auth/login").await,
+            kms.count("GET /api/v3/secrets/raw").await,
+        )
+    };
+    let settled = wait_for(Duration::from_secs(60), || async {
+        for i in 0..4 {
+            let o = kms_secrets(&client, ns)
+                .get_opt(&format!("app-{i}"))
+                .await
+                .ok()??;
+            let ready = o.data["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            if !ready {
+                return None;
+            }
+        }
+        let seen = requests().await;
+        let held = holds_for(Duration::from_secs(5), || async {
+            requests().await == seen
+        })
+        .await;
+        held.ok().map(|()| seen)
+    })
+    .await;
+    let Some((logins, fetches)) = settled else {
+        panic!("the resources did not settle: {:?}", requests().await);
+    };
     // Every pod restarts (one by one, graceful): each comes back to its own
     // claim and cache.
     let pod_api = Api::<Pod>::namespaced(client.clone(), RELEASE_NS);
@@ -1109,17 +1164,17 @@ async fn s8_persistent_cache_and_scoped_install_restart_for_free() {
         .await
         .unwrap_or_else(|| panic!("{name} did not come back"));
     }
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    assert_eq!(
-        kms.count("POST /api/v1/auth/universal-auth/login").await,
-        logins,
-        "logins after the restarts"
-    );
-    assert_eq!(
-        kms.count("GET /api/v3/secrets/raw").await,
-        fetches,
-        "fetches after the restarts"
-    );
+    let held = holds_for(Duration::from_secs(10), || async {
+        requests().await == (logins, fetches)
+    })
+    .await;
+    if let Err(when) = held {
+        panic!(
+            "logins or fetches after the restarts, {when}: {:?}, before {:?}",
+            requests().await,
+            (logins, fetches)
+        );
+    }
     // The claims are bound to the static volumes.
     for p in pvcs.list(&ListParams::default()).await.unwrap().items {
         let phase = p.status.and_then(|s| s.phase);
@@ -1131,13 +1186,15 @@ async fn s8_persistent_cache_and_scoped_install_restart_for_free() {
         .delete("app", &DeleteParams::default())
         .await;
     kms_secret(&client, "node-outside", "app", "app-out", "Owner", "1h").await;
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    assert!(
+    let held = holds_for(Duration::from_secs(10), || async {
         secret_data(&client, "node-outside", "app-out")
             .await
-            .is_none(),
-        "a scoped install wrote outside its namespaces"
-    );
+            .is_none()
+    })
+    .await;
+    if let Err(when) = held {
+        panic!("a scoped install wrote outside its namespaces, {when}");
+    }
     uninstall("kms-scoped");
     let _ = pvcs
         .delete_collection(&DeleteParams::default(), &ListParams::default())
