@@ -7,7 +7,8 @@
 //! `change` (KMS values changed → Secrets updated, with and without instant
 //! updates), `failover` (SIGTERM and SIGKILL of a replica → its shards moved
 //! and a change applied), `devserver` (the dev KMS's own list latency and
-//! throughput), or `all`. It prints a table and writes JSON with `--out`.
+//! throughput), `floor` (the least API work N resources need, no operator:
+//! what a converge is compared with), or `all`. It prints a table and writes JSON with `--out`.
 //!
 //! ```text
 //! kms-bench converge --sizes 1000,10000 --replicas 1,3 --out bench.json
@@ -40,18 +41,22 @@ use workload::{Crd, SyncMode};
 // `--version` names the peer CRD's version, so clap's own version flag is off.
 #[command(name = "kms-bench", disable_version_flag = true)]
 struct Args {
-    /// Scenarios: converge, restart, change, failover, devserver, all.
+    /// Scenarios: converge, restart, change, failover, devserver, floor, all.
     #[arg(required = true, value_delimiter = ',')]
     scenarios: Vec<String>,
     /// Write the results as JSON here.
     #[arg(long)]
     out: Option<PathBuf>,
-    /// `converge`: numbers of resources (ten per namespace).
+    /// `converge` and `floor`: numbers of resources (ten per namespace).
     #[arg(long, value_delimiter = ',', default_value = "1000,10000")]
     sizes: Vec<usize>,
     /// `converge`: numbers of replicas.
     #[arg(long, value_delimiter = ',', default_value = "1,3")]
     replicas: Vec<usize>,
+    /// `floor`: requests in flight at once; default: 3 replicas' workers
+    /// (8 each).
+    #[arg(long, default_value_t = 24)]
+    floor_concurrency: usize,
     /// `restart`: resources.
     #[arg(long, default_value_t = 1000)]
     restart_size: usize,
@@ -201,6 +206,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 "change",
                 "failover",
                 "devserver",
+                "floor",
                 "all"
             ]
             .contains(&s.as_str()),
@@ -306,6 +312,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
             Err(e) => notes.push(format!("devserver failed: {e:#}")),
         }
         flush(&results, &notes)?;
+    }
+
+    if want("floor") {
+        for &n in &args.sizes {
+            let label = format!("floor-{n}");
+            match scenarios::floor(&env, &label, n, args.floor_concurrency).await {
+                Ok(f) => results.push(entry("floor", &f)),
+                Err(e) => notes.push(format!("{label} failed: {e:#}")),
+            }
+            flush(&results, &notes)?;
+        }
     }
 
     if want("converge") {

@@ -2,7 +2,11 @@
 //! seeded for N resources, the resources created while no operator runs,
 //! then R replicas started: that start is the `converge` measurement. The
 //! other cluster scenarios (`restart`, `change`, `failover`) continue a
-//! converged session; `devserver` needs no cluster.
+//! converged session; `devserver` needs no cluster. `floor` is the same
+//! start without an operator: a plain client does the least API work the
+//! resources need (each Secret written, each status applied), with the
+//! concurrency of the replicas' workers — the time any operator needs at
+//! least on this control plane.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -783,6 +787,15 @@ pub fn table_rows(results: &[(String, Value)]) -> Vec<[String; 3]> {
                         ld(v)
                     ),
                 ),
+                "floor" => (
+                    format!("N={} ns={} concurrency={}", v["n"], v["namespaces"], v["concurrency"]),
+                    format!(
+                        "{} s (every Secret written, every status applied); apiserver {}; {}",
+                        f(&v["seconds"]),
+                        f(&v["apiserver_requests"]),
+                        ld(v)
+                    ),
+                ),
                 "devserver" => (
                     format!("{} secrets", v["secrets"]),
                     format!(
@@ -799,6 +812,135 @@ pub fn table_rows(results: &[(String, Value)]) -> Vec<[String; 3]> {
             [name.clone(), params, out]
         })
         .collect()
+}
+
+/// Result of `floor`.
+#[derive(Clone, Debug, Serialize)]
+pub struct Floor {
+    /// Resources.
+    pub n: usize,
+    /// Namespaces.
+    pub namespaces: usize,
+    /// Requests in flight at once (the replicas' workers).
+    pub concurrency: usize,
+    /// Load before the start.
+    pub load: Load,
+    /// Seconds to write every Secret and apply every status.
+    pub seconds: f64,
+    /// API server requests meanwhile (every client).
+    pub apiserver_requests: f64,
+    /// The same by verb and resource.
+    pub apiserver_by_request: BTreeMap<String, f64>,
+    /// Seconds spent creating the resources (before the clock started).
+    pub create_seconds: f64,
+}
+
+/// The floor of a converge of `n` resources: a fresh control plane with the
+/// resources created as for `converge`, then, with `concurrency` requests
+/// in flight, for each resource a server-side apply of its Secret (the
+/// data a sync writes: `env.keys` keys, the managed labels and version
+/// annotation) followed by a server-side apply of its status (`Ready`).
+/// No KMS, no reads, no Events.
+pub async fn floor(env: &Env, label: &str, n: usize, concurrency: usize) -> anyhow::Result<Floor> {
+    use futures::StreamExt;
+    use kube::api::{Patch, PatchParams};
+    let dir = env.work_dir.join(label);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    eprintln!("[{label}] control plane");
+    let cp = ControlPlane::fresh(&env.repo, &env.testenv_dir)?;
+    let client = cluster::client(&cp.kubeconfig).await?;
+    cluster::apply_crds(&cp, &env.crd_dir, &client, &env.crd.crd_name()).await?;
+    let namespaces = workload::namespaces(n);
+    eprintln!("[{label}] creating {n} resources");
+    let created = Instant::now();
+    let no_kms = "http://127.0.0.1:9/api";
+    let sync = SyncMode {
+        resync: None,
+        instant: false,
+    };
+    workload::create(&client, &env.crd, n, no_kms, &sync).await?;
+    let create_seconds = secs(created.elapsed());
+    // As converge does: let the API server settle after the creates.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let resources: Vec<(String, String)> = namespaces
+        .iter()
+        .enumerate()
+        .flat_map(|(idx, ns)| {
+            let here = (n - idx * workload::PER_NAMESPACE).min(workload::PER_NAMESPACE);
+            (0..here).map(move |i| (ns.clone(), workload::resource_name(i)))
+        })
+        .collect();
+    let ar = env.crd.resource();
+    let keys = env.keys;
+    let api_before = cluster::apiserver_requests(&client).await?;
+    let load = load();
+    eprintln!(
+        "[{label}] writing {} Secrets and statuses, {concurrency} at once, load {:?}",
+        resources.len(),
+        load.loadavg
+    );
+    let params = PatchParams::apply("kms-bench-floor").force();
+    let t0 = Instant::now();
+    let writes = futures::stream::iter(resources.iter().map(|(ns, name)| {
+        let (client, ar, params) = (client.clone(), ar.clone(), params.clone());
+        async move {
+            let data: serde_json::Map<String, Value> = (0..keys)
+                .map(|k| (format!("KEY_{k}"), json!(format!("value-{k}-{name}"))))
+                .collect();
+            let secret = json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {
+                    "name": workload::secret_of(name), "namespace": ns,
+                    "labels": {"secrets.hanzo.ai/managed": "true", "app.kubernetes.io/managed-by": "kms-operator"},
+                    "annotations": {"secrets.hanzo.ai/version": format!("floor-{name}")}
+                },
+                "type": "Opaque",
+                "stringData": data,
+            });
+            let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+                kube::Api::namespaced(client.clone(), ns);
+            secrets
+                .patch(&workload::secret_of(name), &params, &Patch::Apply(&secret))
+                .await?;
+            let status = json!({
+                "apiVersion": ar.api_version, "kind": ar.kind,
+                "status": {"conditions": [{
+                    "type": "Ready", "status": "True", "reason": "Synced",
+                    "message": format!("Synced {keys} secrets"),
+                    "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().round(k8s_openapi::jiff::Unit::Second)?.to_string(),
+                }]},
+            });
+            let resources: kube::Api<kube::core::DynamicObject> =
+                kube::Api::namespaced_with(client, ns, &ar);
+            resources
+                .patch_status(name, &params, &Patch::Apply(&status))
+                .await?;
+            anyhow::Ok(())
+        }
+    }))
+    .buffer_unordered(concurrency.max(1))
+    .collect::<Vec<_>>()
+    .await;
+    let seconds = secs(t0.elapsed());
+    if let Some(e) = writes.into_iter().find_map(Result::err) {
+        return Err(e.context("a floor write failed"));
+    }
+    let api = cluster::apiserver_requests(&client)
+        .await?
+        .since(&api_before);
+    eprintln!("[{label}] floor: {seconds} s, {} API requests", api.total);
+    cp.stop();
+    Ok(Floor {
+        n,
+        namespaces: namespaces.len(),
+        concurrency,
+        load,
+        seconds,
+        apiserver_requests: api.total,
+        apiserver_by_request: api.by_request,
+        create_seconds,
+    })
 }
 
 /// A result as JSON with its scenario name.
@@ -830,5 +972,14 @@ mod tests {
             rows[0][2]
         );
         assert!(rows[0][2].contains("RSS MiB [30] CPU s [4.0]"));
+        let floor = json!({"n": 1000, "namespaces": 100, "concurrency": 24, "seconds": 2.432,
+            "apiserver_requests": 2001.0, "load": {"loadavg": [1.3, 0.8, 0.9]}});
+        let rows = table_rows(&[("floor".into(), floor)]);
+        assert_eq!(rows[0][1], "N=1000 ns=100 concurrency=24");
+        assert!(
+            rows[0][2].starts_with("2.432 s (every Secret written"),
+            "{}",
+            rows[0][2]
+        );
     }
 }
