@@ -3,13 +3,14 @@
 //! dev KMS as a child process with its admin API ([`devserver`]) and calls
 //! to its public API as a client makes them ([`api`]), the local
 //! control plane of `tests/testenv` and clients for it ([`testenv`]), its
-//! node seen from this machine ([`node`]), and signals to processes
-//! ([`signal`]).
+//! node seen from this machine ([`node`]), signals to processes
+//! ([`signal`]), and waits on conditions ([`wait`]).
 
 pub mod api;
 pub mod devserver;
 pub mod node;
 pub mod testenv;
+pub mod wait;
 
 use std::process::{Command, Stdio};
 

@@ -116,48 +116,23 @@ pub fn ok(name: &'static str, args: &[&str]) -> String {
 }
 
 /// Poll `check` every 250 ms until it returns `Some` or `timeout` passes.
-pub async fn wait_for<T, F, Fut>(timeout: Duration, mut check: F) -> Option<T>
+pub async fn wait_for<T, F, Fut>(timeout: Duration, check: F) -> Option<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = check().await {
-            return Some(v);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    kms_testkit::wait::until(Duration::from_millis(250), timeout, check).await
 }
 
-/// Check that `check` holds throughout `window`: at once, at every poll of
-/// [`wait_for`] (250 ms) and once more at the end, failing at the first
-/// poll that breaks it; the error says when ("3.2 s into the 12.0 s
-/// window").
-pub async fn holds_for<F, Fut>(window: Duration, mut check: F) -> Result<(), String>
+/// Check that `check` holds throughout `window` (polled every 250 ms and
+/// once more at the end), failing at the first poll that breaks it; the
+/// error says when ("3.2 s into the 10.0 s window").
+pub async fn holds_for<F, Fut>(window: Duration, check: F) -> Result<(), String>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let started = Instant::now();
-    let broken = wait_for(window, || {
-        let holds = check();
-        async move { (!holds.await).then(|| started.elapsed()) }
-    })
-    .await;
-    let at = match broken {
-        Some(at) => at,
-        None if check().await => return Ok(()),
-        None => started.elapsed(),
-    };
-    Err(format!(
-        "{:.1} s into the {:.1} s window",
-        at.as_secs_f64(),
-        window.as_secs_f64()
-    ))
+    kms_testkit::wait::throughout(Duration::from_millis(250), window, check).await
 }
 
 /// Create a namespace (if missing).
