@@ -4,8 +4,10 @@
 //! events, drained by a pool of workers. A worker takes a key only if this
 //! replica owns its shard ([`crate::sharding::Ownership`]), runs the
 //! controller's reconcile (fetch → plan → apply → status) under the shard's
-//! cancellation token, and requeues the key: at its due time on success, with
-//! capped exponential backoff and jitter on failure (forever).
+//! cancellation token, and requeues the key: at its due time on success;
+//! after a transient error with capped exponential backoff and jitter;
+//! after any other error when the resource or what it references changes,
+//! else at its resync interval ([`workers`]).
 //!
 //! - [`kms_secret`], [`kms_push_secret`], [`kms_dynamic_secret`],
 //!   [`reload`]: the four controllers;
