@@ -344,16 +344,43 @@ pub struct GenericAuthentication {
     pub ldap_auth: Option<LdapAuth>,
 }
 
-/// CEL expression counting the methods set in a `GenericAuthentication` at
-/// `self.authentication`.
-pub(crate) const GENERIC_AUTH_COUNT: &str = "(has(self.authentication) ? \
-    (has(self.authentication.universalAuth) ? 1 : 0) + \
-    (has(self.authentication.kubernetesAuth) ? 1 : 0) + \
-    (has(self.authentication.awsIamAuth) ? 1 : 0) + \
-    (has(self.authentication.azureAuth) ? 1 : 0) + \
-    (has(self.authentication.gcpIdTokenAuth) ? 1 : 0) + \
-    (has(self.authentication.gcpIamAuth) ? 1 : 0) + \
-    (has(self.authentication.ldapAuth) ? 1 : 0) : 0)";
+/// The authentication methods of a `GenericAuthentication` (KmsPushSecret,
+/// KmsDynamicSecret), as their fields are named: the one list the CEL rules
+/// and their messages are built from. A KmsSecret adds
+/// [`KMS_SECRET_ONLY_METHODS`].
+pub(crate) const GENERIC_AUTH_METHODS: [&str; 7] = [
+    "universalAuth",
+    "kubernetesAuth",
+    "awsIamAuth",
+    "azureAuth",
+    "gcpIdTokenAuth",
+    "gcpIamAuth",
+    "ldapAuth",
+];
+
+/// The methods only a KmsSecret's `authentication` has.
+pub(crate) const KMS_SECRET_ONLY_METHODS: [&str; 2] = ["serviceToken", "serviceAccount"];
+
+/// CEL expression counting the `methods` set at `self.authentication`.
+pub(crate) fn auth_count(methods: &[&str]) -> String {
+    let terms: Vec<String> = methods
+        .iter()
+        .map(|m| format!("(has(self.authentication.{m}) ? 1 : 0)"))
+        .collect();
+    format!("(has(self.authentication) ? {} : 0)", terms.join(" + "))
+}
+
+/// The message of the rule that exactly one of `methods` is set (`tail`
+/// names what else counts, e.g. a legacy field).
+pub(crate) fn one_method_message(methods: &[&str], tail: &str) -> String {
+    let (first, rest) = methods.split_first().expect("at least one method");
+    let mut names = vec![format!("authentication.{first}")];
+    names.extend(rest.iter().map(|m| (*m).to_owned()));
+    format!(
+        "exactly one authentication method must be set: one of {}{tail}",
+        names.join(", ")
+    )
+}
 
 /// A KMS project named by slug or ID, exactly one of them.
 pub(crate) const PROJECT_ONE_OF: &str = "(has(self.projectSlug) && size(self.projectSlug) > 0) != (has(self.projectId) && size(self.projectId) > 0)";

@@ -6,8 +6,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{
-    Condition, DURATION_PATTERN, GENERIC_AUTH_COUNT, GenericAuthentication,
-    ManagedKubeSecretConfig, PROJECT_ONE_OF, Time, TlsConfig,
+    Condition, DURATION_PATTERN, GENERIC_AUTH_METHODS, GenericAuthentication,
+    ManagedKubeSecretConfig, PROJECT_ONE_OF, Time, TlsConfig, auth_count, one_method_message,
 };
 
 /// Lease time-bound credentials from a KMS dynamic secret into a Kubernetes
@@ -47,9 +47,8 @@ use super::common::{
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
-    validation = Rule::new(format!("{GENERIC_AUTH_COUNT} == 1")).message(
-        "exactly one authentication method must be set: one of authentication.universalAuth, \
-         kubernetesAuth, awsIamAuth, azureAuth, gcpIdTokenAuth, gcpIamAuth, ldapAuth"),
+    validation = Rule::new(format!("{} == 1", auth_count(&GENERIC_AUTH_METHODS)))
+        .message(one_method_message(&GENERIC_AUTH_METHODS, "").as_str()),
 )]
 pub struct KmsDynamicSecretSpec {
     /// Base URL of the KMS API (`/api` is appended when missing). Defaults to

@@ -8,8 +8,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{
-    Condition, DURATION_PATTERN, GENERIC_AUTH_COUNT, GenericAuthentication, PROJECT_ONE_OF,
-    SecretTemplate, Time, TlsConfig,
+    Condition, DURATION_PATTERN, GENERIC_AUTH_METHODS, GenericAuthentication, PROJECT_ONE_OF,
+    SecretTemplate, Time, TlsConfig, auth_count, one_method_message,
 };
 
 /// Push the keys of a Kubernetes Secret, and generated values, into a KMS
@@ -45,9 +45,8 @@ use super::common::{
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
-    validation = Rule::new(format!("{GENERIC_AUTH_COUNT} == 1")).message(
-        "exactly one authentication method must be set: one of authentication.universalAuth, \
-         kubernetesAuth, awsIamAuth, azureAuth, gcpIdTokenAuth, gcpIamAuth, ldapAuth"),
+    validation = Rule::new(format!("{} == 1", auth_count(&GENERIC_AUTH_METHODS)))
+        .message(one_method_message(&GENERIC_AUTH_METHODS, "").as_str()),
     validation = Rule::new("has(self.push.secret) || (has(self.push.generators) && size(self.push.generators) > 0)")
         .message("push: at least one of push.secret and push.generators must be set"),
 )]

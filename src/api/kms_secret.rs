@@ -6,9 +6,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{
-    AwsIamAuth, AzureAuth, DURATION_PATTERN, GcpIamAuth, GcpIdTokenAuth, KubeSecretReference,
-    KubernetesAuth, LdapAuth, MachineIdentityScope, ManagedKubeConfigMapConfig,
-    ManagedKubeSecretConfig, ServiceTokenScope, Time, TlsConfig,
+    AwsIamAuth, AzureAuth, DURATION_PATTERN, GENERIC_AUTH_METHODS, GcpIamAuth, GcpIdTokenAuth,
+    KMS_SECRET_ONLY_METHODS, KubeSecretReference, KubernetesAuth, LdapAuth, MachineIdentityScope,
+    ManagedKubeConfigMapConfig, ManagedKubeSecretConfig, ServiceTokenScope, Time, TlsConfig,
+    auth_count, one_method_message,
 };
 
 /// Sync secrets from a KMS folder into Kubernetes Secrets and ConfigMaps.
@@ -43,10 +44,17 @@ use super::common::{
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
-    validation = Rule::new(KMS_SECRET_AUTH_RULE).message(
-        "exactly one authentication method must be set: one of authentication.universalAuth, \
-         kubernetesAuth, awsIamAuth, azureAuth, gcpIdTokenAuth, gcpIamAuth, ldapAuth, serviceToken, \
-         serviceAccount, or the legacy spec.tokenSecretReference"),
+    validation = Rule::new(format!(
+        "{} + (has(self.tokenSecretReference) ? 1 : 0) == 1",
+        auth_count(&kms_secret_methods())
+    ))
+    .message(
+        one_method_message(
+            &kms_secret_methods(),
+            ", or the legacy spec.tokenSecretReference"
+        )
+        .as_str()
+    ),
     validation = Rule::new(
         "!(has(self.managedSecretReference) && has(self.managedKubeSecretReferences) && size(self.managedKubeSecretReferences) > 0)"
     ).message("managedSecretReference (deprecated) cannot be combined with managedKubeSecretReferences"),
@@ -98,17 +106,13 @@ pub struct KmsSecretSpec {
 
 /// CEL rule: exactly one of the KmsSecret authentication methods, counting the
 /// legacy top-level `tokenSecretReference` as the service-token method.
-const KMS_SECRET_AUTH_RULE: &str = "(has(self.authentication) ? \
-    (has(self.authentication.universalAuth) ? 1 : 0) + \
-    (has(self.authentication.kubernetesAuth) ? 1 : 0) + \
-    (has(self.authentication.awsIamAuth) ? 1 : 0) + \
-    (has(self.authentication.azureAuth) ? 1 : 0) + \
-    (has(self.authentication.gcpIdTokenAuth) ? 1 : 0) + \
-    (has(self.authentication.gcpIamAuth) ? 1 : 0) + \
-    (has(self.authentication.ldapAuth) ? 1 : 0) + \
-    (has(self.authentication.serviceToken) ? 1 : 0) + \
-    (has(self.authentication.serviceAccount) ? 1 : 0) : 0) + \
-    (has(self.tokenSecretReference) ? 1 : 0) == 1";
+/// A KmsSecret's authentication methods: the generic ones and its own.
+fn kms_secret_methods() -> Vec<&'static str> {
+    GENERIC_AUTH_METHODS
+        .into_iter()
+        .chain(KMS_SECRET_ONLY_METHODS)
+        .collect()
+}
 
 /// When and how to sync.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema, Default)]

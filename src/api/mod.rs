@@ -74,6 +74,40 @@ mod tests {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crds")
     }
 
+    /// The property names of `T`'s JSON schema.
+    fn properties<T: schemars::JsonSchema>() -> std::collections::BTreeSet<String> {
+        let schema = schemars::schema_for!(T);
+        schema
+            .as_object()
+            .and_then(|o| o.get("properties"))
+            .and_then(|p| p.as_object())
+            .map(|p| p.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn the_method_lists_of_the_cel_rules_are_the_authentication_fields() {
+        use std::collections::BTreeSet;
+        let generic: BTreeSet<String> = common::GENERIC_AUTH_METHODS
+            .iter()
+            .map(|m| (*m).to_owned())
+            .collect();
+        assert_eq!(properties::<common::GenericAuthentication>(), generic);
+        let kms_secret: BTreeSet<String> = common::GENERIC_AUTH_METHODS
+            .iter()
+            .chain(&common::KMS_SECRET_ONLY_METHODS)
+            .map(|m| (*m).to_owned())
+            .collect();
+        assert_eq!(
+            properties::<kms_secret::KmsSecretAuthentication>(),
+            kms_secret
+        );
+        assert_eq!(
+            common::one_method_message(&["aAuth", "bAuth"], ", or c"),
+            "exactly one authentication method must be set: one of authentication.aAuth, bAuth, or c"
+        );
+    }
+
     #[test]
     fn committed_crds_are_fresh() {
         let mut expected: Vec<String> = Vec::new();
