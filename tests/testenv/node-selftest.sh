@@ -27,7 +27,9 @@ state() {
   echo "# mounts"
   awk '{print $5}' /proc/self/mountinfo | sort
   echo "# processes"
-  ps -eo comm= | grep -E '^(containerd|containerd-shim|kubelet|kube-proxy|kube-scheduler|kube-controller|coredns|pause)' | sort || true
+  # Zombies (state Z) hold nothing; a reparented one waits for its reaper.
+  ps -eo stat=,comm= | awk '$1 !~ /^Z/ {print $2}' \
+    | grep -E '^(containerd|containerd-shim|kubelet|kube-proxy|kube-scheduler|kube-controller|coredns|pause)' | sort || true
   echo "# netns"
   ls /var/run/netns 2>/dev/null | sort || true
   echo "# sysctls"
@@ -69,7 +71,12 @@ case ${1:-} in
     ;;
   clean)
     after=$(mktemp)
-    state > "$after"
+    # A process in the middle of exiting gets up to 10 s.
+    for _ in $(seq 50); do
+      state > "$after"
+      diff -q "$2" "$after" >/dev/null && break
+      sleep 0.2
+    done
     if ! diff -u "$2" "$after"; then
       fail "the host differs from before the node (see the diff above)"
     fi
