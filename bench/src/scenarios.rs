@@ -147,13 +147,7 @@ impl Session {
         r: usize,
         sync: SyncMode,
     ) -> anyhow::Result<(Self, Converge)> {
-        let dir = env.work_dir.join(label);
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir)?;
-        eprintln!("[{label}] control plane");
-        let cp = ControlPlane::fresh(&env.repo, &env.testenv_dir)?;
-        let client = cluster::client(&cp.kubeconfig).await?;
-        cluster::apply_crds(&cp, &env.crd_dir, &client, &env.crd.crd_name()).await?;
+        let (dir, cp, client) = fresh_cluster(env, label).await?;
         cluster::create_namespace(&client, &env.pod_namespace).await?;
         let namespaces = workload::namespaces(n);
         eprintln!("[{label}] dev server ({} folders)", namespaces.len());
@@ -814,6 +808,22 @@ pub fn table_rows(results: &[(String, Value)]) -> Vec<[String; 3]> {
         .collect()
 }
 
+/// A session's empty work directory and a fresh control plane with the
+/// CRDs applied.
+async fn fresh_cluster(
+    env: &Env,
+    label: &str,
+) -> anyhow::Result<(PathBuf, ControlPlane, kube::Client)> {
+    let dir = env.work_dir.join(label);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    eprintln!("[{label}] control plane");
+    let cp = ControlPlane::fresh(&env.repo, &env.testenv_dir)?;
+    let client = cluster::client(&cp.kubeconfig).await?;
+    cluster::apply_crds(&cp, &env.crd_dir, &client, &env.crd.crd_name()).await?;
+    Ok((dir, cp, client))
+}
+
 /// Result of `floor`.
 #[derive(Clone, Debug, Serialize)]
 pub struct Floor {
@@ -844,13 +854,7 @@ pub struct Floor {
 pub async fn floor(env: &Env, label: &str, n: usize, concurrency: usize) -> anyhow::Result<Floor> {
     use futures::StreamExt;
     use kube::api::{Patch, PatchParams};
-    let dir = env.work_dir.join(label);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir)?;
-    eprintln!("[{label}] control plane");
-    let cp = ControlPlane::fresh(&env.repo, &env.testenv_dir)?;
-    let client = cluster::client(&cp.kubeconfig).await?;
-    cluster::apply_crds(&cp, &env.crd_dir, &client, &env.crd.crd_name()).await?;
+    let (_dir, cp, client) = fresh_cluster(env, label).await?;
     let namespaces = workload::namespaces(n);
     eprintln!("[{label}] creating {n} resources");
     let created = Instant::now();

@@ -246,15 +246,7 @@ mod tests {
                 let auth = "spec.authentication";
                 f.extend(generic_auth(auth));
                 f.push(format!("{auth}.azureAuth.azureManagedIdentityClientId"));
-                for method in [
-                    "universalAuth",
-                    "kubernetesAuth",
-                    "awsIamAuth",
-                    "azureAuth",
-                    "gcpIdTokenAuth",
-                    "gcpIamAuth",
-                    "ldapAuth",
-                ] {
+                for method in common::GENERIC_AUTH_METHODS {
                     f.extend(
                         SCOPE
                             .iter()
