@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use crate::kms::method::LoginMethod;
 use prometheus::{
     Encoder, Gauge, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
     Opts, Registry, TextEncoder,
@@ -18,11 +19,9 @@ pub const CONTROLLERS: [&str; 3] = ["kmssecret", "kmspushsecret", "kmsdynamicsec
 pub const RESULTS: [&str; 3] = ["success", "error", "requeue"];
 /// Workload kinds that can be reloaded.
 pub const RELOAD_KINDS: [&str; 3] = ["Deployment", "StatefulSet", "DaemonSet"];
-/// KMS routes, as metric label values.
-pub const KMS_ENDPOINTS: [&str; 20] = [
-    "POST /api/v1/auth/universal-auth/login",
-    "POST /api/v1/auth/kubernetes-auth/login",
-    "POST /api/v1/auth/ldap-auth/login",
+/// KMS routes other than the logins (those come from [`LoginMethod`]), as
+/// metric label values.
+pub const KMS_ENDPOINTS: [&str; 17] = [
     "POST /api/v1/auth/token/renew",
     "GET /api/v2/service-token",
     "POST /api/v1/events/subscribe/project-events",
@@ -48,17 +47,6 @@ pub const DECODED_KINDS: [&str; 4] = [
     "KmsPushSecret",
     "KmsDynamicSecret",
     "ClusterGenerator",
-];
-/// Login methods, as metric label values.
-pub const LOGIN_METHODS: [&str; 8] = [
-    "universal",
-    "kubernetes",
-    "aws-iam",
-    "azure",
-    "gcp-id-token",
-    "gcp-iam",
-    "ldap",
-    "service-token",
 ];
 
 /// Creates metrics and registers them. Registration only fails on
@@ -311,11 +299,14 @@ impl Metrics {
             self.cache_errors.with_label_values(&[s]);
             self.dynamic_leases.with_label_values(&[s]);
         }
-        for e in KMS_ENDPOINTS {
+        let logins = LoginMethod::ALL
+            .iter()
+            .filter_map(|m| m.route().map(|r| r.0));
+        for e in KMS_ENDPOINTS.into_iter().chain(logins) {
             self.kms_request_duration.with_label_values(&[e]);
         }
-        for m in LOGIN_METHODS {
-            self.kms_logins.with_label_values(&[m]);
+        for m in LoginMethod::ALL {
+            self.kms_logins.with_label_values(&[m.label()]);
         }
         for k in RELOAD_KINDS {
             self.reloads.with_label_values(&[k]);
@@ -429,6 +420,19 @@ mod tests {
         }
         assert!(text.contains(r#"controller_runtime_reconcile_total{controller="kmssecret",result="success",shard="3"} 0"#));
         assert!(text.contains(r#"kms_operator_shard_owned{shard="0"} 0"#));
+        // Every login method and its route, cloud ones included.
+        for m in LoginMethod::ALL {
+            let label = m.label();
+            assert!(
+                text.contains(&format!(
+                    r#"kms_operator_kms_logins_total{{method="{label}"}} 0"#
+                )),
+                "{label}"
+            );
+            if let Some((route, _)) = m.route() {
+                assert!(text.contains(&format!(r#"endpoint="{route}""#)), "{route}");
+            }
+        }
     }
 
     #[test]

@@ -280,7 +280,7 @@ pub async fn credentials(ctx: &Context, method: &AuthMethod) -> Result<Credentia
             if identity_id.is_empty() {
                 return Err(SyncError::Spec(format!(
                     "{}: identityId is empty",
-                    method.strategy_name()
+                    method.login().strategy_name()
                 )));
             }
             let subject = match method {
@@ -548,6 +548,47 @@ mod tests {
                 .unwrap()
                 .secret_read(),
             None
+        );
+    }
+
+    #[tokio::test]
+    async fn an_api_server_that_does_not_answer_is_transient_not_a_missing_secret() {
+        let ctx = Context::test();
+        let method = AuthMethod::Universal {
+            credentials: ("ns".to_owned(), "creds".to_owned()),
+        };
+        let err = credentials(&ctx, &method).await.unwrap_err();
+        assert!(
+            matches!(err, SyncError::Kube { .. }) && err.is_transient(),
+            "{err:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn kubernetes_and_cloud_credentials_read_nothing_until_login() {
+        // The test context's API server never answers: these succeed only
+        // because nothing is read before the login asks for a token.
+        let ctx = Context::test();
+        let kubernetes = AuthMethod::Kubernetes {
+            identity_id: "id".to_owned(),
+            service_account: ("ns".to_owned(), "app".to_owned()),
+            auto_token: true,
+            audiences: vec!["kms".to_owned()],
+        };
+        let c = credentials(&ctx, &kubernetes).await.unwrap();
+        assert_eq!(c.strategy_name(), "KUBERNETES_AUTH_MACHINE_IDENTITY");
+        assert!(format!("{c:?}").contains("ns/app|kms|true"), "{c:?}");
+        let aws = AuthMethod::Cloud {
+            method: CloudMethod::AwsIam,
+            identity_id: String::new(),
+            azure_resource: None,
+            azure_client_id: None,
+            key_file: None,
+        };
+        let err = credentials(&ctx, &aws).await.unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            SyncError::Spec("AWS_IAM_MACHINE_IDENTITY: identityId is empty".to_owned()).to_string()
         );
     }
 

@@ -121,3 +121,80 @@ impl Context {
         self.cache.as_ref().map(|c| c.data_hasher().hash_map(data))
     }
 }
+
+/// The ownership gate of [`Context::test`]: one shard, always owned.
+#[cfg(test)]
+struct OwnsAll;
+
+#[cfg(test)]
+impl Ownership for OwnsAll {
+    fn shard_count(&self) -> u32 {
+        1
+    }
+    fn shard_of(&self, _namespace: &str) -> u32 {
+        0
+    }
+    fn owns(&self, _shard: u32) -> bool {
+        true
+    }
+    fn holds(&self, _shard: u32) -> bool {
+        true
+    }
+    fn cancellation(&self, _shard: u32) -> tokio_util::sync::CancellationToken {
+        tokio_util::sync::CancellationToken::new()
+    }
+    fn members(&self) -> u32 {
+        1
+    }
+}
+
+#[cfg(test)]
+impl Context {
+    /// A context for unit tests (call it inside a Tokio runtime): a client
+    /// of an API server that never answers (every request fails to
+    /// connect), a KMS client with default settings, one shard owned by
+    /// this replica, empty stores and no cache. Tests replace the fields
+    /// they need.
+    pub fn test() -> Context {
+        let config = kube::Config::new("http://127.0.0.1:1".parse().expect("a valid URL"));
+        let client = Client::try_from(config).expect("a client");
+        let metrics = Metrics::new(1);
+        let recorder = Recorder::new(
+            client.clone(),
+            kube::runtime::events::Reporter {
+                controller: "kms-operator-test".into(),
+                instance: None,
+            },
+        );
+        Context {
+            kms: Arc::new(Kms::new(crate::kms::KmsConfig::default(), metrics.clone())),
+            client,
+            metrics,
+            gate: Arc::new(OwnsAll),
+            settings: Settings::default(),
+            recorder,
+            renderer: Arc::new(kms_template::Engine::default()),
+            secrets: Scoped::unwatched(),
+            config_maps: Scoped::unwatched(),
+            consumers: Arc::default(),
+            cache: None,
+            referenced: Arc::default(),
+            critical: tokio_util::task::TaskTracker::new(),
+            global: Arc::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_test_context_owns_its_one_shard_and_has_no_cache() {
+        let ctx = Context::test();
+        assert!(ctx.gate.owns(ctx.gate.shard_of("any")));
+        assert_eq!(ctx.data_hash(&Default::default()), None);
+        assert_eq!(ctx.global_config(), GlobalConfig::default());
+        assert!(ctx.secrets.get(Some("default"), "missing").is_none());
+    }
+}

@@ -150,6 +150,12 @@ where
     pub fn is_ready(&self) -> bool {
         self.stores.iter().all(|(_, _, ready)| ready.is_ready())
     }
+
+    /// No store at all: no namespace is covered (unit tests).
+    #[cfg(test)]
+    pub fn unwatched() -> Self {
+        Self { stores: Vec::new() }
+    }
 }
 
 /// The annotation `kubectl apply` (client side) keeps the last applied object

@@ -15,6 +15,7 @@ use tokio::time::Instant;
 
 use super::cloud::{CloudMethod, CloudSource};
 use super::endpoint::{Endpoint, hex};
+use super::method::LoginMethod;
 
 /// Produces a Kubernetes service-account token when a login needs one (a
 /// TokenRequest, or the legacy token Secret). Called lazily, so a short-lived
@@ -120,26 +121,20 @@ impl std::fmt::Debug for Credentials {
 }
 
 impl Credentials {
-    /// The method's metric label.
-    pub fn method(&self) -> &'static str {
+    /// The login method.
+    pub fn method(&self) -> LoginMethod {
         match self {
-            Credentials::UniversalAuth { .. } => "universal",
-            Credentials::Kubernetes { .. } => "kubernetes",
-            Credentials::Ldap { .. } => "ldap",
-            Credentials::Cloud { method, .. } => method.label(),
-            Credentials::ServiceToken { .. } => "service-token",
+            Credentials::UniversalAuth { .. } => LoginMethod::Universal,
+            Credentials::Kubernetes { .. } => LoginMethod::Kubernetes,
+            Credentials::Ldap { .. } => LoginMethod::Ldap,
+            Credentials::Cloud { method, .. } => method.login(),
+            Credentials::ServiceToken { .. } => LoginMethod::ServiceToken,
         }
     }
 
     /// Name of the method as shown in conditions.
     pub fn strategy_name(&self) -> &'static str {
-        match self {
-            Credentials::UniversalAuth { .. } => "UNIVERSAL_MACHINE_IDENTITY",
-            Credentials::Kubernetes { .. } => "KUBERNETES_AUTH_MACHINE_IDENTITY",
-            Credentials::Ldap { .. } => "LDAP_MACHINE_IDENTITY",
-            Credentials::Cloud { method, .. } => method.strategy_name(),
-            Credentials::ServiceToken { .. } => "SERVICE_TOKEN",
-        }
+        self.method().strategy_name()
     }
 
     fn principal(&self) -> &str {
@@ -202,7 +197,7 @@ impl Identity {
         for part in [
             self.endpoint.base.as_str(),
             &self.endpoint.trust_key(),
-            self.credentials.method(),
+            self.credentials.method().label(),
             self.credentials.principal(),
             &self.credentials.material_digest(),
         ] {

@@ -24,9 +24,6 @@ use super::model::{
 };
 use crate::metrics::Metrics;
 
-const LOGIN_UA: &str = "POST /api/v1/auth/universal-auth/login";
-const LOGIN_K8S: &str = "POST /api/v1/auth/kubernetes-auth/login";
-const LOGIN_LDAP: &str = "POST /api/v1/auth/ldap-auth/login";
 const SERVICE_TOKEN: &str = "GET /api/v2/service-token";
 const RENEW: &str = "POST /api/v1/auth/token/renew";
 const LIST: &str = "GET /api/v3/secrets/raw";
@@ -335,36 +332,28 @@ impl Kms {
     /// Log in with an identity's credentials.
     async fn login(&self, identity: &Identity) -> Result<Token, KmsError> {
         let ep = &identity.endpoint;
-        let (route, url, body) = match &identity.credentials {
+        let method = identity.credentials.method();
+        let body = match &identity.credentials {
             Credentials::UniversalAuth {
                 client_id,
                 client_secret,
-            } => (
-                LOGIN_UA,
-                format!("{}/v1/auth/universal-auth/login", ep.base),
-                serde_json::json!({"clientId": client_id, "clientSecret": client_secret.expose_secret()}),
-            ),
+            } => {
+                serde_json::json!({"clientId": client_id, "clientSecret": client_secret.expose_secret()})
+            }
             Credentials::Kubernetes {
                 identity_id, jwt, ..
             } => {
                 let token = jwt().await.map_err(KmsError::Credentials)?;
-                (
-                    LOGIN_K8S,
-                    format!("{}/v1/auth/kubernetes-auth/login", ep.base),
-                    serde_json::json!({"identityId": identity_id, "jwt": token.expose_secret()}),
-                )
+                serde_json::json!({"identityId": identity_id, "jwt": token.expose_secret()})
             }
             Credentials::Ldap {
                 identity_id,
                 username,
                 password,
-            } => (
-                LOGIN_LDAP,
-                format!("{}/v1/auth/ldap-auth/login", ep.base),
-                serde_json::json!({"identityId": identity_id, "username": username, "password": password.expose_secret()}),
-            ),
+            } => {
+                serde_json::json!({"identityId": identity_id, "username": username, "password": password.expose_secret()})
+            }
             Credentials::Cloud {
-                method,
                 identity_id,
                 source,
                 ..
@@ -372,12 +361,7 @@ impl Kms {
                 let proof = source.proof(identity_id).await.map_err(|e| {
                     KmsError::Credentials(format!("{} login: {e}", method.strategy_name()))
                 })?;
-                let (route, path) = method.route();
-                (
-                    route,
-                    format!("{}{path}", ep.base),
-                    proof.login_body(identity_id),
-                )
+                proof.login_body(identity_id)
             }
             Credentials::ServiceToken { token } => {
                 // No login: the token is the credential.
@@ -393,10 +377,14 @@ impl Kms {
                 });
             }
         };
+        let (route, path) = method.route().ok_or_else(|| {
+            KmsError::Credentials(format!("{} has no login", method.strategy_name()))
+        })?;
+        let url = format!("{}{path}", ep.base);
         let reply = self.send(ep, route, |c| c.post(&url).json(&body)).await?;
         self.metrics
             .kms_logins
-            .with_label_values(&[identity.credentials.method()])
+            .with_label_values(&[method.label()])
             .inc();
         let body: LoginResponse = parse(route, &reply)?;
         let now = Instant::now();
@@ -980,7 +968,8 @@ mod tests {
             }
             match (method, route.as_str()) {
                 ("POST", "/api/v1/auth/universal-auth/login" | "/api/v1/auth/token/renew") => {
-                    let b: LoginResponse = parse(LOGIN_UA, &reply).unwrap();
+                    let b: LoginResponse =
+                        parse("POST /api/v1/auth/universal-auth/login", &reply).unwrap();
                     assert_eq!(b.access_token.expose_secret(), "<ACCESS_TOKEN>");
                     assert_eq!(
                         (b.expires_in, b.access_token_max_ttl),

@@ -5,6 +5,8 @@
 //!   HTTP client per trust configuration (system roots plus a private CA);
 //! - [`cloud`]: the proofs of the cloud login methods (AWS, Azure, GCP),
 //!   from the pod's ambient credentials or a key file;
+//! - [`method`]: the login methods, each named once (label, strategy,
+//!   route);
 //! - [`auth`]: identities, their keys and tokens (one login per identity,
 //!   renewed before expiry, a new login at max TTL, lazy);
 //! - [`limiter`]: the request budget per host and 429 pauses;
@@ -25,6 +27,7 @@ pub mod folders;
 mod fuzz;
 pub mod leases;
 pub mod limiter;
+pub mod method;
 pub mod model;
 pub mod push;
 

@@ -10,6 +10,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use secrecy::SecretString;
 
+use crate::kms::method::LoginMethod;
+
 /// Default AWS instance metadata service.
 pub const DEFAULT_AWS_IMDS: &str = "http://169.254.169.254";
 /// Default Azure instance metadata service.
@@ -106,13 +108,13 @@ pub enum CloudMethod {
 }
 
 impl CloudMethod {
-    /// The metric label.
-    pub fn label(self) -> &'static str {
+    /// The login method it is.
+    pub fn login(self) -> LoginMethod {
         match self {
-            CloudMethod::AwsIam => "aws-iam",
-            CloudMethod::Azure => "azure",
-            CloudMethod::GcpIdToken => "gcp-id-token",
-            CloudMethod::GcpIam => "gcp-iam",
+            CloudMethod::AwsIam => LoginMethod::AwsIam,
+            CloudMethod::Azure => LoginMethod::Azure,
+            CloudMethod::GcpIdToken => LoginMethod::GcpIdToken,
+            CloudMethod::GcpIam => LoginMethod::GcpIam,
         }
     }
 
@@ -123,34 +125,6 @@ impl CloudMethod {
             CloudMethod::Azure => "azureAuth",
             CloudMethod::GcpIdToken => "gcpIdTokenAuth",
             CloudMethod::GcpIam => "gcpIamAuth",
-        }
-    }
-
-    /// The strategy name shown in conditions.
-    pub fn strategy_name(self) -> &'static str {
-        match self {
-            CloudMethod::AwsIam => "AWS_IAM_MACHINE_IDENTITY",
-            CloudMethod::Azure => "AZURE_MACHINE_IDENTITY",
-            CloudMethod::GcpIdToken => "GCP_ID_TOKEN_MACHINE_IDENTITY",
-            CloudMethod::GcpIam => "GCP_IAM_MACHINE_IDENTITY",
-        }
-    }
-
-    /// The login route (for metrics) and its path under the API base.
-    pub fn route(self) -> (&'static str, &'static str) {
-        match self {
-            CloudMethod::AwsIam => (
-                "POST /api/v1/auth/aws-auth/login",
-                "/v1/auth/aws-auth/login",
-            ),
-            CloudMethod::Azure => (
-                "POST /api/v1/auth/azure-auth/login",
-                "/v1/auth/azure-auth/login",
-            ),
-            CloudMethod::GcpIdToken | CloudMethod::GcpIam => (
-                "POST /api/v1/auth/gcp-auth/login",
-                "/v1/auth/gcp-auth/login",
-            ),
         }
     }
 }
