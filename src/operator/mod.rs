@@ -397,7 +397,9 @@ fn kms_client(args: &RunArgs, metrics: &Metrics, cache: Option<&storage::Store>)
     Arc::new(kms)
 }
 
-/// Drop the cache's sync records of KmsSecrets that no longer exist.
+/// Drop the cache's sync records of KmsSecrets that no longer exist and
+/// the access tokens that have expired. (Lease records go when their lease
+/// is recorded or revoked; see `kms_dynamic_secret::pending`.)
 fn prune_cache(cache: Option<&storage::Store>, kms_secrets: &Scoped<KmsSecret>) {
     let Some(store) = cache else { return };
     let live: HashSet<String> = kms_secrets.all().iter().filter_map(|o| o.uid()).collect();
@@ -405,6 +407,14 @@ fn prune_cache(cache: Option<&storage::Store>, kms_secrets: &Scoped<KmsSecret>) 
         Ok(n) if n > 0 => tracing::info!(removed = n, "pruned cache records of deleted resources"),
         Ok(_) => {}
         Err(e) => tracing::warn!(error = %e, "could not prune the cache"),
+    }
+    let now = k8s_openapi::jiff::Timestamp::now().as_millisecond();
+    match store.prune_tokens(now) {
+        Ok(n) if n > 0 => {
+            tracing::info!(removed = n, "pruned expired access tokens from the cache")
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "could not prune the cache's access tokens"),
     }
 }
 

@@ -27,7 +27,6 @@
 //! The token ciphertext is bound (as associated data) to its schema byte and
 //! its key, so it cannot be moved to another identity.
 
-use std::collections::HashSet;
 use std::fs::{self, File};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
@@ -48,8 +47,6 @@ pub const DEFAULT_MAX_BYTES: u64 = 256 << 20;
 
 /// How often the engine writes dirty data in the background (milliseconds).
 const FLUSH_EVERY_MS: u64 = 500;
-/// How often an `update_*` retries when the record changed under it.
-const MAX_UPDATE_ATTEMPTS: usize = 1000;
 
 const LOCK_FILE: &str = "LOCK";
 const DB_DIR: &str = "db";
@@ -297,24 +294,6 @@ impl Store {
         self.put_plain(RecordKind::Sync, uid, SYNC_SCHEMA, record)
     }
 
-    /// Deletes the sync record of `uid` (no error if there is none).
-    pub fn remove_sync(&self, uid: &str) -> Result<(), StorageError> {
-        self.remove_raw(RecordKind::Sync, uid.as_bytes())
-    }
-
-    /// Atomically replaces the sync record of `uid` with `f(current)`.
-    ///
-    /// `f` sees the current record (`None` if absent or unreadable) and
-    /// returns the new one, or `None` to delete it. If another writer
-    /// changes the record in between, `f` runs again on the newer record
-    /// (compare-and-swap). Returns what was stored.
-    pub fn update_sync<F>(&self, uid: &str, f: F) -> Result<Option<SyncRecord>, StorageError>
-    where
-        F: FnMut(Option<&SyncRecord>) -> Option<SyncRecord>,
-    {
-        self.update_plain(RecordKind::Sync, uid, SYNC_SCHEMA, f)
-    }
-
     // ----- lease records ------------------------------------------------
 
     /// The lease record of the custom resource with this UID.
@@ -330,15 +309,6 @@ impl Store {
     /// Deletes the lease record of `uid` (no error if there is none).
     pub fn remove_lease(&self, uid: &str) -> Result<(), StorageError> {
         self.remove_raw(RecordKind::Lease, uid.as_bytes())
-    }
-
-    /// Atomically replaces the lease record of `uid`; see
-    /// [`Store::update_sync`].
-    pub fn update_lease<F>(&self, uid: &str, f: F) -> Result<Option<LeaseRecord>, StorageError>
-    where
-        F: FnMut(Option<&LeaseRecord>) -> Option<LeaseRecord>,
-    {
-        self.update_plain(RecordKind::Lease, uid, LEASE_SCHEMA, f)
     }
 
     // ----- token records ------------------------------------------------
@@ -377,32 +347,18 @@ impl Store {
         }
     }
 
-    /// Deletes every token record that does not belong to one of
-    /// `identities`, that has expired (`expires_at_unix_ms <= now_unix_ms`),
-    /// or that cannot be decrypted. Without an encryption key every token
-    /// record is deleted. Returns how many were deleted.
-    pub fn prune_tokens<I>(&self, identities: I, now_unix_ms: i64) -> Result<usize, StorageError>
-    where
-        I: IntoIterator,
-        I::Item: AsRef<str>,
-    {
+    /// Deletes every token record that has expired (`expires_at_unix_ms
+    /// <= now_unix_ms`) or cannot be decrypted; without an encryption key,
+    /// every token record. Returns how many were deleted.
+    pub fn prune_tokens(&self, now_unix_ms: i64) -> Result<usize, StorageError> {
         let tree = &self.inner.token;
         let Some(cipher) = &self.inner.keys.tokens else {
             let count = tree.len();
             tree.clear().map_err(db_error)?;
             return Ok(count);
         };
-        let live: HashSet<[u8; 32]> = identities
-            .into_iter()
-            .map(|identity| cipher.db_key(identity.as_ref()))
-            .collect();
         self.prune_tree(RecordKind::Token, |key, value| {
-            let Ok(slot) = <[u8; 32]>::try_from(key) else {
-                return false;
-            };
-            live.contains(&slot)
-                && open_token(cipher, key, value)
-                    .is_ok_and(|token| token.expires_at_unix_ms > now_unix_ms)
+            open_token(cipher, key, value).is_ok_and(|token| token.expires_at_unix_ms > now_unix_ms)
         })
     }
 
@@ -546,45 +502,6 @@ impl Store {
 
     fn remove_raw(&self, kind: RecordKind, key: &[u8]) -> Result<(), StorageError> {
         self.tree(kind).remove(key).map(drop).map_err(db_error)
-    }
-
-    fn update_plain<T, F>(
-        &self,
-        kind: RecordKind,
-        uid: &str,
-        schema: u8,
-        mut f: F,
-    ) -> Result<Option<T>, StorageError>
-    where
-        T: Serialize + serde::de::DeserializeOwned,
-        F: FnMut(Option<&T>) -> Option<T>,
-    {
-        let tree = self.tree(kind);
-        let key = uid.as_bytes();
-        for _ in 0..MAX_UPDATE_ATTEMPTS {
-            let old = tree.get(key).map_err(db_error)?;
-            let current = old
-                .as_ref()
-                .and_then(|bytes| codec::decode::<T>(schema, bytes).ok());
-            let new = f(current.as_ref());
-            let new_bytes = match &new {
-                Some(record) => Some(codec::encode(schema, record)?),
-                None => None,
-            };
-            if old.is_none() && new_bytes.is_some() {
-                self.check_room(tree, key)?;
-            }
-            match tree
-                .compare_and_swap(key, old.as_ref(), new_bytes)
-                .map_err(db_error)?
-            {
-                Ok(()) => return Ok(new),
-                Err(_) => continue,
-            }
-        }
-        Err(StorageError::Database(format!(
-            "{kind} record {uid}: gave up after {MAX_UPDATE_ATTEMPTS} concurrent updates"
-        )))
     }
 
     /// Deletes the records of `kind` for which `keep(key, value)` is false;

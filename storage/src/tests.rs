@@ -2,7 +2,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use crate::codec::{LEASE_SCHEMA, SYNC_SCHEMA, TOKEN_SCHEMA};
 use crate::*;
@@ -201,11 +200,10 @@ fn records_round_trip() {
     assert_eq!(store.len(RecordKind::Lease), 1);
     assert_eq!(store.len(RecordKind::Token), 1);
 
-    store.remove_sync("uid-1").unwrap();
     store.remove_lease("uid-1").unwrap();
     store.remove_token(IDENTITY).unwrap();
-    store.remove_sync("never-there").unwrap();
-    assert_eq!(store.get_sync("uid-1"), Lookup::Miss);
+    store.remove_lease("never-there").unwrap();
+    assert_eq!(store.get_sync("uid-1"), Lookup::Hit(sync_record(2)));
     assert_eq!(store.get_lease("uid-1"), Lookup::Miss);
     assert_eq!(store.get_token(IDENTITY), Lookup::Miss);
 }
@@ -758,7 +756,7 @@ fn retain_prunes_gone_objects() {
 }
 
 #[test]
-fn prune_tokens_by_identity_and_expiry() {
+fn prune_tokens_by_expiry() {
     let dir = tempfile::tempdir().unwrap();
     let (store, _) = open(dir.path(), Some(1));
     let expiring = |at: i64| TokenRecord {
@@ -767,18 +765,17 @@ fn prune_tokens_by_identity_and_expiry() {
     };
     store.put_token("live", &expiring(2_000)).unwrap();
     store.put_token("expired", &expiring(1_000)).unwrap();
-    store.put_token("gone", &expiring(2_000)).unwrap();
+    store.put_token("also live", &expiring(2_000)).unwrap();
     store.raw_insert(
         RecordKind::Token,
         &store.token_db_key("broken").unwrap(),
         b"\x01junk",
     );
-    let removed = store
-        .prune_tokens(["live", "expired", "broken"], 1_000)
-        .unwrap();
-    assert_eq!(removed, 3);
-    assert_eq!(store.len(RecordKind::Token), 1);
+    let removed = store.prune_tokens(1_000).unwrap();
+    assert_eq!(removed, 2);
+    assert_eq!(store.len(RecordKind::Token), 2);
     assert!(store.get_token("live").is_hit());
+    assert!(store.get_token("also live").is_hit());
 }
 
 #[test]
@@ -829,23 +826,13 @@ fn max_bytes_refuses_new_records_only() {
     assert!(size >= 1);
     assert!(store.put_lease("new", &lease_record()).is_err());
     assert!(store.put_token("new identity", &token_record()).is_err());
-    assert!(store.update_sync("new", |_| Some(sync_record(1))).is_err());
     assert_eq!(store.get_sync("new"), Lookup::Miss);
     // Replacing and removing still work.
     store.put_sync("existing", &sync_record(2)).unwrap();
     assert_eq!(store.get_sync("existing"), Lookup::Hit(sync_record(2)));
     store.put_lease("existing", &lease_record()).unwrap();
     store.put_token(IDENTITY, &token_record()).unwrap();
-    store
-        .update_sync("existing", |r| {
-            r.map(|r| SyncRecord {
-                generation: 3,
-                ..r.clone()
-            })
-        })
-        .unwrap();
-    assert_eq!(store.get_sync("existing").hit().unwrap().generation, 3);
-    store.remove_sync("existing").unwrap();
+    store.remove_lease("existing").unwrap();
     // With no bound the same write passes.
     drop(store);
     let (store, _) = open_with(dir.path(), || Options {
@@ -857,53 +844,6 @@ fn max_bytes_refuses_new_records_only() {
     drop(store);
     let (store, _) = open(dir.path(), Some(1));
     store.put_sync("new-2", &sync_record(1)).unwrap();
-}
-
-#[test]
-fn update_is_atomic_under_contention() {
-    let dir = tempfile::tempdir().unwrap();
-    let (store, _) = open(dir.path(), None);
-    let threads = 4;
-    let per_thread = 100;
-    let store = Arc::new(store);
-    let handles: Vec<_> = (0..threads)
-        .map(|_| {
-            let store = Arc::clone(&store);
-            std::thread::spawn(move || {
-                for _ in 0..per_thread {
-                    store
-                        .update_sync("counter", |current| {
-                            let mut next = current.cloned().unwrap_or_default();
-                            next.generation += 1;
-                            Some(next)
-                        })
-                        .unwrap();
-                }
-            })
-        })
-        .collect();
-    for handle in handles {
-        handle.join().unwrap();
-    }
-    assert_eq!(
-        store.get_sync("counter").hit().unwrap().generation,
-        threads * per_thread
-    );
-    // Returning None deletes; an unreadable record counts as absent.
-    assert_eq!(store.update_sync("counter", |_| None).unwrap(), None);
-    assert_eq!(store.get_sync("counter"), Lookup::Miss);
-    store.raw_insert(RecordKind::Sync, b"junk", b"\x09");
-    let seen = std::cell::Cell::new(false);
-    store
-        .update_sync("junk", |current| {
-            seen.set(current.is_some());
-            Some(sync_record(4))
-        })
-        .unwrap();
-    assert!(!seen.get());
-    assert_eq!(store.get_sync("junk"), Lookup::Hit(sync_record(4)));
-    store.update_lease("uid", |_| Some(lease_record())).unwrap();
-    assert_eq!(store.get_lease("uid"), Lookup::Hit(lease_record()));
 }
 
 #[test]

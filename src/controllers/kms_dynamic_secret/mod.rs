@@ -5,8 +5,9 @@
 //! Rules (see `docs/kmsdynamicsecret.md`):
 //! - A new lease is written to the status **before** its credentials reach
 //!   the Secret; if that status write fails, the lease is revoked at once.
-//!   The only lease that can leak is one created right before the process
-//!   dies: it is never renewed and expires at its TTL.
+//!   A lease created right before the process dies is never renewed; with a
+//!   cache it was remembered there first (`pending`) and is revoked by the
+//!   next reconcile, without one it expires at its TTL.
 //! - Renewal happens at a jittered 50–70 % of the lease period and never
 //!   later than min(30 s, period/3) before expiry; it touches neither the
 //!   Secret nor any workload.
@@ -19,6 +20,7 @@
 //!   with backoff; `secrets.hanzo.ai/skip-cleanup: "true"` or
 //!   `--cleanup-timeout` release the resource without cleanup.
 
+pub mod pending;
 pub mod plan;
 
 use std::collections::{BTreeMap, HashMap};
@@ -37,6 +39,7 @@ use secrecy::SecretString;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use self::pending::{Pending, Settle};
 use self::plan::{Decision, LeaseView};
 use super::apply::{self, ensure_owner};
 use super::auth::generic_identity;
@@ -367,7 +370,10 @@ impl Controller {
             _ => false,
         };
 
-        // Retired leases whose grace is over go; then renew or create.
+        // A lease created and never recorded (the process died before its
+        // status write) is revoked; retired leases whose grace is over go;
+        // then renew or create.
+        step.settle_pending(&status).await;
         step.revoke_retired(&mut status).await?;
         let view = status.lease.as_ref().map(LeaseView::from_status);
         let max_ttl = status
@@ -518,11 +524,18 @@ impl Controller {
             .map(String::as_str)
             == Some("true");
         let status = cr.status.clone().unwrap_or_default();
+        // A lease created and never recorded goes with the recorded ones.
+        let pending = Pending::new(ctx.cache.as_ref(), &uid);
+        let unrecorded = match pending::settle(pending.get().as_ref(), &status, Timestamp::now()) {
+            Settle::Revoke(id) => Some(id),
+            Settle::Nothing | Settle::Forget => None,
+        };
         let leases: Vec<String> = status
             .lease
             .iter()
             .map(|l| l.id.clone())
             .chain(status.retired_leases.iter().map(|r| r.id.clone()))
+            .chain(unrecorded)
             .collect();
         if skip {
             event(
@@ -587,6 +600,7 @@ impl Controller {
         ensure_owner(ctx, shard, cancel)?;
         let finalizers: Vec<&String> = cr.finalizers().iter().filter(|f| *f != FINALIZER).collect();
         patch_meta(ctx, cr, json!({"finalizers": finalizers})).await?;
+        pending.forget();
         self.identities
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -713,6 +727,7 @@ struct NewLease {
 async fn create_and_record(
     kms: Arc<crate::kms::Kms>,
     client: Client,
+    cache: Option<storage::Store>,
     identity: Identity,
     target: LeaseTarget,
     written: KmsDynamicSecret,
@@ -737,6 +752,9 @@ async fn create_and_record(
         .create_lease(&identity, &target, step.ttl.as_deref())
         .await
         .map_err(kms_err)?;
+    let uid = written.uid().unwrap_or_default();
+    let pending = Pending::new(cache.as_ref(), &uid);
+    pending.remember(&created.lease);
     record_lease(&mut status, &created, &step);
     // The lease is recorded before its credentials are used; if that fails
     // or the shard is lost first, it is revoked now.
@@ -755,14 +773,20 @@ async fn create_and_record(
         }),
     };
     match result {
-        Ok(w) => Ok((created, status, w)),
+        Ok(w) => {
+            pending.forget();
+            Ok((created, status, w))
+        }
         Err(e) => {
             let id = &created.lease.id;
             // Said before the attempt: a replica stopped while it runs has
             // still told why the lease is not recorded.
             tracing::warn!(lease = %id, error = %e, "could not record a new lease; revoking it");
             match revoke_unrecorded(&kms, &identity, &target, &created.lease).await {
-                Ok(()) => tracing::info!(lease = %id, "unrecorded lease revoked"),
+                Ok(()) => {
+                    pending.forget();
+                    tracing::info!(lease = %id, "unrecorded lease revoked");
+                }
                 Err(r) => tracing::warn!(
                     lease = %id,
                     error = %r,
@@ -926,6 +950,50 @@ struct Step<'a> {
 }
 
 impl Step<'_> {
+    /// Revoke a lease remembered in the cache that the status does not
+    /// name (created before the process died, never recorded), and forget
+    /// it; a revocation that fails is retried at the next reconcile.
+    async fn settle_pending(&self, status: &KmsDynamicSecretStatus) {
+        let uid = self.cr.uid().unwrap_or_default();
+        let pending = Pending::new(self.ctx.cache.as_ref(), &uid);
+        let id = match pending::settle(pending.get().as_ref(), status, self.now) {
+            Settle::Nothing => return,
+            Settle::Forget => return pending.forget(),
+            Settle::Revoke(id) => id,
+        };
+        if ensure_owner(self.ctx, self.shard, self.cancel).is_err() {
+            return;
+        }
+        match self
+            .ctx
+            .kms
+            .revoke_lease(self.identity, self.lease_target, &id)
+            .await
+        {
+            Ok(()) => {
+                pending.forget();
+                tracing::info!(resource = %self.me, lease = %id, "revoked a lease created before a restart and never recorded");
+                event(
+                    self.ctx,
+                    self.cr,
+                    EventType::Normal,
+                    "UnrecordedLeaseRevoked",
+                    &format!(
+                        "Revoked lease {id}: it was created before a restart and never recorded"
+                    ),
+                )
+                .await;
+            }
+            Err(e) if e.is_transient() => {
+                tracing::warn!(resource = %self.me, lease = %id, error = %e, "could not revoke an unrecorded lease; retried at the next reconcile");
+            }
+            Err(e) => {
+                pending.forget();
+                tracing::warn!(resource = %self.me, lease = %id, error = %e, "an unrecorded lease cannot be revoked; it expires at its TTL");
+            }
+        }
+    }
+
     /// Revoke the retired leases whose grace is over; the others (and
     /// those whose revocation failed, retried next time) stay listed.
     async fn revoke_retired(&self, status: &mut KmsDynamicSecretStatus) -> Result<(), SyncError> {
@@ -1091,6 +1159,7 @@ impl Step<'_> {
             .spawn(create_and_record(
                 self.ctx.kms.clone(),
                 self.ctx.client.clone(),
+                self.ctx.cache.clone(),
                 self.identity.clone(),
                 self.lease_target.clone(),
                 written,
