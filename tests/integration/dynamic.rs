@@ -13,7 +13,7 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use crate::harness::{self, TestNamespace, holds_for, wait_for};
-use crate::support::{CLIENT_ID, CLIENT_SECRET, DevServer, Operator};
+use crate::support::{CLIENT_ID, CLIENT_SECRET, DevServer, Operator, TempDir};
 
 fn api(client: &Client, ns: &str) -> Api<DynamicObject> {
     let ar = ApiResource::from_gvk_with_plural(
@@ -564,4 +564,99 @@ async fn a_graceful_stop_during_a_429_leaks_no_lease() {
         "a lease alive in the KMS is recorded nowhere"
     );
     kms.clear_faults().await;
+}
+
+#[tokio::test]
+async fn a_lease_created_before_a_crash_and_never_recorded_is_revoked_after_the_restart() {
+    let client = harness::client().await;
+    let ns = TestNamespace::new(&client, "dyn-pending").await;
+    let kms = dev_server("1h", "24h").await;
+    credentials(&client, &ns.name).await;
+    let dir = TempDir::new("dyn-cache");
+    let cache = dir.0.join("cache");
+    let flag = format!("--cache-dir={}", cache.display());
+    let mut op = Operator::start(&ns.name, &[&ns.name], &[&flag]).await;
+    create(&client, &ns.name, "db", &kms.api(), "1h", true).await;
+    let (recorded, _) = wait_for(Duration::from_secs(30), || {
+        lease_of(&client, &ns.name, "db")
+    })
+    .await
+    .expect("a lease recorded");
+    op.stop();
+
+    // What a replica killed between creating a lease and writing the status
+    // leaves: a lease the KMS holds and the status does not name, remembered
+    // in the replica's cache.
+    let http = reqwest::Client::new();
+    let token = kms_testkit::api::login(&http, &kms.api(), CLIENT_ID, CLIENT_SECRET)
+        .await
+        .unwrap();
+    let created: Value = http
+        .post(format!("{}/v1/dynamic-secrets/leases", kms.api()))
+        .bearer_auth(&token)
+        .json(
+            &json!({"dynamicSecretName": "db-creds", "projectSlug": "demo",
+            "environmentSlug": "dev", "path": "/", "ttl": "1h"}),
+        )
+        .send()
+        .await
+        .unwrap()
+        .error_for_status()
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let orphan = created["lease"]["id"].as_str().unwrap().to_owned();
+    let expires: k8s_openapi::jiff::Timestamp = created["lease"]["expireAt"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let uid = api(&client, &ns.name)
+        .get("db")
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    {
+        let (store, _) = storage::Store::open(&cache, storage::Options::default()).unwrap();
+        let record = storage::LeaseRecord {
+            lease_id: orphan.clone(),
+            version: 1,
+            expires_at_unix_ms: expires.as_millisecond(),
+        };
+        store.put_lease(&uid, &record).unwrap();
+        store.flush().unwrap();
+    }
+    let mut active = active_ids(&kms.leases(false).await);
+    active.sort();
+    let mut both = vec![recorded.clone(), orphan.clone()];
+    both.sort();
+    assert_eq!(active, both);
+
+    // The restart revokes it, says so, and keeps the recorded lease.
+    let _op = Operator::start(&ns.name, &[&ns.name], &[&flag]).await;
+    let revoked = wait_for(Duration::from_secs(30), || async {
+        (active_ids(&kms.leases(false).await) == [recorded.clone()]).then_some(())
+    })
+    .await;
+    assert!(
+        revoked.is_some(),
+        "the unrecorded lease {orphan} is still active: {:?}",
+        kms.leases(false).await
+    );
+    let note = harness::wait_event(
+        &client,
+        &ns.name,
+        "db",
+        "UnrecordedLeaseRevoked",
+        Duration::from_secs(10),
+    )
+    .await;
+    assert!(note.contains(&orphan), "{note}");
+    assert_eq!(
+        lease_of(&client, &ns.name, "db").await.map(|l| l.0),
+        Some(recorded)
+    );
 }

@@ -234,3 +234,37 @@ async fn holds_for_fails_at_the_first_broken_poll_and_passes_a_whole_window() {
     assert!(started.elapsed() >= Duration::from_millis(500));
     assert!(polls >= 5, "{polls} polls in 500 ms");
 }
+
+/// `(reason, note)` of the Events in `ns` about the object named `name`.
+pub async fn events_of(client: &Client, ns: &str, name: &str) -> Vec<(String, String)> {
+    use k8s_openapi::api::events::v1::Event;
+    Api::<Event>::namespaced(client.clone(), ns)
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+        .collect()
+}
+
+/// Wait up to `timeout` for an Event in `ns` about `name` with `reason`;
+/// its note (panics when none comes).
+pub async fn wait_event(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    reason: &str,
+    timeout: Duration,
+) -> String {
+    let found = wait_for(timeout, || async {
+        events_of(client, ns, name)
+            .await
+            .into_iter()
+            .find(|(r, _)| r == reason)
+            .map(|(_, note)| note)
+    })
+    .await;
+    found.unwrap_or_else(|| panic!("no {reason} Event about {ns}/{name}"))
+}

@@ -10,7 +10,7 @@ use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
-use crate::harness::{self, TestNamespace, holds_for, wait_for};
+use crate::harness::{self, TestNamespace, holds_for, wait_event, wait_for};
 use crate::support::{CLIENT_ID, CLIENT_SECRET, DevServer, Operator, seed};
 
 const LIST: &str = "GET /api/v3/secrets/raw";
@@ -246,39 +246,6 @@ async fn wait_gone(client: &Client, ns: &str, name: &str, timeout: Duration) -> 
     })
     .await
     .is_some()
-}
-
-/// Wait for an Event about `name` with `reason`; its note.
-async fn wait_event(
-    client: &Client,
-    ns: &str,
-    name: &str,
-    reason: &str,
-    timeout: Duration,
-) -> String {
-    let found = wait_for(timeout, || async {
-        event_reasons(client, ns, name)
-            .await
-            .into_iter()
-            .find(|(r, _)| r == reason)
-            .map(|(_, note)| note)
-    })
-    .await;
-    found.unwrap_or_else(|| panic!("no {reason} Event about {ns}/{name}"))
-}
-
-/// Reasons of the Events about `name`.
-async fn event_reasons(client: &Client, ns: &str, name: &str) -> Vec<(String, String)> {
-    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), ns)
-        .list(&Default::default())
-        .await
-        .unwrap();
-    events
-        .items
-        .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-        .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
-        .collect()
 }
 
 async fn writes(kms: &DevServer) -> u64 {

@@ -92,19 +92,6 @@ async fn secret(client: &Client, ns: &str, name: &str) -> Option<Secret> {
 }
 
 /// The `events.k8s.io` Events of `name` in `ns`: (reason, note).
-async fn events_of(client: &Client, ns: &str, name: &str) -> Vec<(String, String)> {
-    use k8s_openapi::api::events::v1::Event;
-    Api::<Event>::namespaced(client.clone(), ns)
-        .list(&Default::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-        .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
-        .collect()
-}
-
 /// The JSON log lines of an operator whose message contains `needle`.
 fn log_lines(op: &Operator, needle: &str) -> Vec<String> {
     op.output
@@ -440,7 +427,7 @@ async fn an_undecodable_object_is_skipped_and_reported_once() {
     // Reported: an Event on it, one log line naming it without its body, a
     // gauge.
     let event = wait_for(Duration::from_secs(20), || async {
-        events_of(&client, &ns.name, "broken")
+        harness::events_of(&client, &ns.name, "broken")
             .await
             .into_iter()
             .find(|(reason, _)| reason == "UndecodableObject")
@@ -1089,7 +1076,7 @@ async fn credentials_in_the_host_url_are_never_shown() {
     assert_eq!(reason, "InvalidHost", "{message}");
     assert!(message.contains("http://***@127.0.0.1:9/api"), "{message}");
     let events = wait_for(Duration::from_secs(20), || async {
-        let e = events_of(&client, &ns.name, "leaky").await;
+        let e = harness::events_of(&client, &ns.name, "leaky").await;
         (!e.is_empty()).then_some(e)
     })
     .await
