@@ -1,7 +1,8 @@
 //! Setting status conditions: `lastTransitionTime` moves only when the
 //! status flips, every condition carries `observedGeneration`, and comparing
 //! two condition lists ignores timestamps. An Event is due when `Ready`
-//! changes its status or reason ([`ready_changed`]), not at every resync.
+//! changes its status or reason ([`ready_changed`]), not at every resync
+//! and not for a first success.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
@@ -27,13 +28,18 @@ impl Status {
 }
 
 /// The `Ready` condition of `new` when its status or reason differs from
-/// the one in `old` (or it appeared): what an Event announces.
+/// the one in `old`, or when it appeared not `True`: what an Event
+/// announces. A first successful sync has no Event (the status says it, and
+/// at scale one Event per resource doubles the API writes); a first
+/// failure, a recovery and every later change have one.
 pub fn ready_changed<'a>(old: &[Condition], new: &'a [Condition]) -> Option<&'a Condition> {
     let key = |c: Option<&Condition>| c.map(|c| (c.status.clone(), c.reason.clone()));
-    let after = get(new, crate::api::conditions::READY);
-    (key(get(old, crate::api::conditions::READY)) != key(after))
-        .then_some(after)
-        .flatten()
+    let before = get(old, crate::api::conditions::READY);
+    let after = get(new, crate::api::conditions::READY)?;
+    if before.is_none() && after.status == Status::True.as_str() {
+        return None;
+    }
+    (key(before) != key(Some(after))).then_some(after)
 }
 
 /// Set (or add) the condition `type_` in `conditions`.
@@ -113,10 +119,8 @@ mod tests {
             c
         };
         let synced = with(Status::True, "Synced", "Synced 3 secrets");
-        assert_eq!(
-            ready_changed(&[], &synced).map(|c| c.reason.as_str()),
-            Some("Synced")
-        );
+        // A first success: the status says it, no Event.
+        assert!(ready_changed(&[], &synced).is_none());
         // A resync that only changed the message: no Event.
         assert!(
             ready_changed(&synced, &with(Status::True, "Synced", "Synced 4 secrets")).is_none()
@@ -128,6 +132,12 @@ mod tests {
         );
         assert!(ready_changed(&failed, &with(Status::False, "Forbidden", "403")).is_some());
         assert!(ready_changed(&synced, &[]).is_none());
+        // A first failure and a recovery have one.
+        assert!(ready_changed(&[], &failed).is_some());
+        assert_eq!(
+            ready_changed(&failed, &synced).map(|c| c.reason.as_str()),
+            Some("Synced")
+        );
     }
 
     fn t(secs: i64) -> Time {
