@@ -6,7 +6,12 @@
 //!    labels/annotations that another field manager may own) are removed by
 //!    a merge patch carrying the resourceVersion;
 //! 2. the desired object is server-side applied (field manager
-//!    `kms-operator`, forced), with the resourceVersion when it exists.
+//!    `kms-operator`, forced), with the resourceVersion it was observed at;
+//!    an object not observed (absent from the caches) is created instead,
+//!    create-only: when it exists already the write fails with
+//!    [`SyncError::Exists`] and the caller reads it and decides again, so
+//!    the usual first sync costs no read and never overwrites an object it
+//!    did not check.
 //!
 //! Ownership of the shard is checked right before each write.
 
@@ -14,7 +19,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::core::ObjectMeta;
 use serde_json::{Map, Value, json};
 
@@ -118,7 +123,8 @@ pub async fn write(
         ..ObjectMeta::default()
     };
     let pp = PatchParams::apply(FIELD_MANAGER).force();
-    let context = format!("writing {}", describe(desired.kind, ns, name));
+    let what = describe(desired.kind, ns, name);
+    let context = format!("writing {what}");
     ensure_owner(ctx, shard, cancel)?;
     match desired.kind {
         TargetKind::Secret => {
@@ -137,10 +143,14 @@ pub async fn write(
                     .or_else(|| desired.secret_type.clone()),
                 ..Secret::default()
             };
-            let written = Api::<Secret>::namespaced(ctx.client.clone(), ns)
-                .patch(name, &pp, &Patch::Apply(&secret))
-                .await
-                .map_err(|e| SyncError::kube(context, e))?;
+            let api = Api::<Secret>::namespaced(ctx.client.clone(), ns);
+            let written = match observed {
+                None => create(&api, &secret, what).await?,
+                Some(_) => api
+                    .patch(name, &pp, &Patch::Apply(&secret))
+                    .await
+                    .map_err(|e| SyncError::kube(context, e))?,
+            };
             Ok(Observed::from_secret(&written))
         }
         TargetKind::ConfigMap => {
@@ -154,12 +164,33 @@ pub async fn write(
                 data: Some(data),
                 ..ConfigMap::default()
             };
-            let written = Api::<ConfigMap>::namespaced(ctx.client.clone(), ns)
-                .patch(name, &pp, &Patch::Apply(&cm))
-                .await
-                .map_err(|e| SyncError::kube(context, e))?;
+            let api = Api::<ConfigMap>::namespaced(ctx.client.clone(), ns);
+            let written = match observed {
+                None => create(&api, &cm, what).await?,
+                Some(_) => api
+                    .patch(name, &pp, &Patch::Apply(&cm))
+                    .await
+                    .map_err(|e| SyncError::kube(context, e))?,
+            };
             Ok(Observed::from_config_map(&written))
         }
+    }
+}
+
+/// Create `object` (`what`, for messages), only if it does not exist
+/// ([`SyncError::Exists`] when it does).
+async fn create<K>(api: &Api<K>, object: &K, what: String) -> Result<K, SyncError>
+where
+    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let pp = PostParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PostParams::default()
+    };
+    match api.create(&pp, object).await {
+        Ok(o) => Ok(o),
+        Err(kube::Error::Api(s)) if s.code == 409 => Err(SyncError::Exists(what)),
+        Err(e) => Err(SyncError::kube(format!("creating {what}"), e)),
     }
 }
 

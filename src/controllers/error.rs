@@ -68,6 +68,10 @@ pub enum SyncError {
         /// HTTP status if the API answered.
         code: Option<u16>,
     },
+    /// A target created without reading it first exists already (outside
+    /// the caches): it is read and checked, then written or refused.
+    #[error("{0} exists already")]
+    Exists(String),
     /// The shard was lost while working; nothing more was written.
     #[error("shard ownership lost")]
     NotOwner,
@@ -111,7 +115,8 @@ impl SyncError {
             SyncError::Template(_) => "TemplateError",
             SyncError::Kube {
                 code: Some(409), ..
-            } => "Conflict",
+            }
+            | SyncError::Exists(_) => "Conflict",
             SyncError::Kube { .. } => "KubernetesAPIError",
             SyncError::NotOwner => "NotOwner",
         }
@@ -125,7 +130,7 @@ impl SyncError {
             }
             SyncError::Folder { transient, .. } => *transient,
             SyncError::Kube { code, .. } => code.is_none_or(|c| c >= 500 || c == 409 || c == 429),
-            SyncError::NotOwner => true,
+            SyncError::NotOwner | SyncError::Exists(_) => true,
             _ => false,
         }
     }

@@ -179,32 +179,46 @@ async fn strip_legacy_finalizers(ctx: &Context, cr: &KmsSecret) -> Result<(), Sy
     Ok(())
 }
 
-/// Read a target from the cache, or from the API when it is not cached (a
-/// foreign object carries no managed label).
+/// A target as the cache has it. Managed objects are all cached; one that is
+/// not is taken as missing, to be created without a read (a create finds an
+/// object that exists: [`SyncError::Exists`], then it is read with
+/// [`read_target`]). Outside the watched namespaces nothing is cached: read.
 async fn observe(ctx: &Context, t: &Target) -> Result<Option<Observed>, SyncError> {
+    let cached = match t.kind {
+        TargetKind::Secret => ctx
+            .secrets
+            .get(Some(&t.namespace), &t.name)
+            .map(|s| Observed::from_secret(&s)),
+        TargetKind::ConfigMap => ctx
+            .config_maps
+            .get(Some(&t.namespace), &t.name)
+            .map(|c| Observed::from_config_map(&c)),
+    };
+    let covered = match t.kind {
+        TargetKind::Secret => ctx.secrets.covers(&t.namespace),
+        TargetKind::ConfigMap => ctx.config_maps.covers(&t.namespace),
+    };
+    match cached {
+        Some(o) => Ok(Some(o)),
+        None if covered => Ok(None),
+        None => read_target(ctx, t).await,
+    }
+}
+
+/// Read a target from the API.
+async fn read_target(ctx: &Context, t: &Target) -> Result<Option<Observed>, SyncError> {
     let context = || format!("reading {} {}/{}", t.kind.as_str(), t.namespace, t.name);
     match t.kind {
-        TargetKind::Secret => {
-            if let Some(s) = ctx.secrets.get(Some(&t.namespace), &t.name) {
-                return Ok(Some(Observed::from_secret(&s)));
-            }
-            Api::<Secret>::namespaced(ctx.client.clone(), &t.namespace)
-                .get_opt(&t.name)
-                .await
-                .map(|o| o.as_ref().map(Observed::from_secret))
-                .map_err(|e| SyncError::kube(context(), e))
-        }
-        TargetKind::ConfigMap => {
-            if let Some(c) = ctx.config_maps.get(Some(&t.namespace), &t.name) {
-                return Ok(Some(Observed::from_config_map(&c)));
-            }
-            Api::<ConfigMap>::namespaced(ctx.client.clone(), &t.namespace)
-                .get_opt(&t.name)
-                .await
-                .map(|o| o.as_ref().map(Observed::from_config_map))
-                .map_err(|e| SyncError::kube(context(), e))
-        }
+        TargetKind::Secret => Api::<Secret>::namespaced(ctx.client.clone(), &t.namespace)
+            .get_opt(&t.name)
+            .await
+            .map(|o| o.as_ref().map(Observed::from_secret)),
+        TargetKind::ConfigMap => Api::<ConfigMap>::namespaced(ctx.client.clone(), &t.namespace)
+            .get_opt(&t.name)
+            .await
+            .map(|o| o.as_ref().map(Observed::from_config_map)),
     }
+    .map_err(|e| SyncError::kube(context(), e))
 }
 
 /// Whether `owner` (an owner id) is a live KmsSecret that still lists the
@@ -450,16 +464,35 @@ async fn sync(
         }));
     }
 
-    // Plan every target; apply what differs.
-    let desired_all = desired_targets(ctx, cr, &me, &targets, &observed, fetched.as_ref())?;
-    for ((t, (o, _)), d) in targets.iter().zip(&observed).zip(&desired_all) {
-        let (removals, changed) = match o {
-            None => (Default::default(), true),
-            Some(o) => diff(o, d, t.creation_policy),
-        };
-        if changed {
-            apply::write(ctx, d, o.as_ref(), &removals, shard, cancel).await?;
-            tracing::info!(resource = %me, target = %t.id(), "target written");
+    // Plan every target; apply what differs. A target created without a
+    // read that turns out to exist is read, checked and planned again.
+    let mut observed = observed;
+    let mut desired_all;
+    let mut reads = 0;
+    loop {
+        desired_all = desired_targets(ctx, cr, &me, &targets, &observed, fetched.as_ref())?;
+        match write_targets(
+            ctx,
+            &me,
+            &targets,
+            &mut observed,
+            &desired_all,
+            shard,
+            cancel,
+        )
+        .await
+        {
+            Err(SyncError::Exists(what)) if reads < targets.len() => {
+                reads += 1;
+                let i = observed
+                    .iter()
+                    .position(|(o, _)| o.is_none())
+                    .ok_or(SyncError::Exists(what))?;
+                let o = read_target(ctx, &targets[i]).await?;
+                let c = claim_of(ctx, this, cr, &me, &targets[i], o.as_ref())?;
+                observed[i] = (o, c);
+            }
+            r => break r?,
         }
     }
     prune(ctx, cr, &me, &targets, shard, cancel).await?;
@@ -505,6 +538,31 @@ async fn sync(
     })
 }
 
+/// Write the targets whose desired state differs from what was observed,
+/// in order, each observed as written; stops at the first error.
+async fn write_targets(
+    ctx: &Context,
+    me: &str,
+    targets: &[Target],
+    observed: &mut [(Option<Observed>, Claim)],
+    desired: &[Desired],
+    shard: u32,
+    cancel: &CancellationToken,
+) -> Result<(), SyncError> {
+    for ((t, (o, c)), d) in targets.iter().zip(observed.iter_mut()).zip(desired) {
+        let (removals, changed) = match o {
+            None => (Default::default(), true),
+            Some(o) => diff(o, d, t.creation_policy),
+        };
+        if changed {
+            let written = apply::write(ctx, d, o.as_ref(), &removals, shard, cancel).await?;
+            tracing::info!(resource = %me, target = %t.id(), "target written");
+            (*o, *c) = (Some(written), Claim::Ours);
+        }
+    }
+    Ok(())
+}
+
 /// Each target as it is now, and who may write it; an error for a target
 /// that is not ours to write (foreign, or another resource's).
 async fn observe_targets(
@@ -514,24 +572,38 @@ async fn observe_targets(
     me: &str,
     targets: &[Target],
 ) -> Result<Vec<(Option<Observed>, Claim)>, SyncError> {
+    let mut observed = Vec::with_capacity(targets.len());
+    for t in targets {
+        let o = observe(ctx, t).await?;
+        let c = claim_of(ctx, this, cr, me, t, o.as_ref())?;
+        observed.push((o, c));
+    }
+    Ok(observed)
+}
+
+/// Who may write target `t` as observed; an error when it is not ours to
+/// write.
+fn claim_of(
+    ctx: &Context,
+    this: &Controller,
+    cr: &KmsSecret,
+    me: &str,
+    t: &Target,
+    o: Option<&Observed>,
+) -> Result<Claim, SyncError> {
     let adopt_existing = cr
         .annotations()
         .get(ADOPT_EXISTING_ANNOTATION)
         .map(String::as_str)
         == Some("true");
-    let mut observed = Vec::with_capacity(targets.len());
-    for t in targets {
-        let o = observe(ctx, t).await?;
-        let c = claim(o.as_ref(), me, adopt_existing, |owner| {
-            owner_lists(ctx, this, owner, t)
-        });
-        let what = format!("{} {}/{}", t.kind.as_str(), t.namespace, t.name);
-        if let Some(refused) = c.refusal(&what, "KmsSecret") {
-            return Err(refused);
-        }
-        observed.push((o, c));
+    let c = claim(o, me, adopt_existing, |owner| {
+        owner_lists(ctx, this, owner, t)
+    });
+    let what = format!("{} {}/{}", t.kind.as_str(), t.namespace, t.name);
+    match c.refusal(&what, "KmsSecret") {
+        Some(refused) => Err(refused),
+        None => Ok(c),
     }
-    Ok(observed)
 }
 
 /// One fetch of a resource's scope.
