@@ -12,6 +12,7 @@ use kube::api::Api;
 
 use super::error::SyncError;
 use crate::api::common::TlsConfig;
+use crate::kms::flight::SingleFlight;
 use crate::kms::{DEFAULT_HOST_API, Endpoint};
 
 /// Name of the global configuration ConfigMap.
@@ -48,6 +49,9 @@ async fn get_secret(client: &Client, ns: &str, name: &str) -> Result<Option<Secr
 
 type SecretKey = (String, String);
 
+/// What a read of a Secret found.
+type SecretRead = Result<Option<Arc<Secret>>, SyncError>;
+
 /// Reads of referenced Secrets (credentials, CA bundles, push sources),
 /// shared while the Secret is unchanged.
 ///
@@ -59,10 +63,26 @@ type SecretKey = (String, String);
 /// cost one GET between changes instead of one each. Copies are kept only of
 /// Secrets that were read, without their managed fields, and dropped when the
 /// Secret goes.
-#[derive(Default)]
 pub struct SecretReads {
     versions: std::sync::Mutex<Versions>,
     copies: std::sync::Mutex<HashMap<SecretKey, Arc<Secret>>>,
+    /// Reads in flight, by Secret and the version the watch knew when they
+    /// started: a caller that knows the same version joins one (the ten
+    /// resources of a namespace starting together make one read).
+    reads: SingleFlight<(String, String, String), SecretRead>,
+    /// When this was created: every read in flight started after it.
+    epoch: tokio::time::Instant,
+}
+
+impl Default for SecretReads {
+    fn default() -> Self {
+        Self {
+            versions: Default::default(),
+            copies: Default::default(),
+            reads: SingleFlight::default(),
+            epoch: tokio::time::Instant::now(),
+        }
+    }
 }
 
 /// Current resource versions by Secret, and those of the re-lists in
@@ -84,12 +104,27 @@ impl SecretReads {
         if let Some(copy) = self.current_copy(ns, name) {
             return Ok(Some(copy));
         }
-        let read = get_secret(client, ns, name).await?.map(|mut s| {
-            s.metadata.managed_fields = None;
-            Arc::new(s)
-        });
-        self.remember(ns, name, read.as_ref());
-        Ok(read)
+        let read = || async {
+            let read = get_secret(client, ns, name).await?.map(|mut s| {
+                s.metadata.managed_fields = None;
+                Arc::new(s)
+            });
+            self.remember(ns, name, read.as_ref());
+            Ok(read)
+        };
+        let known = lock(&self.versions)
+            .current
+            .get(&(ns.to_owned(), name.to_owned()))
+            .cloned();
+        match known {
+            // Unknown to the watch: nothing says an earlier read is recent
+            // enough.
+            None => read().await,
+            Some(version) => {
+                let key = (ns.to_owned(), name.to_owned(), version);
+                self.reads.run(key, self.epoch, read).await.value
+            }
+        }
     }
 
     /// The copy of `ns/name` read last, if it is the version the watch says
@@ -396,6 +431,50 @@ mod tests {
         reads.seen("a", "creds", Some("7"));
         reads.remember("a", "creds", None);
         assert!(reads.current_copy("a", "creds").is_none());
+    }
+
+    /// A client whose API server answers every request with Secret `a/creds`
+    /// at version 5 after 50 ms, and the number of requests it got.
+    fn counting_client() -> (Client, Arc<std::sync::atomic::AtomicUsize>) {
+        let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = calls.clone();
+        let service = tower::service_fn(move |_: http::Request<kube::client::Body>| {
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async move {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                let body = serde_json::to_vec(&serde_json::json!({
+                    "apiVersion": "v1", "kind": "Secret",
+                    "metadata": {"name": "creds", "namespace": "a", "resourceVersion": "5"}
+                }))
+                .unwrap();
+                Ok::<_, std::convert::Infallible>(http::Response::new(kube::client::Body::from(
+                    body,
+                )))
+            }
+        });
+        (Client::new(service, "default"), calls)
+    }
+
+    #[tokio::test]
+    async fn readers_that_know_the_same_version_share_one_request() {
+        let (client, calls) = counting_client();
+        let reads = SecretReads::default();
+        // Unknown to the watch: every reader asks.
+        let (a, b) = tokio::join!(
+            reads.get(&client, "a", "creds"),
+            reads.get(&client, "a", "creds")
+        );
+        assert!(a.unwrap().is_some() && b.unwrap().is_some());
+        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 2);
+        // Known at version 5: ten readers at once make one request, and the
+        // copy then answers without any.
+        reads.seen("a", "creds", Some("5"));
+        let all =
+            futures::future::join_all((0..10).map(|_| reads.get(&client, "a", "creds"))).await;
+        assert!(all.into_iter().all(|r| r.unwrap().is_some()));
+        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 3);
+        reads.get(&client, "a", "creds").await.unwrap();
+        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 3);
     }
 
     #[test]
