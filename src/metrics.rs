@@ -131,6 +131,10 @@ pub struct Metrics {
     pub kms_logins: IntCounterVec,
     /// `kms_operator_kms_throttled_total`.
     pub kms_throttled: IntCounter,
+    /// `kms_operator_kms_budget_rate`.
+    pub kms_budget_rate: Gauge,
+    /// `kms_operator_demand`.
+    pub demand: Gauge,
     /// `kms_operator_cache_hits_total{shard}`.
     pub cache_hits: IntCounterVec,
     /// `kms_operator_cache_misses_total{shard}`.
@@ -229,6 +233,14 @@ impl Metrics {
             kms_throttled: r.counter(
                 "kms_operator_kms_throttled_total",
                 "KMS requests delayed by the request budget or a 429.",
+            ),
+            kms_budget_rate: r.gauge(
+                "kms_operator_kms_budget_rate",
+                "KMS requests per second this replica may make now: its part of --kms-rate-limit, by the demand every replica publishes.",
+            ),
+            demand: r.gauge(
+                "kms_operator_demand",
+                "The demand this replica publishes: owned shards plus KMS work due or in progress.",
             ),
             cache_hits: r.counter_vec(
                 "kms_operator_cache_hits_total",
@@ -407,6 +419,8 @@ mod tests {
             "kms_operator_kms_request_duration_seconds",
             "kms_operator_kms_logins_total",
             "kms_operator_kms_throttled_total",
+            "kms_operator_kms_budget_rate",
+            "kms_operator_demand",
             "kms_operator_cache_hits_total",
             "kms_operator_cache_misses_total",
             "kms_operator_cache_errors_total",

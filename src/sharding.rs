@@ -7,6 +7,8 @@
 //! it stops. The implementation is the `shard` crate's Lease coordinator
 //! (tests of pure logic implement the trait themselves).
 
+use std::collections::BTreeMap;
+
 use tokio_util::sync::CancellationToken;
 
 /// The gate.
@@ -24,8 +26,15 @@ pub trait Ownership: Send + Sync + 'static {
     /// A token cancelled when `shard` is lost (already cancelled if not
     /// owned).
     fn cancellation(&self, shard: u32) -> CancellationToken;
-    /// Live replicas sharing the work (for the KMS budget).
+    /// Live replicas sharing the work.
     fn members(&self) -> u32;
+    /// This replica's name among the members.
+    fn identity(&self) -> &str;
+    /// Publish the work this replica has waiting (its weight in the shared
+    /// budgets).
+    fn publish_demand(&self, demand: u32);
+    /// The demand every live member published.
+    fn demands(&self) -> BTreeMap<String, u32>;
 }
 
 /// The Lease-based gate of the `shard` crate.
@@ -47,5 +56,14 @@ impl Ownership for shard::Coordinator {
     }
     fn members(&self) -> u32 {
         shard::Coordinator::members(self)
+    }
+    fn identity(&self) -> &str {
+        &self.config().identity
+    }
+    fn publish_demand(&self, demand: u32) {
+        self.set_demand(demand);
+    }
+    fn demands(&self) -> BTreeMap<String, u32> {
+        shard::Coordinator::demands(self)
     }
 }

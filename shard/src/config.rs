@@ -18,6 +18,9 @@ pub const ROLE_MEMBER: &str = "member";
 pub const ANNOTATION_SHARDS: &str = "secrets.hanzo.ai/shards";
 /// Annotation recording the writer's namespace-hash version (decimal).
 pub const ANNOTATION_HASH_VERSION: &str = "secrets.hanzo.ai/hash-version";
+/// Annotation on a member Lease: the work its replica has waiting
+/// (decimal, see [`crate::Coordinator::set_demand`]).
+pub const ANNOTATION_DEMAND: &str = "secrets.hanzo.ai/demand";
 
 /// Longest Lease name the API accepts (a DNS subdomain).
 const MAX_NAME: usize = 253;

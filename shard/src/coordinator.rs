@@ -74,6 +74,9 @@ struct Inner {
     config: Config,
     ring: Ring,
     shared: Mutex<Shared>,
+    /// What this replica publishes as its demand (see
+    /// [`Coordinator::set_demand`]).
+    demand: std::sync::atomic::AtomicU32,
     owned_tx: watch::Sender<Vec<u32>>,
     events_tx: broadcast::Sender<Event>,
     drain: RwLock<DrainHook>,
@@ -89,6 +92,8 @@ struct Shared {
     /// Active shards: their token and last successful renewal.
     owned: BTreeMap<u32, Owned>,
     members: Vec<String>,
+    /// The demand each live member published (0 when it published none).
+    demands: BTreeMap<String, u32>,
     mismatches: Vec<Mismatch>,
     status: BTreeMap<u32, Seen>,
     synced: bool,
@@ -170,6 +175,7 @@ impl Coordinator {
         let inner = Arc::new(Inner {
             ring,
             shared: Mutex::new(Shared::default()),
+            demand: std::sync::atomic::AtomicU32::new(0),
             owned_tx: watch::channel(Vec::new()).0,
             events_tx: broadcast::channel(EVENT_CAPACITY).0,
             drain: RwLock::new(boxed_hook(hook)),
@@ -243,6 +249,21 @@ impl Coordinator {
     pub fn members(&self) -> u32 {
         let n = lock(&self.inner.shared).members.len();
         u32::try_from(n).unwrap_or(u32::MAX).max(1)
+    }
+
+    /// Publish this replica's demand (the work it has waiting, in any unit
+    /// every replica of the installation shares) on its member Lease, from
+    /// its next renewal on.
+    pub fn set_demand(&self, demand: u32) {
+        self.inner
+            .demand
+            .store(demand, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The demand each live member published, this replica's as the API
+    /// server has it (0 for a member that published none).
+    pub fn demands(&self) -> BTreeMap<String, u32> {
+        lock(&self.inner.shared).demands.clone()
     }
 
     /// The event stream (from now on).
@@ -612,6 +633,17 @@ impl Driver {
         let leases = self.store.shard_leases(self.config());
         let mut shared = lock(&self.inner.shared);
         shared.members = plan.live.clone();
+        let published: BTreeMap<String, u32> = self
+            .store
+            .members(self.config())
+            .into_iter()
+            .map(|m| (m.identity, m.demand.unwrap_or(0)))
+            .collect();
+        shared.demands = plan
+            .live
+            .iter()
+            .map(|m| (m.clone(), published.get(m).copied().unwrap_or(0)))
+            .collect();
         shared.mismatches = plan.mismatches.clone();
         shared.status = (0..self.config().shards)
             .map(|shard| {
@@ -758,13 +790,18 @@ impl Driver {
         let config = self.config();
         let now = Timestamp::now();
         match action {
-            Action::Member => Some(match self.store.get(&config.member_lease_name()) {
-                Some(entry) => (
-                    false,
-                    lease::renewed(&entry.lease, config, ROLE_MEMBER, now),
-                ),
-                None => (true, lease::new_member(config, now)),
-            }),
+            Action::Member => {
+                let (create, mut body) = match self.store.get(&config.member_lease_name()) {
+                    Some(entry) => (
+                        false,
+                        lease::renewed(&entry.lease, config, ROLE_MEMBER, now),
+                    ),
+                    None => (true, lease::new_member(config, now)),
+                };
+                let demand = self.inner.demand.load(std::sync::atomic::Ordering::Relaxed);
+                lease::set_demand(&mut body, demand);
+                Some((create, body))
+            }
             Action::Acquire(shard) => Some(match self.store.get(&config.shard_lease_name(shard)) {
                 Some(entry) => (
                     false,

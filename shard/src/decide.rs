@@ -66,6 +66,8 @@ pub struct Member {
     pub shards: Option<u32>,
     /// Its recorded hash version.
     pub hash_version: Option<u32>,
+    /// The demand it published.
+    pub demand: Option<u32>,
 }
 
 /// Where a held shard is in its life.
@@ -322,6 +324,7 @@ mod tests {
                 },
                 shards: Some(shards),
                 hash_version: Some(crate::HASH_VERSION),
+                demand: None,
             });
         }
         fn lease(&mut self, shard: u32, holder: Option<&str>, changed: u64) {

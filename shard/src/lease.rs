@@ -15,8 +15,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::config::{
-    ANNOTATION_HASH_VERSION, ANNOTATION_SHARDS, Config, LABEL_GROUP, LABEL_ROLE, ROLE_MEMBER,
-    ROLE_SHARD,
+    ANNOTATION_DEMAND, ANNOTATION_HASH_VERSION, ANNOTATION_SHARDS, Config, LABEL_GROUP, LABEL_ROLE,
+    ROLE_MEMBER, ROLE_SHARD,
 };
 use crate::ring::HASH_VERSION;
 
@@ -115,6 +115,15 @@ pub fn acquired(read: &Lease, config: &Config, role: &str, now: Timestamp) -> Le
 /// `read` (held by us) renewed.
 pub fn renewed(read: &Lease, config: &Config, role: &str, now: Timestamp) -> Lease {
     acquired(read, config, role, now)
+}
+
+/// Record `demand` on a member Lease.
+pub fn set_demand(lease: &mut Lease, demand: u32) {
+    lease
+        .metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(ANNOTATION_DEMAND.to_owned(), demand.to_string());
 }
 
 /// `read` (held by us) released: the holder cleared.

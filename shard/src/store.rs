@@ -15,7 +15,7 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::Lease;
 use tokio::time::Instant;
 
-use crate::config::{ANNOTATION_HASH_VERSION, ANNOTATION_SHARDS, Config};
+use crate::config::{ANNOTATION_DEMAND, ANNOTATION_HASH_VERSION, ANNOTATION_SHARDS, Config};
 use crate::decide::{Member, Observed};
 use crate::lease::{annotation_u32, duration, holder};
 
@@ -138,6 +138,7 @@ impl Store {
                     lease: observe(entry, config.lease_duration),
                     shards: annotation_u32(&entry.lease, ANNOTATION_SHARDS),
                     hash_version: annotation_u32(&entry.lease, ANNOTATION_HASH_VERSION),
+                    demand: annotation_u32(&entry.lease, ANNOTATION_DEMAND),
                 })
             })
             .collect()
@@ -268,6 +269,7 @@ mod tests {
         let mut m =
             crate::lease::new_member(&Config::new("ns", "kms", "kms-1"), Timestamp::UNIX_EPOCH);
         m.metadata.resource_version = Some("3".into());
+        crate::lease::set_demand(&mut m, 120);
         store.apply(m, t0);
         store.apply(lease("kms-shard-03", "4", Some("kms-1")), t0);
         store.apply(lease("kms-shard-99", "4", Some("kms-1")), t0);
@@ -277,6 +279,7 @@ mod tests {
         assert_eq!(members[0].identity, "kms-1");
         assert_eq!(members[0].shards, Some(16));
         assert_eq!(members[0].hash_version, Some(crate::HASH_VERSION));
+        assert_eq!(members[0].demand, Some(120));
         let shards = store.shard_leases(&c);
         assert_eq!(shards.keys().copied().collect::<Vec<_>>(), vec![3]);
     }

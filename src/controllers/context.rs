@@ -146,6 +146,13 @@ impl Ownership for OwnsAll {
     fn members(&self) -> u32 {
         1
     }
+    fn identity(&self) -> &str {
+        "test"
+    }
+    fn publish_demand(&self, _demand: u32) {}
+    fn demands(&self) -> std::collections::BTreeMap<String, u32> {
+        std::collections::BTreeMap::new()
+    }
 }
 
 #[cfg(test)]

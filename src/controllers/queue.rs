@@ -276,6 +276,14 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
         out
     }
 
+    /// Work waiting now: keys that are due (ready) or being processed.
+    pub fn demand(&self) -> usize {
+        let now = Instant::now();
+        let mut q = self.lock();
+        Self::promote(&mut q, now);
+        q.ready.len() + q.processing.len()
+    }
+
     /// Number of queued (ready or delayed) entries.
     pub fn len(&self) -> usize {
         self.lock().queued.len()

@@ -57,6 +57,11 @@ pub trait Kind: Send + Sync + 'static {
     fn shard_lost(&self, _shard: u32) {}
     /// Its work queue.
     fn queue(&self) -> &dyn WorkQueue;
+    /// Whether its reconciles spend the KMS budget (its waiting work counts
+    /// in the demand this replica publishes).
+    fn spends_kms_budget(&self) -> bool {
+        true
+    }
     /// Start its workers; the task ends once the queue is closed and the
     /// reconciles in flight are done.
     fn start(self: Arc<Self>, ctx: Arc<Context>) -> JoinHandle<()>;
@@ -72,6 +77,8 @@ pub trait WorkQueue: Send + Sync {
     fn close(&self);
     /// Depth and oldest wait per shard.
     fn stats(&self) -> HashMap<u32, (usize, Duration)>;
+    /// Keys due or being processed now.
+    fn demand(&self) -> usize;
 }
 
 impl<K: Clone + Eq + Hash + Ord + Send + Sync> WorkQueue for Queue<K> {
@@ -86,6 +93,9 @@ impl<K: Clone + Eq + Hash + Ord + Send + Sync> WorkQueue for Queue<K> {
     }
     fn stats(&self) -> HashMap<u32, (usize, Duration)> {
         Queue::stats(self)
+    }
+    fn demand(&self) -> usize {
+        Queue::demand(self)
     }
 }
 

@@ -190,9 +190,20 @@ impl Kms {
         self.metrics.kms_request(route, status, elapsed);
     }
 
-    /// Tell the budget how many live replicas share it.
+    /// Tell the budget how many live replicas share it (equally).
     pub fn set_members(&self, members: u32) {
         self.limiter.set_members(members);
+    }
+
+    /// Tell the budget the weight each live replica published (`own` is
+    /// this replica): it is shared in proportion.
+    pub fn set_weights(&self, own: &str, live: &std::collections::BTreeMap<String, f64>) {
+        self.limiter.set_weights(own, live);
+    }
+
+    /// This replica's share of the request rate now, requests per second.
+    pub fn rate(&self) -> f64 {
+        self.limiter.rate()
     }
 
     /// A Lease renewal failed: do not believe a smaller replica count yet.

@@ -8,33 +8,30 @@
 //! ([`Limiter::acquire_unless_paused`]), so the reconcile that made it gives
 //! its worker back and comes round again when the pause ends.
 //!
-//! More replicas shrink the share at once; fewer grow it only after the
-//! smaller count has held for [`SHARE_HOLD`] with the control plane
-//! reachable ([`Limiter::hold_members`] restarts the hold on every failed
-//! Lease renewal). When the control plane is unreachable every replica sees
-//! the others' member Leases lapse and would otherwise take the whole
-//! budget, all at the same moment.
+//! Replicas share the rate in proportion to the demand each publishes
+//! (`share`): a larger part applies only after the others have seen it, a
+//! member that left keeps its weight for a while.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+use super::share::Share;
 
 /// Per-host token buckets sharing one configured rate.
 pub struct Limiter {
     /// Requests per second for the whole operator, as f64 bits.
     total_rate_bits: AtomicU64,
-    /// Live replicas sharing the budget (at least 1).
-    members: AtomicU32,
-    /// A smaller replica count and since when it has been reported.
-    lower: Mutex<Option<(u32, Instant)>>,
+    /// This replica's part of it.
+    share: Mutex<Share>,
     hosts: Mutex<HashMap<String, Bucket>>,
 }
 
-/// How long a smaller replica count must hold before the share grows.
-pub const SHARE_HOLD: Duration = Duration::from_secs(60);
+/// The name this replica has among the members of [`Limiter::set_members`].
+const SELF: &str = "";
 
 struct Bucket {
     tokens: f64,
@@ -57,52 +54,52 @@ impl Limiter {
     pub fn new(rate: f64) -> Self {
         Self {
             total_rate_bits: AtomicU64::new(rate.to_bits()),
-            members: AtomicU32::new(1),
-            lower: Mutex::new(None),
+            share: Mutex::new(Share::new(Instant::now())),
             hosts: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Tell the limiter how many replicas share the budget: a larger count
-    /// applies at once, a smaller one after [`SHARE_HOLD`].
+    fn share(&self) -> std::sync::MutexGuard<'_, Share> {
+        self.share.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Share the budget equally among `members` replicas.
     pub fn set_members(&self, members: u32) {
-        let members = members.max(1);
-        let mut lower = self.lower.lock().unwrap_or_else(|e| e.into_inner());
-        if members >= self.members.load(Ordering::Relaxed) {
-            self.members.store(members, Ordering::Relaxed);
-            *lower = None;
-        } else {
-            let since = lower.map_or_else(Instant::now, |(_, since)| since);
-            *lower = Some((members, since));
-        }
+        let live: BTreeMap<String, f64> = (0..members.max(1))
+            .map(|i| {
+                let name = if i == 0 {
+                    SELF.to_owned()
+                } else {
+                    i.to_string()
+                };
+                (name, 1.0)
+            })
+            .collect();
+        self.share().set(SELF, &live, Instant::now());
+    }
+
+    /// Share the budget among the live members by the weight each
+    /// published (`own` is this replica).
+    pub fn set_weights(&self, own: &str, live: &BTreeMap<String, f64>) {
+        self.share().set(own, live, Instant::now());
     }
 
     /// The control plane could not be reached (a Lease renewal failed): the
-    /// others' member Leases lapse for the same reason, so a smaller count
-    /// reported now proves nothing; its hold starts again.
+    /// others' member Leases lapse for the same reason, so members that left
+    /// keep their weight for a full hold from now.
     pub fn hold_members(&self) {
-        let mut lower = self.lower.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((n, _)) = *lower {
-            *lower = Some((n, Instant::now()));
-        }
+        self.share().hold(Instant::now());
     }
 
     /// How many replicas share the budget now.
     pub fn members(&self) -> u32 {
-        let mut lower = self.lower.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((n, since)) = *lower
-            && since.elapsed() >= SHARE_HOLD
-        {
-            self.members.store(n, Ordering::Relaxed);
-            *lower = None;
-        }
-        self.members.load(Ordering::Relaxed).max(1)
+        u32::try_from(self.share().members(Instant::now())).unwrap_or(u32::MAX)
     }
 
     /// This replica's share of the rate, requests per second.
     pub fn rate(&self) -> f64 {
         let total = f64::from_bits(self.total_rate_bits.load(Ordering::Relaxed));
-        total / f64::from(self.members())
+        total * self.share().part(Instant::now())
     }
 
     /// Wait until a request to `host` may be sent.
@@ -244,35 +241,38 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn fewer_members_grow_the_share_only_after_the_hold() {
+    async fn fewer_members_grow_the_share_only_after_the_holds() {
+        use crate::kms::share::{RISE_HOLD, SHARE_HOLD};
         let l = Limiter::new(12.0);
         l.set_members(3);
         l.set_members(1);
         assert_eq!(l.members(), 3, "a drop is not believed at once");
         tokio::time::advance(SHARE_HOLD / 2).await;
-        // The others come back (the control plane was only unreachable).
-        l.set_members(3);
-        l.set_members(2);
+        l.hold_members();
         tokio::time::advance(SHARE_HOLD / 2).await;
-        assert_eq!(l.members(), 3, "the hold restarts after a recovery");
+        assert_eq!(l.members(), 3, "the hold restarts after a failed renewal");
         tokio::time::advance(SHARE_HOLD / 2).await;
-        assert_eq!(l.members(), 2);
-        assert!((l.rate() - 6.0).abs() < 1e-9);
+        assert_eq!(l.members(), 1);
+        assert!((l.rate() - 4.0).abs() < 1e-9, "then the rise waits");
+        tokio::time::advance(RISE_HOLD).await;
+        assert!((l.rate() - 12.0).abs() < 1e-9);
         l.set_members(4);
-        assert_eq!(l.members(), 4, "more members apply at once");
-        // While Lease renewals fail, a drop is never believed.
-        l.set_members(1);
-        for _ in 0..4 {
-            tokio::time::advance(SHARE_HOLD / 2).await;
-            l.hold_members();
-            assert_eq!(l.members(), 4);
-        }
-        tokio::time::advance(SHARE_HOLD).await;
-        assert_eq!(
-            l.members(),
-            1,
-            "believed once it held with renewals working"
-        );
+        assert!((l.rate() - 3.0).abs() < 1e-9, "more members apply at once");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_rate_follows_the_published_demand() {
+        use crate::kms::share::RISE_HOLD;
+        let l = Limiter::new(20.0);
+        let weights = |a: f64, b: f64| -> BTreeMap<String, f64> {
+            [("a".to_owned(), a), ("b".to_owned(), b)].into()
+        };
+        l.set_weights("a", &weights(1.0, 3.0));
+        assert!((l.rate() - 5.0).abs() < 1e-9);
+        l.set_weights("a", &weights(3.0, 1.0));
+        assert!((l.rate() - 5.0).abs() < 1e-9);
+        tokio::time::advance(RISE_HOLD).await;
+        assert!((l.rate() - 15.0).abs() < 1e-9);
     }
 
     #[tokio::test(start_paused = true)]

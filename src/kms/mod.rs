@@ -10,6 +10,7 @@
 //! - [`auth`]: identities, their keys and tokens (one login per identity,
 //!   renewed before expiry, a new login at max TTL, lazy);
 //! - [`limiter`]: the request budget per host and 429 pauses;
+//! - [`share`]: this replica's part of a budget shared by demand;
 //! - [`flight`]: identical requests in flight shared;
 //! - [`client`]: the requests themselves, with bounded retries and metrics;
 //! - [`folders`]: whether a scope's environment and folder exist;
@@ -30,6 +31,7 @@ pub mod limiter;
 pub mod method;
 pub mod model;
 pub mod push;
+pub mod share;
 
 pub use auth::{Credentials, Identity, IdentityKey};
 pub use client::{Fetch, Kms, KmsConfig, ProjectRef, Scope};

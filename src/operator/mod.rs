@@ -127,6 +127,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         namespace: Some(args.pod_namespace.clone()),
         ..Default::default()
     };
+    let share_task = shards::share_kms_budget(registry.clone(), ctx.clone());
     let shard_task = shards::follow(
         shard_events,
         registry.clone(),
@@ -137,7 +138,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     shutdown_signal().await;
     let mut tasks = watch_tasks;
-    tasks.extend([shard_task, stats, servers]);
+    tasks.extend([shard_task, share_task, stats, servers]);
     stop(&registry, &ctx, &coordinator, workers, tasks).await;
     Ok(())
 }
@@ -230,7 +231,6 @@ fn wire(
     cache: Option<storage::Store>,
 ) -> Wired {
     let kms = kms_client(args, metrics, cache.as_ref());
-    kms.set_members(gate.members());
     let namespaces: Vec<String> = args
         .namespaces
         .iter()

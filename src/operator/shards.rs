@@ -1,8 +1,10 @@
 //! What a replica does when shard ownership moves: drain a shard's work
 //! before its Lease is given up, queue everything of a shard it gains,
 //! publish each change as an Event on its pod and in the metrics, and share
-//! the KMS and rollout budgets among the live replicas.
+//! the KMS budget by demand and the rollout budget equally among the live
+//! replicas.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -125,7 +127,6 @@ pub fn follow(
                 }
                 Ok(shard::Event::MembersChanged(members)) => {
                     let n = u32::try_from(members.len()).unwrap_or(u32::MAX).max(1);
-                    kms.set_members(n);
                     budget.set_members(n);
                     tracing::info!(?members, "live replicas changed");
                 }
@@ -136,6 +137,41 @@ pub fn follow(
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
             }
+        }
+    })
+}
+
+/// How often the demand is published and the KMS budget shared again.
+const SHARE_EVERY: Duration = Duration::from_secs(1);
+
+/// Publish this replica's demand (owned shards plus the KMS-bound work due
+/// or in progress) on its member Lease, and take its part of the KMS budget
+/// in proportion to what every live replica published.
+pub fn share_kms_budget(registry: Registry, ctx: Arc<Context>) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(SHARE_EVERY);
+        loop {
+            tick.tick().await;
+            let gate = ctx.gate.as_ref();
+            let shards = (0..gate.shard_count()).filter(|s| gate.owns(*s)).count();
+            let waiting: usize = registry
+                .kinds()
+                .iter()
+                .filter(|k| k.spends_kms_budget())
+                .map(|k| k.queue().demand())
+                .sum();
+            let demand = u32::try_from(shards + waiting).unwrap_or(u32::MAX);
+            gate.publish_demand(demand);
+            let live: BTreeMap<String, f64> = gate
+                .demands()
+                .into_iter()
+                .map(|(member, d)| (member, f64::from(d)))
+                .collect();
+            if !live.is_empty() {
+                ctx.kms.set_weights(gate.identity(), &live);
+            }
+            ctx.metrics.demand.set(f64::from(demand));
+            ctx.metrics.kms_budget_rate.set(ctx.kms.rate());
         }
     })
 }

@@ -112,6 +112,10 @@ impl Kind for Registration {
         CONTROLLER
     }
 
+    fn spends_kms_budget(&self) -> bool {
+        false
+    }
+
     fn wait_ready(&self) -> BoxFuture<'_, ()> {
         let w = &self.reloader.workloads;
         Box::pin(async move {
