@@ -1,14 +1,16 @@
 //! The dev KMS (`kms-operator dev-server`) as a child process on a free
-//! port (of the loopback address unless told otherwise), and its admin API (`/admin/...`: stats, faults, leases,
-//! secrets), whose calls the server neither counts nor faults.
+//! port (of the loopback address unless told otherwise), run by
+//! [`crate::replica`], and its admin API (`/admin/...`: stats, faults,
+//! leases, secrets), whose calls the server neither counts nor faults.
 
-use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use serde_json::{Value, json};
+
+use crate::replica::{Launch, Replica};
 
 /// How long the server may take to listen (a seed of 10,000 folders takes a
 /// while).
@@ -18,7 +20,7 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A running dev server.
 pub struct DevServer {
-    child: Option<Child>,
+    process: Option<Replica>,
     /// Base URL (`http://127.0.0.1:PORT`).
     pub url: String,
     http: reqwest::Client,
@@ -51,7 +53,11 @@ impl DevServer {
         std::fs::create_dir_all(dir)?;
         let seed_path = dir.join("seed.yaml");
         std::fs::write(&seed_path, seed)?;
-        let mut child = Command::new(bin)
+        let log = dir.join("dev-server.log");
+        // The first "listening on URL" line says where it listens.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let tx = Mutex::new(Some(tx));
+        let mut process = Launch::new(bin)
             .args(["dev-server", "--addr", &format!("{ip}:0")])
             .args(extra_args)
             .arg("--admin-token")
@@ -60,40 +66,26 @@ impl DevServer {
             .arg(&seed_path)
             .arg("--data-dir")
             .arg(dir.join("data"))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("starting the dev server")?;
-        let stdout = child.stdout.take().context("stdout")?;
-        let stderr = child.stderr.take().context("stderr")?;
-        let mut log = std::fs::File::create(dir.join("dev-server.log"))?;
-        let (tx, rx) = std::sync::mpsc::channel();
-        // Both pipes are read to the end so the server never blocks on one.
-        std::thread::spawn(move || {
-            let mut tx = Some(tx);
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            .log_file(&log)
+            .on_line(move |line| {
                 if let Some(url) = line.split("listening on ").nth(1)
-                    && let Some(t) = tx.take()
+                    && let Some(tx) = tx.lock().unwrap_or_else(|e| e.into_inner()).take()
                 {
-                    let _ = t.send(url.trim().trim_end_matches('/').to_owned());
+                    let url = url.split_whitespace().next().unwrap_or_default();
+                    let _ = tx.send(url.trim_end_matches('/').to_owned());
                 }
-            }
-        });
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let _ = writeln!(log, "{line}");
-            }
-        });
+            })
+            .spawn()?;
         let Ok(url) = rx.recv_timeout(START_TIMEOUT) else {
-            let _ = child.kill();
-            let _ = child.wait();
+            process.kill();
             bail!(
-                "the dev server did not start (see {})",
-                dir.join("dev-server.log").display()
+                "the dev server did not start (log {}):\n{}",
+                log.display(),
+                process.log()
             );
         };
         Ok(Self {
-            child: Some(child),
+            process: Some(process),
             url,
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(30))
@@ -109,7 +101,7 @@ impl DevServer {
 
     /// PID of the server process, while it runs.
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
+        self.process.as_ref()?.pid()
     }
 
     /// An HTTP client for calls to the API.
@@ -159,28 +151,46 @@ impl DevServer {
         .map(drop)
     }
 
-    /// Stop the server: SIGTERM, then SIGKILL after 10 s.
-    pub fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            crate::signal(c.id(), "TERM");
-            let polls = STOP_TIMEOUT.as_millis() / 100;
-            for _ in 0..polls {
-                if let Ok(Some(_)) = c.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
+    /// Request counters: route → status → count.
+    pub async fn stats(&self) -> anyhow::Result<Value> {
+        Ok(self.admin(reqwest::Method::GET, "stats", None).await?["requests"].clone())
+    }
+
+    /// Reset the request counters.
+    pub async fn reset_stats(&self) -> anyhow::Result<()> {
+        self.admin(reqwest::Method::DELETE, "stats", None)
+            .await
+            .map(drop)
+    }
+
+    /// Put a fault in force (see the dev server's admin API).
+    pub async fn fault(&self, body: Value) -> anyhow::Result<()> {
+        self.admin(reqwest::Method::POST, "faults", Some(body))
+            .await
+            .map(drop)
+    }
+
+    /// Clear every fault.
+    pub async fn clear_faults(&self) -> anyhow::Result<()> {
+        self.admin(reqwest::Method::DELETE, "faults", None)
+            .await
+            .map(drop)
+    }
+
+    /// Active leases (`[{id, dynamicSecret, createdAt, expireAt, state,
+    /// data, …}]`); with `all`, also expired and revoked ones.
+    pub async fn leases(&self, all: bool) -> anyhow::Result<Vec<Value>> {
+        let path = if all { "leases?all=true" } else { "leases" };
+        match self.admin(reqwest::Method::GET, path, None).await? {
+            Value::Array(v) => Ok(v),
+            other => bail!("unexpected leases answer {other}"),
         }
     }
-}
 
-impl Drop for DevServer {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
+    /// Stop the server: SIGTERM, then SIGKILL after 10 s.
+    pub fn stop(&mut self) {
+        if let Some(mut p) = self.process.take() {
+            p.stop(STOP_TIMEOUT);
         }
     }
 }

@@ -1,14 +1,16 @@
-//! What the benchmark (`bench/`), the chaos runner (`chaos/`) and the node
-//! suite (`tests/node`) need to drive kms-operator from the outside: the
-//! dev KMS as a child process with its admin API ([`devserver`]) and calls
-//! to its public API as a client makes them ([`api`]), the local
-//! control plane of `tests/testenv` and clients for it ([`testenv`]), its
-//! node seen from this machine ([`node`]), signals to processes
-//! ([`signal`]), and waits on conditions ([`wait`]).
+//! What the benchmark (`bench/`), the chaos runner (`chaos/`), the
+//! integration tests (`tests/integration`) and the node suite (`tests/node`)
+//! need to drive kms-operator from the outside: operator replicas as child
+//! processes ([`replica`]), the dev KMS as a child process with its admin
+//! API ([`devserver`]) and calls to its public API as a client makes them
+//! ([`api`]), the local control plane of `tests/testenv` and clients for it
+//! ([`testenv`]), its node seen from this machine ([`node`]), signals to
+//! processes ([`signal`]), and waits on conditions ([`wait`]).
 
 pub mod api;
 pub mod devserver;
 pub mod node;
+pub mod replica;
 pub mod testenv;
 pub mod wait;
 
