@@ -90,13 +90,6 @@ impl DevServer {
         Ok(KmsCounts::from_stats(&v))
     }
 
-    /// Reset the request counters.
-    pub async fn reset_counts(&self) -> anyhow::Result<()> {
-        self.admin(reqwest::Method::DELETE, "stats", None)
-            .await
-            .map(drop)
-    }
-
     /// Set a secret of the workload's project (admin: not counted).
     pub async fn put_secret(&self, path: &str, key: &str, value: &str) -> anyhow::Result<()> {
         self.0.put_secret(PROJECT, ENV, path, key, value).await

@@ -196,7 +196,7 @@ impl Session {
             n,
             sync: sync.clone(),
         };
-        s.kms.reset_counts().await?;
+        s.kms.reset_stats().await?;
         let api_before = cluster::apiserver_requests(&s.client).await?;
         let load = load();
         eprintln!("[{label}] starting {r} replica(s), load {:?}", load.loadavg);
@@ -256,7 +256,7 @@ impl Session {
             if mode == "cold" {
                 self.replicas.wipe_caches();
             }
-            self.kms.reset_counts().await?;
+            self.kms.reset_stats().await?;
             let load = load();
             eprintln!("[{}] {mode} restart, load {:?}", self.label, load.loadavg);
             let t0 = Instant::now();
@@ -673,7 +673,7 @@ pub async fn devserver(
     let rps = counts.iter().sum::<u64>() as f64 / started.elapsed().as_secs_f64();
     let usage = server
         .pid()
-        .map(|p| crate::replicas::usage_of(p, "dev-server"))
+        .map(|p| kms_testkit::replica::usage_of(p, "dev-server"))
         .unwrap_or_default();
     server.stop();
     let _ = std::fs::remove_dir_all(&dir);

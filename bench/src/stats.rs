@@ -53,27 +53,6 @@ impl Summary {
     }
 }
 
-/// `VmHWM` (peak resident set) of a `/proc/PID/status` text, in KiB.
-pub fn vm_hwm_kib(status: &str) -> Option<u64> {
-    status.lines().find_map(|l| {
-        let rest = l.strip_prefix("VmHWM:")?;
-        rest.split_whitespace().next()?.parse().ok()
-    })
-}
-
-/// `utime + stime` of a `/proc/PID/stat` text, in clock ticks. The command
-/// name (field 2) may hold spaces and parentheses, so fields are counted
-/// after the last `)`.
-pub fn cpu_ticks(stat: &str) -> Option<u64> {
-    let after = &stat[stat.rfind(')')? + 1..];
-    // After the name: field 3 (state) is index 0, utime (14) is index 11,
-    // stime (15) index 12.
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let utime: u64 = f.get(11)?.parse().ok()?;
-    let stime: u64 = f.get(12)?.parse().ok()?;
-    Some(utime + stime)
-}
-
 /// The sum of every `apiserver_request_total` sample of a Prometheus text,
 /// and the sums by verb.
 pub fn apiserver_requests(metrics: &str) -> ApiRequests {
@@ -258,18 +237,6 @@ mod tests {
         assert_eq!(s.max, Some(9.0));
         assert_eq!(s.mean, Some(5.0));
         assert_eq!(Summary::of(&[]).p50, None);
-    }
-
-    #[test]
-    fn proc_status_and_stat() {
-        let status =
-            "Name:\tkms-operator\nVmPeak:\t  900 kB\nVmHWM:\t   45312 kB\nVmRSS:\t 40000 kB\n";
-        assert_eq!(vm_hwm_kib(status), Some(45312));
-        assert_eq!(vm_hwm_kib("Name: x\n"), None);
-        let stat =
-            "4242 (kms op (x)) S 1 4242 4242 0 -1 4194560 1000 0 0 0 250 37 0 0 20 0 8 0 100 0 0";
-        assert_eq!(cpu_ticks(stat), Some(287));
-        assert_eq!(cpu_ticks("4242 (short) S 1"), None);
     }
 
     #[test]
