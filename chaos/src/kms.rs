@@ -100,40 +100,18 @@ impl DevServer {
         Ok(n)
     }
 
-    /// Per-route request counts (for the report).
-    pub async fn stats(&self) -> anyhow::Result<Value> {
-        Ok(self.admin(reqwest::Method::GET, "stats", None).await?["requests"].clone())
-    }
-
-    /// Put a fault in force (see the dev server's admin API).
-    pub async fn fault(&self, body: Value) -> anyhow::Result<()> {
-        self.admin(reqwest::Method::POST, "faults", Some(body))
-            .await
-            .map(drop)
-    }
-
-    /// Clear every fault.
-    pub async fn clear_faults(&self) -> anyhow::Result<()> {
-        self.admin(reqwest::Method::DELETE, "faults", None)
-            .await
-            .map(drop)
-    }
-
     /// Active leases.
     pub async fn leases(&self) -> anyhow::Result<Vec<AdminLease>> {
-        self.leases_where("leases").await
+        self.leases_where(false).await
     }
 
     /// Every lease ever created, with its state.
     pub async fn all_leases(&self) -> anyhow::Result<Vec<AdminLease>> {
-        self.leases_where("leases?all=true").await
+        self.leases_where(true).await
     }
 
-    async fn leases_where(&self, path: &str) -> anyhow::Result<Vec<AdminLease>> {
-        let v = self.admin(reqwest::Method::GET, path, None).await?;
-        let Value::Array(items) = v else {
-            bail!("unexpected leases answer");
-        };
+    async fn leases_where(&self, all: bool) -> anyhow::Result<Vec<AdminLease>> {
+        let items = self.server.leases(all).await?;
         Ok(items
             .iter()
             .filter_map(|l| {

@@ -1,23 +1,21 @@
-//! Operator replicas as child processes: each with its own pod name, cache
-//! directory and log file per incarnation, started, signalled and restarted
-//! under the same name. Log lines that matter to the checkers (writes and
-//! shard events) are parsed as they arrive.
+//! Operator replicas as child processes, run by the shared runner
+//! (`kms_testkit::replica`): each with its own pod name, cache directory
+//! and log file per incarnation, started, signalled and restarted under the
+//! same name. Log lines that matter to the checkers (writes and shard
+//! events) are parsed as they arrive ([`ingest`]).
 //!
 //! [`Fleet`] is what the process track does to replicas; [`Replicas`] does
 //! it to processes, `pods::Pods` to the chart's pods on a node.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::Context;
+use kms_testkit::replica::{self, Launch, Replica as Process};
 use serde_json::Value;
 
 use crate::history::{History, Ms, ShardLogLine, WriteObs, now_ms};
-use kms_testkit::signal;
 
 /// Settings shared by every replica of a run.
 #[derive(Clone, Debug)]
@@ -47,17 +45,14 @@ pub struct Settings {
 }
 
 /// One replica (a pod name) and its current process, if any.
-#[derive(Debug)]
 pub struct Replica {
     /// Pod name.
     pub name: String,
-    child: Option<Child>,
+    process: Option<Process>,
     /// Number of processes started under this name.
     pub incarnations: u32,
     /// Cache directory.
     pub cache_dir: PathBuf,
-    /// Held with SIGSTOP.
-    pub paused: bool,
 }
 
 /// Counters of what the replicas logged.
@@ -201,21 +196,6 @@ pub fn ingest(line: &str, replica: &str, history: &Mutex<History>, counts: &Mute
     }
 }
 
-fn capture(
-    stream: impl Read + Send + 'static,
-    file: Arc<Mutex<std::fs::File>>,
-    replica: String,
-    history: Arc<Mutex<History>>,
-    counts: Arc<Mutex<LogCounts>>,
-) {
-    std::thread::spawn(move || {
-        for line in BufReader::new(stream).lines().map_while(Result::ok) {
-            ingest(&line, &replica, &history, &counts);
-            let _ = writeln!(file.lock().unwrap_or_else(|e| e.into_inner()), "{line}");
-        }
-    });
-}
-
 impl Replicas {
     /// No replicas yet.
     pub fn new(settings: Settings, history: Arc<Mutex<History>>) -> Self {
@@ -243,7 +223,7 @@ impl Replicas {
     pub fn live(&self) -> Vec<String> {
         self.set
             .values()
-            .filter(|r| r.child.is_some() && !r.paused)
+            .filter(|r| r.process.as_ref().is_some_and(|p| !p.paused()))
             .map(|r| r.name.clone())
             .collect()
     }
@@ -256,21 +236,20 @@ impl Replicas {
         std::fs::create_dir_all(&dir)?;
         let r = self.set.entry(name.to_owned()).or_insert_with(|| Replica {
             name: name.to_owned(),
-            child: None,
+            process: None,
             incarnations: 0,
             cache_dir: cache_dir.clone(),
-            paused: false,
         });
-        if r.child.is_some() {
+        if r.process.is_some() {
             return Ok(());
         }
         r.incarnations += 1;
-        let log = Arc::new(Mutex::new(std::fs::File::create(
-            dir.join(format!("{}.log", r.incarnations)),
-        )?));
-        let mut child = Command::new(&s.bin)
+        let (replica, history, counts) =
+            (name.to_owned(), self.history.clone(), self.counts.clone());
+        let process = Launch::new(&s.bin)
             .env("KUBECONFIG", &s.kubeconfig)
             .env_remove("RUST_LOG")
+            .name(name)
             .args(["--log-format", "json", "--log-level", "info", "run"])
             .arg(format!("--pod-name={name}"))
             .arg(format!("--pod-namespace={}", s.pod_namespace))
@@ -280,38 +259,14 @@ impl Replicas {
             .arg(format!("--renew-deadline={}", s.renew_deadline))
             .arg(format!("--retry-period={}", s.retry_period))
             .arg(format!("--kms-rate-limit={}", s.kms_rate_limit))
-            .arg("--cache-dir")
-            .arg(&cache_dir)
+            .cache_dir(&cache_dir)
             .arg("--cache-encryption-key-file")
             .arg(&s.key_file)
-            .args([
-                "--metrics-addr",
-                "127.0.0.1:0",
-                "--health-addr",
-                "127.0.0.1:0",
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .with_context(|| format!("starting {name}"))?;
-        let out = child.stdout.take().context("stdout")?;
-        let err = child.stderr.take().context("stderr")?;
-        capture(
-            out,
-            log.clone(),
-            name.to_owned(),
-            self.history.clone(),
-            self.counts.clone(),
-        );
-        capture(
-            err,
-            log,
-            name.to_owned(),
-            self.history.clone(),
-            self.counts.clone(),
-        );
-        r.child = Some(child);
-        r.paused = false;
+            .listen_any()
+            .log_file(dir.join(format!("{}.log", r.incarnations)))
+            .on_line(move |line| ingest(line, &replica, &history, &counts))
+            .spawn()?;
+        r.process = Some(process);
         self.history
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -320,8 +275,8 @@ impl Replicas {
         Ok(())
     }
 
-    fn pid(&self, name: &str) -> Option<u32> {
-        self.set.get(name)?.child.as_ref().map(Child::id)
+    fn process(&self, name: &str) -> Option<&Process> {
+        self.set.get(name)?.process.as_ref()
     }
 
     fn record_kill(&self) {
@@ -334,16 +289,8 @@ impl Replicas {
 
     /// kill -9 `name` and reap it.
     pub fn kill(&mut self, name: &str) {
-        let mut killed = false;
-        if let Some(r) = self.set.get_mut(name)
-            && let Some(mut c) = r.child.take()
-        {
-            let _ = c.kill();
-            let _ = c.wait();
-            r.paused = false;
-            killed = true;
-        }
-        if killed {
+        if let Some(mut p) = self.set.get_mut(name).and_then(|r| r.process.take()) {
+            p.kill();
             self.record_kill();
         }
     }
@@ -352,43 +299,24 @@ impl Replicas {
     /// -9). Returns how long the graceful stop took, `None` if it had to be
     /// killed.
     pub fn terminate(&mut self, name: &str, timeout: Duration) -> Option<Duration> {
-        let r = self.set.get_mut(name)?;
-        let mut c = r.child.take()?;
-        if r.paused {
-            signal(c.id(), "CONT");
-            r.paused = false;
+        let took = self.set.get_mut(name)?.process.take()?.stop(timeout);
+        if took.is_none() {
+            self.record_kill();
         }
-        let started = Instant::now();
-        signal(c.id(), "TERM");
-        while started.elapsed() < timeout {
-            if let Ok(Some(_)) = c.try_wait() {
-                return Some(started.elapsed());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = c.kill();
-        let _ = c.wait();
-        self.record_kill();
-        None
+        took
     }
 
     /// SIGSTOP `name`.
     pub fn pause(&mut self, name: &str) {
-        if let Some(pid) = self.pid(name) {
-            signal(pid, "STOP");
-            if let Some(r) = self.set.get_mut(name) {
-                r.paused = true;
-            }
+        if let Some(p) = self.process(name) {
+            p.signal("STOP");
         }
     }
 
     /// SIGCONT `name`.
     pub fn resume(&mut self, name: &str) {
-        if let Some(pid) = self.pid(name) {
-            signal(pid, "CONT");
-        }
-        if let Some(r) = self.set.get_mut(name) {
-            r.paused = false;
+        if let Some(p) = self.process(name) {
+            p.signal("CONT");
         }
     }
 
@@ -407,11 +335,9 @@ impl Replicas {
     pub fn exited(&mut self) -> Vec<(String, String)> {
         let mut out = Vec::new();
         for r in self.set.values_mut() {
-            if let Some(c) = r.child.as_mut()
-                && let Ok(Some(status)) = c.try_wait()
-            {
+            if let Some(status) = r.process.as_mut().and_then(Process::try_exit) {
                 out.push((r.name.clone(), format!("{} exited: {status}", r.name)));
-                r.child = None;
+                r.process = None;
             }
         }
         out
@@ -419,23 +345,15 @@ impl Replicas {
 
     /// Stop every replica gracefully (SIGCONT first).
     pub fn stop_all(&mut self, timeout: Duration) {
-        let names: Vec<String> = self.set.keys().cloned().collect();
-        for n in &names {
-            self.resume(n);
-        }
-        for n in &names {
-            if let Some(r) = self.set.get(n)
-                && let Some(c) = &r.child
-            {
-                signal(c.id(), "TERM");
+        let mut stopped: Vec<Process> = self
+            .set
+            .values_mut()
+            .filter_map(|r| r.process.take())
+            .collect();
+        for took in replica::stop_all(&mut stopped, timeout) {
+            if took.is_none() {
+                self.record_kill();
             }
-        }
-        let started = Instant::now();
-        for n in names {
-            let left = timeout
-                .saturating_sub(started.elapsed())
-                .max(Duration::from_millis(100));
-            self.terminate(&n, left);
         }
     }
 }
@@ -504,17 +422,6 @@ impl Fleet for Replicas {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
-    }
-}
-
-impl Drop for Replicas {
-    fn drop(&mut self) {
-        for r in self.set.values_mut() {
-            if let Some(mut c) = r.child.take() {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-        }
     }
 }
 
