@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -25,9 +25,8 @@ use kube::{Client, Config};
 use serde_json::{Value, json};
 
 use crate::harness::{self, TestNamespace, holds_for, wait_for};
-use crate::support::{
-    CLIENT_ID, CLIENT_SECRET, DevServer, TempDir, binary, exited, seed, served_addresses,
-};
+use crate::support::{CLIENT_ID, CLIENT_SECRET, DevServer, TempDir, binary, exited, seed};
+use kms_testkit::replica::{Launch, Replica};
 
 // ---------------------------------------------------------------------------
 // Tools: helm and kubectl from the test environment's cache.
@@ -1750,54 +1749,26 @@ async fn client_from(path: &Path) -> Client {
 }
 
 /// The operator as the chart runs it: the StatefulSet container's arguments
-/// and environment, as a child process of the binary under test.
-struct ChartOperator {
-    child: Child,
+/// and environment (and nothing else), as a child process of the binary
+/// under test, its output in `log`.
+fn chart_operator(
+    env: Vec<(String, String)>,
+    args: Vec<String>,
+    kubeconfig: &Path,
     log: PathBuf,
-}
-
-impl ChartOperator {
-    fn start(
-        env: Vec<(String, String)>,
-        args: Vec<String>,
-        kubeconfig: &Path,
-        log: PathBuf,
-    ) -> Self {
-        let file = std::fs::File::create(&log).unwrap();
-        let child = Command::new(binary())
-            .env_clear()
-            .envs(env)
-            .env("KUBECONFIG", kubeconfig)
-            .args(args)
-            // No TLS listener in tests: random local ports, as elsewhere.
-            .args([
-                "--metrics-addr",
-                "127.0.0.1:0",
-                "--health-addr",
-                "127.0.0.1:0",
-            ])
-            .stdout(file.try_clone().unwrap())
-            .stderr(file)
-            .spawn()
-            .expect("start kms-operator");
-        Self { child, log }
+) -> Replica {
+    let mut launch = Launch::new(binary()).env_clear();
+    for (key, value) in env {
+        launch = launch.env(key, value);
     }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Addresses the operator serves on, from its JSON log.
-    fn addresses(&self) -> Vec<String> {
-        served_addresses(&self.log())
-    }
-}
-
-impl Drop for ChartOperator {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    launch
+        .env("KUBECONFIG", kubeconfig)
+        .args(args)
+        // No TLS listener in tests: random local ports, as elsewhere.
+        .listen_any()
+        .log_file(log)
+        .spawn()
+        .expect("start kms-operator")
 }
 
 #[tokio::test]
@@ -1869,7 +1840,7 @@ async fn scoped_install_syncs_in_its_namespace_and_is_refused_elsewhere() {
             key_file.display().to_string(),
         ),
     ]);
-    let op = ChartOperator::start(
+    let mut op = chart_operator(
         container_env(&manifest, &pod, &home.name, &overrides),
         strings(&manifest.container()["args"]),
         &kubeconfig,
@@ -1911,23 +1882,9 @@ async fn scoped_install_syncs_in_its_namespace_and_is_refused_elsewhere() {
 
     // Ready: the watches (including kms-config through its named-resource
     // Role) have listed.
-    let http = reqwest::Client::new();
-    let ready = wait_for(Duration::from_secs(20), || async {
-        for addr in op.addresses() {
-            if let Ok(r) = http.get(format!("http://{addr}/readyz")).send().await
-                && r.status().is_success()
-            {
-                return Some(());
-            }
-        }
-        None
-    })
-    .await;
-    assert!(
-        ready.is_some(),
-        "/readyz never succeeded; operator log:\n{}",
-        op.log()
-    );
+    if let Err(e) = op.wait_ready(Duration::from_secs(20)).await {
+        panic!("/readyz never succeeded: {e}");
+    }
 
     // Shard Leases in the release namespace, named after the release, held by
     // the pod name from the downward API.

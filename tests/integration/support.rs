@@ -1,14 +1,15 @@
 //! Processes the integration tests run: the dev KMS and operator replicas,
-//! each a child process of the `kms-operator` binary, plus helpers to talk to
-//! them (the dev server's API and admin API, the operator's log).
+//! each a child process of the `kms-operator` binary run by `kms_testkit`
+//! (`devserver`, `replica`), plus helpers to talk to them (the dev server's
+//! API and admin API, the operator's log).
 
-use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use kms_testkit::replica::{Launch, Lines, Replica};
 use serde_json::{Value, json};
+
+pub use kms_testkit::replica::wait_child as exited;
 
 /// The operator binary under test.
 pub fn binary() -> PathBuf {
@@ -38,37 +39,6 @@ impl Drop for TempDir {
     }
 }
 
-/// Collects a child's output lines.
-#[derive(Clone, Default)]
-pub struct Output(Arc<Mutex<Vec<String>>>);
-
-impl Output {
-    fn capture(
-        &self,
-        stream: impl Read + Send + 'static,
-        first_line: Option<std::sync::mpsc::Sender<String>>,
-    ) {
-        let lines = self.0.clone();
-        std::thread::spawn(move || {
-            let mut first_line = first_line;
-            for line in BufReader::new(stream).lines().map_while(Result::ok) {
-                if let Some(tx) = &first_line
-                    && line.contains("listening on")
-                {
-                    let _ = tx.send(line.clone());
-                    first_line = None;
-                }
-                lines.lock().unwrap().push(line);
-            }
-        });
-    }
-
-    /// Everything captured so far.
-    pub fn text(&self) -> String {
-        self.0.lock().unwrap().join("\n")
-    }
-}
-
 /// The admin token of every test dev server.
 pub const ADMIN_TOKEN: &str = "test-admin-token";
 /// The universal-auth client id seeded for the operator.
@@ -76,13 +46,18 @@ pub const CLIENT_ID: &str = "op-client";
 /// Its client secret.
 pub const CLIENT_SECRET: &str = "op-secret";
 
-/// A dev KMS child process.
+/// A dev KMS child process (testkit's, with the tests' admin token) in a
+/// scratch directory; its admin calls panic when they fail.
 pub struct DevServer {
-    child: Child,
-    /// Base URL, e.g. `http://127.0.0.1:41234`.
-    pub url: String,
-    http: reqwest::Client,
+    server: kms_testkit::devserver::DevServer,
     _dir: TempDir,
+}
+
+impl std::ops::Deref for DevServer {
+    type Target = kms_testkit::devserver::DevServer;
+    fn deref(&self) -> &Self::Target {
+        &self.server
+    }
 }
 
 impl DevServer {
@@ -94,77 +69,21 @@ impl DevServer {
     /// Start a dev server with `seed` and extra flags.
     pub async fn start_with(seed: &str, extra: &[&str]) -> Self {
         let dir = TempDir::new("kms");
-        let seed_path = dir.0.join("seed.yaml");
-        std::fs::write(&seed_path, seed).unwrap();
-        let mut child = Command::new(binary())
-            .args([
-                "dev-server",
-                "--addr",
-                "127.0.0.1:0",
-                "--admin-token",
-                ADMIN_TOKEN,
-            ])
-            .arg("--seed")
-            .arg(&seed_path)
-            .arg("--data-dir")
-            .arg(dir.0.join("data"))
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start dev server");
-        let output = Output::default();
-        let (tx, rx) = std::sync::mpsc::channel();
-        output.capture(child.stdout.take().unwrap(), Some(tx));
-        output.capture(child.stderr.take().unwrap(), None);
-        let line = tokio::task::spawn_blocking(move || rx.recv_timeout(Duration::from_secs(30)))
-            .await
-            .unwrap()
-            .unwrap_or_else(|_| panic!("dev server did not start:\n{}", output.text()));
-        let url = line
-            .split("listening on ")
-            .nth(1)
-            .map(|s| {
-                s.split_whitespace()
-                    .next()
-                    .unwrap_or_default()
-                    .trim_end_matches('/')
-                    .to_owned()
-            })
-            .expect("address in the listening line");
-        Self {
-            child,
-            url,
-            http: reqwest::Client::new(),
-            _dir: dir,
-        }
-    }
-
-    /// The KMS API base (`<url>/api`).
-    pub fn api(&self) -> String {
-        format!("{}/api", self.url)
-    }
-
-    async fn admin(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
-        let mut req = self
-            .http
-            .request(method, format!("{}/admin/{path}", self.url))
-            .bearer_auth(ADMIN_TOKEN);
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().await.expect("admin request");
-        assert!(
-            resp.status().is_success(),
-            "admin {path}: {}",
-            resp.status()
-        );
-        resp.json().await.unwrap_or(Value::Null)
+        let (path, seed) = (dir.0.clone(), seed.to_owned());
+        let extra: Vec<String> = extra.iter().map(|s| (*s).to_owned()).collect();
+        let server = tokio::task::spawn_blocking(move || {
+            let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+            kms_testkit::devserver::DevServer::start(&binary(), &path, &seed, ADMIN_TOKEN, &extra)
+        })
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("{e:#}"));
+        Self { server, _dir: dir }
     }
 
     /// Request counters: route → status → count.
     pub async fn stats(&self) -> Value {
-        self.admin(reqwest::Method::GET, "stats", None).await["requests"].clone()
+        self.server.stats().await.expect("admin stats")
     }
 
     /// Count of requests to `route` with `status` (any status when `None`).
@@ -183,31 +102,29 @@ impl DevServer {
     /// Active leases: `[{id, dynamicSecret, expireAt, …}]` (with `all`, also
     /// expired and revoked ones).
     pub async fn leases(&self, all: bool) -> Vec<Value> {
-        let path = if all { "leases?all=true" } else { "leases" };
-        match self.admin(reqwest::Method::GET, path, None).await {
-            Value::Array(v) => v,
-            other => panic!("unexpected leases answer {other}"),
-        }
+        self.server.leases(all).await.expect("admin leases")
     }
 
     /// Reset the counters.
     pub async fn reset_stats(&self) {
-        self.admin(reqwest::Method::DELETE, "stats", None).await;
+        self.server.reset_stats().await.expect("admin reset stats");
     }
 
     /// Set faults for a scope.
     pub async fn fault(&self, body: Value) {
-        self.admin(reqwest::Method::POST, "faults", Some(body))
-            .await;
+        self.server.fault(body).await.expect("admin fault");
     }
 
     /// Clear all faults.
     pub async fn clear_faults(&self) {
-        self.admin(reqwest::Method::DELETE, "faults", None).await;
+        self.server
+            .clear_faults()
+            .await
+            .expect("admin clear faults");
     }
 
     async fn token(&self) -> String {
-        kms_testkit::api::login(&self.http, &self.api(), CLIENT_ID, CLIENT_SECRET)
+        kms_testkit::api::login(self.http(), &self.api(), CLIENT_ID, CLIENT_SECRET)
             .await
             .expect("login")
     }
@@ -220,7 +137,7 @@ impl DevServer {
             environment: env,
             path,
         };
-        kms_testkit::api::set_secret(&self.http, &self.api(), &token, folder, key, value)
+        kms_testkit::api::set_secret(self.http(), &self.api(), &token, folder, key, value)
             .await
             .unwrap();
     }
@@ -229,7 +146,7 @@ impl DevServer {
     pub async fn delete_secret(&self, project: &str, env: &str, path: &str, key: &str) {
         let token = self.token().await;
         let resp = self
-            .http
+            .http()
             .delete(format!("{}/v3/secrets/raw/{key}", self.api()))
             .bearer_auth(&token)
             .json(&json!({"projectSlug": project, "environment": env, "secretPath": path}))
@@ -244,36 +161,17 @@ impl DevServer {
     }
 }
 
-impl Drop for DevServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// How long a replica may take to be ready (its caches' first lists on a
 /// loaded machine).
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a replica may take to stop after SIGTERM before it is killed.
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The addresses an operator's JSON log says it serves on (health,
-/// metrics).
-pub fn served_addresses(log: &str) -> Vec<String> {
-    log.lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|v| {
-            v["fields"]["message"]
-                .as_str()
-                .is_some_and(|m| m.starts_with("serving"))
-        })
-        .filter_map(|v| v["fields"]["addr"].as_str().map(str::to_owned))
-        .collect()
-}
-
-/// An operator replica child process.
+/// An operator replica child process (killed on drop).
 pub struct Operator {
-    child: Option<Child>,
+    process: Replica,
     /// Captured logs (stdout and stderr).
-    pub output: Output,
+    pub output: Lines,
 }
 
 impl Operator {
@@ -300,43 +198,14 @@ impl Operator {
     /// running); panics, with its log, when it exits first or is not ready
     /// within a minute.
     pub async fn ready(&mut self) {
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(2))
-            .build()
-            .unwrap();
-        let ready = crate::harness::wait_for(READY_TIMEOUT, || {
-            if let Some(child) = self.child.as_mut()
-                && let Ok(Some(status)) = child.try_wait()
-            {
-                panic!(
-                    "the operator exited ({status}) before it was ready:\n{}",
-                    self.output.text()
-                );
-            }
-            let (http, addresses) = (http.clone(), served_addresses(&self.output.text()));
-            async move {
-                for addr in addresses {
-                    if let Ok(r) = http.get(format!("http://{addr}/readyz")).send().await
-                        && r.status().is_success()
-                    {
-                        return Some(());
-                    }
-                }
-                None
-            }
-        })
-        .await;
-        if ready.is_none() {
-            panic!(
-                "the operator was not ready within {READY_TIMEOUT:?}:\n{}",
-                self.output.text()
-            );
+        if let Err(e) = self.process.wait_ready(READY_TIMEOUT).await {
+            panic!("{e}");
         }
     }
 
     /// The addresses it serves on (health, metrics), from its log.
     pub fn served(&self) -> Vec<String> {
-        served_addresses(&self.output.text())
+        self.process.served()
     }
 
     /// Start the process and return at once, ready or not (a start that
@@ -347,94 +216,42 @@ impl Operator {
         extra: &[&str],
         env: &[(&str, Option<&str>)],
     ) -> Self {
-        let mut command = Command::new(binary());
-        // The test's environment wins (a KUBECONFIG of its own, say).
-        command
+        let mut launch = Launch::new(binary())
             .env("KUBECONFIG", crate::harness::kubeconfig())
             .env("RUST_LOG", "info,kms_operator=debug");
+        // The test's environment wins (a KUBECONFIG of its own, say).
         for (name, value) in env {
-            match value {
-                Some(v) => command.env(name, v),
-                None => command.env_remove(name),
+            launch = match value {
+                Some(v) => launch.env(name, v),
+                None => launch.env_remove(name),
             };
         }
-        let mut child = command
-            .args([
-                "--log-format",
-                "json",
-                "run",
-                "--metrics-addr",
-                "127.0.0.1:0",
-                "--health-addr",
-                "127.0.0.1:0",
-            ])
+        let output = Lines::default();
+        let process = launch
+            .args(["--log-format", "json", "run"])
+            .listen_any()
             .arg(format!("--pod-namespace={pod_namespace}"))
             .arg(format!("--namespaces={}", namespaces.join(",")))
             .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .capture(&output)
             .spawn()
             .expect("start operator");
-        let output = Output::default();
-        output.capture(child.stdout.take().unwrap(), None);
-        output.capture(child.stderr.take().unwrap(), None);
-        Self {
-            child: Some(child),
-            output,
-        }
+        Self { process, output }
     }
 
-    /// The process id.
+    /// The process id (`None` once stopped).
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
+        self.process.pid()
     }
 
     /// Send a signal (`TERM`, `KILL`, `STOP`, `CONT`).
     pub fn signal(&self, name: &str) {
-        if let Some(pid) = self.pid() {
-            let _ = Command::new("kill")
-                .arg(format!("-{name}"))
-                .arg(pid.to_string())
-                .status();
-        }
+        self.process.signal(name);
     }
 
-    /// Stop with SIGTERM and wait.
+    /// Stop with SIGTERM and wait (SIGKILL after 10 s).
     pub fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = Command::new("kill")
-                .arg("-TERM")
-                .arg(child.id().to_string())
-                .status();
-            if exited(&mut child, Duration::from_secs(10)).is_none() {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
-        }
-    }
-}
-
-/// Wait up to `timeout` for `child` to exit, polling every 20 ms (from
-/// synchronous code, as a `Drop` or a test without a runtime): its exit
-/// status, `None` when it still runs.
-pub fn exited(child: &mut Child, timeout: Duration) -> Option<std::process::ExitStatus> {
-    let started = std::time::Instant::now();
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) => return Some(status),
-            Ok(None) if started.elapsed() < timeout => {}
-            _ => return None,
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.process.stop(STOP_TIMEOUT);
     }
 }
 
