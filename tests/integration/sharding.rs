@@ -588,3 +588,145 @@ async fn scaling_keeps_every_shard_owned_and_mixed_shard_counts_are_refused() {
     first.stop();
     watch.abort();
 }
+
+/// A seed whose project `demo` (env `dev`) has `folders` folders `/f<i>`,
+/// one secret each, and the operator identity.
+fn folders_seed(folders: usize) -> String {
+    let mut s = String::from(
+        "projects:\n  - slug: demo\n    name: Demo\n    environments: [dev]\n    secrets:\n      dev:\n",
+    );
+    for i in 0..folders {
+        s.push_str(&format!("        /f{i}:\n          K: v{i}\n"));
+    }
+    s.push_str(&format!(
+        "identities:\n  - name: operator\n    universalAuth: {{clientId: {CLIENT_ID}, clientSecret: {CLIENT_SECRET}}}\n    projects: [demo]\n"
+    ));
+    s
+}
+
+#[tokio::test]
+async fn the_kms_budget_goes_to_the_replica_with_the_work() {
+    const RATE: f64 = 4.0;
+    const N: usize = 40;
+    let client = harness::client().await;
+    let home = TestNamespace::new(&client, "budget-home").await;
+    let mut namespaces = Vec::new();
+    for _ in 0..8 {
+        namespaces.push(TestNamespace::new(&client, "budget-ns").await);
+    }
+    let watched: Vec<&str> = namespaces.iter().map(|n| n.name.as_str()).collect();
+    let kms = DevServer::start(&folders_seed(N)).await;
+    let names = ["replica-0", "replica-1"];
+    let rate = RATE.to_string();
+    let mut ops: Vec<Operator> = names
+        .iter()
+        .map(|n| replica(n, &home.name, &watched, &["--kms-rate-limit", &rate]))
+        .collect();
+    ready(&mut ops).await;
+    let owners = wait_for(Duration::from_secs(30), || async {
+        let h = holders(&client, &home.name).await;
+        (h.len() == 16 && names.iter().all(|n| shards_of(&h, n).len() == 8)).then_some(h)
+    })
+    .await
+    .expect("shards not balanced");
+
+    // All the work lands in namespaces of replica-0's shards.
+    let ring = shard::Ring::new(16).unwrap();
+    let mine = shards_of(&owners, names[0]);
+    let busy: Vec<&TestNamespace> = namespaces
+        .iter()
+        .filter(|n| mine.contains(&ring.shard_of(&n.name)))
+        .collect();
+    assert!(!busy.is_empty(), "no namespace in replica-0's shards");
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("secrets.hanzo.ai", "v1alpha1", "KmsSecret"),
+        "kmssecrets",
+    );
+    for ns in &busy {
+        let creds: Secret = serde_json::from_value(json!({
+            "metadata": {"name": "creds"}, "stringData": {"clientId": CLIENT_ID, "clientSecret": CLIENT_SECRET}
+        }))
+        .unwrap();
+        Api::<Secret>::namespaced(client.clone(), &ns.name)
+            .create(&PostParams::default(), &creds)
+            .await
+            .unwrap();
+    }
+    // Each resource reads its own folder: one list each, none shared.
+    for i in 0..N {
+        let ns = &busy[i % busy.len()].name;
+        let o: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "secrets.hanzo.ai/v1alpha1", "kind": "KmsSecret",
+            "metadata": {"name": format!("cr{i}")},
+            "spec": {
+                "hostAPI": kms.api(),
+                "syncConfig": {"resyncInterval": "1h"},
+                "authentication": {"universalAuth": {
+                    "credentialsRef": {"secretName": "creds"},
+                    "secretsScope": {"projectSlug": "demo", "envSlug": "dev", "secretsPath": format!("/f{i}")}
+                }},
+                "managedKubeSecretReferences": [{"secretName": format!("out{i}")}]
+            }
+        }))
+        .unwrap();
+        Api::<DynamicObject>::namespaced_with(client.clone(), ns, &ar)
+            .create(&PostParams::default(), &o)
+            .await
+            .unwrap();
+    }
+
+    // While replica-0 works, it gets nearly the whole budget and the two
+    // parts never add up to more than the whole.
+    let started = Instant::now();
+    // The highest part replica-0 had, and every scrape whose parts
+    // exceeded the whole.
+    let seen: Mutex<(f64, Vec<Vec<f64>>)> = Mutex::new((0.0, Vec::new()));
+    let synced = wait_for(Duration::from_secs(60), || {
+        let (ops, busy, client, seen) = (&ops, &busy, &client, &seen);
+        async move {
+            let mut parts = Vec::new();
+            for op in ops {
+                let text = crate::observability::scrape(op).await.unwrap_or_default();
+                parts.push(crate::observability::sum(
+                    &text,
+                    "kms_operator_kms_budget_rate",
+                    &[],
+                ));
+            }
+            {
+                let mut seen = seen.lock().unwrap();
+                seen.0 = seen.0.max(parts[0]);
+                if parts.iter().sum::<f64>() > RATE + 1e-6 {
+                    seen.1.push(parts);
+                }
+            }
+            let mut done = 0;
+            for ns in busy.iter() {
+                done += Api::<Secret>::namespaced(client.clone(), &ns.name)
+                    .list(&Default::default())
+                    .await
+                    .unwrap()
+                    .items
+                    .iter()
+                    .filter(|s| {
+                        s.metadata
+                            .name
+                            .as_deref()
+                            .is_some_and(|n| n.starts_with("out"))
+                    })
+                    .count();
+            }
+            (done == N).then_some(())
+        }
+    })
+    .await;
+    let took = started.elapsed();
+    let (peak, over) = seen.into_inner().unwrap();
+    assert!(synced.is_some(), "not every resource synced within 60 s");
+    assert!(over.is_empty(), "the parts exceeded the budget: {over:?}");
+    assert!(
+        peak >= 0.8 * RATE,
+        "replica-0 had all the work but at most {peak} of {RATE} requests/s"
+    );
+    println!("{N} resources on one replica of two synced in {took:?}; its peak part {peak}/s");
+}
