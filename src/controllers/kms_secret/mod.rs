@@ -464,37 +464,14 @@ async fn sync(
         }));
     }
 
-    // Plan every target; apply what differs. A target created without a
-    // read that turns out to exist is read, checked and planned again.
-    let mut observed = observed;
-    let mut desired_all;
-    let mut reads = 0;
-    loop {
-        desired_all = desired_targets(ctx, cr, &me, &targets, &observed, fetched.as_ref())?;
-        match write_targets(
-            ctx,
-            &me,
-            &targets,
-            &mut observed,
-            &desired_all,
-            shard,
-            cancel,
-        )
-        .await
-        {
-            Err(SyncError::Exists(what)) if reads < targets.len() => {
-                reads += 1;
-                let i = observed
-                    .iter()
-                    .position(|(o, _)| o.is_none())
-                    .ok_or(SyncError::Exists(what))?;
-                let o = read_target(ctx, &targets[i]).await?;
-                let c = claim_of(ctx, this, cr, &me, &targets[i], o.as_ref())?;
-                observed[i] = (o, c);
-            }
-            r => break r?,
-        }
-    }
+    // Plan every target; apply what differs.
+    let plan = Planned {
+        cr,
+        me: &me,
+        targets: &targets,
+        fetched: fetched.as_ref(),
+    };
+    let desired_all = plan.apply(ctx, this, observed, shard, cancel).await?;
     prune(ctx, cr, &me, &targets, shard, cancel).await?;
 
     // Remember what was synced.
@@ -536,6 +513,47 @@ async fn sync(
         targets: targets.len(),
         stream,
     })
+}
+
+/// What a sync plans its targets from.
+struct Planned<'a> {
+    cr: &'a KmsSecret,
+    me: &'a str,
+    targets: &'a [Target],
+    fetched: Option<&'a SecretMap>,
+}
+
+impl Planned<'_> {
+    /// Plan every target and write what differs; the desired states. A
+    /// target created without a read that turns out to exist is read,
+    /// checked and planned again.
+    async fn apply(
+        &self,
+        ctx: &Context,
+        this: &Controller,
+        mut observed: Vec<(Option<Observed>, Claim)>,
+        shard: u32,
+        cancel: &CancellationToken,
+    ) -> Result<Vec<Desired>, SyncError> {
+        let (cr, me, targets) = (self.cr, self.me, self.targets);
+        let mut reads = 0;
+        loop {
+            let desired = desired_targets(ctx, cr, me, targets, &observed, self.fetched)?;
+            match write_targets(ctx, me, targets, &mut observed, &desired, shard, cancel).await {
+                Err(SyncError::Exists(what)) if reads < targets.len() => {
+                    reads += 1;
+                    let i = observed
+                        .iter()
+                        .position(|(o, _)| o.is_none())
+                        .ok_or(SyncError::Exists(what))?;
+                    let o = read_target(ctx, &targets[i]).await?;
+                    let c = claim_of(ctx, this, cr, me, &targets[i], o.as_ref())?;
+                    observed[i] = (o, c);
+                }
+                r => return r.map(|()| desired),
+            }
+        }
+    }
 }
 
 /// Write the targets whose desired state differs from what was observed,
