@@ -122,9 +122,7 @@ pub async fn write(
         resource_version,
         ..ObjectMeta::default()
     };
-    let pp = PatchParams::apply(FIELD_MANAGER).force();
     let what = describe(desired.kind, ns, name);
-    let context = format!("writing {what}");
     ensure_owner(ctx, shard, cancel)?;
     match desired.kind {
         TargetKind::Secret => {
@@ -144,13 +142,7 @@ pub async fn write(
                 ..Secret::default()
             };
             let api = Api::<Secret>::namespaced(ctx.client.clone(), ns);
-            let written = match observed {
-                None => create(&api, &secret, what).await?,
-                Some(_) => api
-                    .patch(name, &pp, &Patch::Apply(&secret))
-                    .await
-                    .map_err(|e| SyncError::kube(context, e))?,
-            };
+            let written = put(&api, &secret, observed.is_some(), what).await?;
             Ok(Observed::from_secret(&written))
         }
         TargetKind::ConfigMap => {
@@ -165,24 +157,27 @@ pub async fn write(
                 ..ConfigMap::default()
             };
             let api = Api::<ConfigMap>::namespaced(ctx.client.clone(), ns);
-            let written = match observed {
-                None => create(&api, &cm, what).await?,
-                Some(_) => api
-                    .patch(name, &pp, &Patch::Apply(&cm))
-                    .await
-                    .map_err(|e| SyncError::kube(context, e))?,
-            };
+            let written = put(&api, &cm, observed.is_some(), what).await?;
             Ok(Observed::from_config_map(&written))
         }
     }
 }
 
-/// Create `object` (`what`, for messages), only if it does not exist
+/// Write `object` (`what`, for messages): server-side apply when it was
+/// observed, else create it, only if it does not exist
 /// ([`SyncError::Exists`] when it does).
-async fn create<K>(api: &Api<K>, object: &K, what: String) -> Result<K, SyncError>
+async fn put<K>(api: &Api<K>, object: &K, observed: bool, what: String) -> Result<K, SyncError>
 where
     K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
 {
+    let name = object.meta().name.clone().unwrap_or_default();
+    if observed {
+        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        return api
+            .patch(&name, &pp, &Patch::Apply(object))
+            .await
+            .map_err(|e| SyncError::kube(format!("writing {what}"), e));
+    }
     let pp = PostParams {
         field_manager: Some(FIELD_MANAGER.to_owned()),
         ..PostParams::default()

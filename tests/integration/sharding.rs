@@ -177,7 +177,10 @@ async fn setup(client: &Client, namespaces: &[TestNamespace], per_ns: usize, hos
     }
 }
 
-async fn synced_count(client: &Client, namespaces: &[TestNamespace]) -> usize {
+async fn synced_count<'a>(
+    client: &Client,
+    namespaces: impl IntoIterator<Item = &'a TestNamespace>,
+) -> usize {
     let mut n = 0;
     for ns in namespaces {
         let list = Api::<Secret>::namespaced(client.clone(), &ns.name)
@@ -700,22 +703,7 @@ async fn the_kms_budget_goes_to_the_replica_with_the_work() {
                     seen.1.push(parts);
                 }
             }
-            let mut done = 0;
-            for ns in busy.iter() {
-                done += Api::<Secret>::namespaced(client.clone(), &ns.name)
-                    .list(&Default::default())
-                    .await
-                    .unwrap()
-                    .items
-                    .iter()
-                    .filter(|s| {
-                        s.metadata
-                            .name
-                            .as_deref()
-                            .is_some_and(|n| n.starts_with("out"))
-                    })
-                    .count();
-            }
+            let done = synced_count(client, busy.iter().copied()).await;
             (done == N).then_some(())
         }
     })
