@@ -89,20 +89,13 @@ fn auth_method_name(cr: &KmsSecret) -> &'static str {
     let Some(a) = &cr.spec.authentication else {
         return "tokenSecretReference";
     };
-    [
-        (a.universal_auth.is_some(), "universalAuth"),
-        (a.kubernetes_auth.is_some(), "kubernetesAuth"),
-        (a.ldap_auth.is_some(), "ldapAuth"),
-        (a.service_token.is_some(), "serviceToken"),
-        (a.aws_iam_auth.is_some(), "awsIamAuth"),
-        (a.azure_auth.is_some(), "azureAuth"),
-        (a.gcp_id_token_auth.is_some(), "gcpIdTokenAuth"),
-        (a.gcp_iam_auth.is_some(), "gcpIamAuth"),
-        (a.service_account.is_some(), "serviceAccount"),
-    ]
-    .into_iter()
-    .find_map(|(set, name)| set.then_some(name))
-    .unwrap_or("no method")
+    // The method is the field that is set, named as in the spec.
+    let set = serde_json::to_value(a).unwrap_or_default();
+    crate::api::common::GENERIC_AUTH_METHODS
+        .into_iter()
+        .chain(crate::api::common::KMS_SECRET_ONLY_METHODS)
+        .find(|m| !set[*m].is_null())
+        .unwrap_or("no method")
 }
 
 /// `KmsSecret/<ns>/<name>`.
@@ -1179,6 +1172,26 @@ mod tests {
         .unwrap();
         cr.status = status;
         cr
+    }
+
+    #[test]
+    fn the_method_is_named_as_the_spec_field_that_is_set() {
+        let mut cr = kms_secret(None);
+        assert_eq!(auth_method_name(&cr), "universalAuth");
+        cr.spec.authentication = serde_json::from_value(json!({
+            "serviceAccount": {"serviceAccountSecretReference": {"secretName": "sa"},
+                "projectId": "p", "environmentName": "dev"}
+        }))
+        .ok();
+        assert_eq!(auth_method_name(&cr), "serviceAccount");
+        cr.spec.authentication = serde_json::from_value(json!({
+            "gcpIamAuth": {"identityId": "i", "serviceAccountKeyFilePath": "/k",
+                "secretsScope": {"projectSlug": "p", "envSlug": "dev", "secretsPath": "/"}}
+        }))
+        .ok();
+        assert_eq!(auth_method_name(&cr), "gcpIamAuth");
+        cr.spec.authentication = None;
+        assert_eq!(auth_method_name(&cr), "tokenSecretReference");
     }
 
     fn condition<'a>(s: &'a KmsSecretStatus, type_: &str) -> (&'a str, &'a str, &'a str) {
