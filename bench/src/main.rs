@@ -264,16 +264,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         converge_timeout: Duration::from_secs(args.converge_timeout),
     };
     std::fs::create_dir_all(&env.work_dir)?;
-    let build = if operator_bin
-        .components()
-        .any(|c| c.as_os_str() == "release")
-    {
-        "release"
-    } else if operator_bin.components().any(|c| c.as_os_str() == "debug") {
-        "debug"
-    } else {
-        "unknown"
-    };
+    let build = env.build();
     let mut results: Vec<(String, Value)> = Vec::new();
     let mut notes: Vec<String> = Vec::new();
     let default_sync = SyncMode {

@@ -55,6 +55,39 @@ pub struct Env {
     pub converge_timeout: Duration,
 }
 
+impl Env {
+    /// The work directory of session `label`: named after the resource kind
+    /// too, so that a peer operator's run and ours in one `--work-dir` keep
+    /// their own logs.
+    pub fn session_dir(&self, label: &str) -> PathBuf {
+        self.work_dir
+            .join(format!("{}-{label}", self.crd.kind.to_lowercase()))
+    }
+
+    /// What runs as a replica, for the report: this repository's binary
+    /// (`release`, `debug`) when the command template runs `{bin}`, else
+    /// `custom command` (a peer operator).
+    pub fn build(&self) -> &'static str {
+        if !self.template.contains("{bin}") {
+            "custom command"
+        } else if self
+            .operator_bin
+            .components()
+            .any(|c| c.as_os_str() == "release")
+        {
+            "release"
+        } else if self
+            .operator_bin
+            .components()
+            .any(|c| c.as_os_str() == "debug")
+        {
+            "debug"
+        } else {
+            "unknown"
+        }
+    }
+}
+
 /// Load average and time of a measurement.
 #[derive(Clone, Debug, Serialize)]
 pub struct Load {
@@ -623,7 +656,7 @@ pub async fn devserver(
     concurrency: usize,
     seconds: Duration,
 ) -> anyhow::Result<DevServerBench> {
-    let dir = env.work_dir.join("devserver");
+    let dir = env.session_dir("devserver");
     let _ = std::fs::remove_dir_all(&dir);
     let mut seed = format!(
         "projects:\n  - slug: {}\n    environments: [{}]\n    secrets:\n      {}:\n        /load:\n",
@@ -814,7 +847,7 @@ async fn fresh_cluster(
     env: &Env,
     label: &str,
 ) -> anyhow::Result<(PathBuf, ControlPlane, kube::Client)> {
-    let dir = env.work_dir.join(label);
+    let dir = env.session_dir(label);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
     eprintln!("[{label}] control plane");
