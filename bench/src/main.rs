@@ -8,7 +8,8 @@
 //! updates), `failover` (SIGTERM and SIGKILL of a replica → its shards moved
 //! and a change applied), `devserver` (the dev KMS's own list latency and
 //! throughput), `floor` (the least API work N resources need, no operator:
-//! what a converge is compared with), or `all`. It prints a table and writes JSON with `--out`.
+//! what a converge is compared with), `simulate` (no cluster: the shard
+//! assignment and the shared KMS budget for 1 to 20 replicas), or `all`. It prints a table and writes JSON with `--out`.
 //!
 //! ```text
 //! kms-bench converge --sizes 1000,10000 --replicas 1,3 --out bench.json
@@ -30,6 +31,7 @@ mod kms;
 mod peer;
 mod replicas;
 mod scenarios;
+mod simulate;
 mod stats;
 mod workload;
 
@@ -57,6 +59,12 @@ struct Args {
     /// (8 each).
     #[arg(long, default_value_t = 24)]
     floor_concurrency: usize,
+    /// `simulate`: largest replica count.
+    #[arg(long, default_value_t = 20)]
+    simulate_replicas: usize,
+    /// `simulate`: total KMS rate, requests per second.
+    #[arg(long, default_value_t = 20.0)]
+    simulate_rate: f64,
     /// `restart`: resources.
     #[arg(long, default_value_t = 1000)]
     restart_size: usize,
@@ -207,6 +215,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 "failover",
                 "devserver",
                 "floor",
+                "simulate",
                 "all"
             ]
             .contains(&s.as_str()),
@@ -301,6 +310,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
         {
             Ok(r) => results.push(entry("devserver", &r)),
             Err(e) => notes.push(format!("devserver failed: {e:#}")),
+        }
+        flush(&results, &notes)?;
+    }
+
+    if want("simulate") {
+        for &n in &args.sizes {
+            let sim = simulate::run(args.shards, n, args.simulate_rate, args.simulate_replicas);
+            results.push(entry("simulate", &sim));
         }
         flush(&results, &notes)?;
     }

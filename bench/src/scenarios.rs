@@ -814,6 +814,29 @@ pub fn table_rows(results: &[(String, Value)]) -> Vec<[String; 3]> {
                         ld(v)
                     ),
                 ),
+                "simulate" => (
+                    format!("S={} N={} rate={}", v["shards"], v["resources"], v["rate"]),
+                    v["steps"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|s| {
+                            format!(
+                                "R={} shards {}-{} join {} (least {}) leave {}; demand {} s, even {} s, bound {} s",
+                                s["replicas"],
+                                s["min_shards"],
+                                s["max_shards"],
+                                s["moves_on_join"],
+                                s["least_on_join"],
+                                s["moves_on_leave"],
+                                f(&s["budget_by_demand_seconds"]),
+                                f(&s["even_split_seconds"]),
+                                f(&s["bound_seconds"]),
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                        .join("\n    "),
+                ),
                 "floor" => (
                     format!("N={} ns={} concurrency={}", v["n"], v["namespaces"], v["concurrency"]),
                     format!(
