@@ -59,6 +59,13 @@ struct Args {
     /// (8 each).
     #[arg(long, default_value_t = 24)]
     floor_concurrency: usize,
+    /// Server-side rate limits of the dev KMS: `none`, or `infisical` (per
+    /// client and route, 60-second windows: 40 secret reads and writes, 60
+    /// other reads, 200 other writes per minute, as a recorded Infisical
+    /// server answered; 429 with `Retry-After` beyond). All replicas of a
+    /// session share one client address, as pods behind one NAT would.
+    #[arg(long, default_value = "none")]
+    kms_limits: String,
     /// `simulate`: largest replica count.
     #[arg(long, default_value_t = 20)]
     simulate_replicas: usize,
@@ -271,6 +278,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
         pod_namespace: args.pod_namespace.clone(),
         keys: args.keys,
         converge_timeout: Duration::from_secs(args.converge_timeout),
+        kms_limits: match args.kms_limits.as_str() {
+            "none" => None,
+            "infisical" => Some(json!({"secrets": 40, "read": 60, "write": 200})),
+            other => anyhow::bail!("--kms-limits: unknown {other} (none or infisical)"),
+        },
     };
     std::fs::create_dir_all(&env.work_dir)?;
     let build = env.build();
@@ -289,6 +301,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 "build": build,
                 "operator_command": env.template,
                 "operator_args": env.extra_args,
+                "kms_limits": env.kms_limits,
                 "resource": format!("{}/{} {} ({})", env.crd.group, env.crd.version, env.crd.kind, env.crd.plural),
                 "notes": notes,
                 "results": results.iter().map(|(k, v)| json!({"scenario": k, "result": v})).collect::<Vec<_>>(),

@@ -53,6 +53,9 @@ pub struct Env {
     pub keys: usize,
     /// Longest wait for convergence.
     pub converge_timeout: Duration,
+    /// Server-side rate limits of the dev KMS (`POST /admin/ratelimit`
+    /// body), `None` for none.
+    pub kms_limits: Option<serde_json::Value>,
 }
 
 impl Env {
@@ -189,6 +192,10 @@ impl Session {
             &dir.join("kms"),
             &kms::seed(&namespaces, env.keys),
         )?;
+        if let Some(limits) = &env.kms_limits {
+            kms.admin(reqwest::Method::POST, "ratelimit", Some(limits.clone()))
+                .await?;
+        }
         let key_file = dir.join("cache.key");
         let key = format!(
             "{:032x}",
