@@ -23,6 +23,15 @@ trap summary EXIT
 
 phase "cargo fmt --check" cargo fmt --all -- --check
 phase "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
+# The chart's alert rules as rendered (tests/prometheus/rules.yaml; a cargo
+# test checks the copy is current): valid, and each alert's unit tests.
+if ! command -v promtool >/dev/null && [ "$(id -u)" = 0 ]; then
+  tests/testenv/testenv packages
+fi
+PROMTOOL=$(command -v promtool || true)
+[ -n "$PROMTOOL" ] || { echo "promtool is required: the Debian package prometheus (as root, tests/testenv/testenv packages installs it)" >&2; exit 1; }
+phase "promtool check rules" "$PROMTOOL" check rules tests/prometheus/rules.yaml
+phase "promtool test rules" sh -c "cd tests/prometheus && '$PROMTOOL' test rules alerts.test.yaml"
 phase "build control plane" tests/testenv/testenv build
 
 if [ -z "${KUBECONFIG:-}" ]; then

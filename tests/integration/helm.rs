@@ -1964,3 +1964,40 @@ async fn scoped_install_syncs_in_its_namespace_and_is_refused_elsewhere() {
     drop(op);
     release.uninstall();
 }
+
+/// The alert rules as the chart renders them for release `kms` in
+/// `kms-operator-system` (the PrometheusRule's `spec`: a Prometheus rules
+/// file), committed as `tests/prometheus/rules.yaml` for promtool.
+#[test]
+fn the_committed_alert_rules_are_what_the_chart_renders() {
+    let r = render(
+        "kms",
+        "kms-operator-system",
+        &json!({"telemetry": {"prometheusRule": {"enabled": true}}}),
+    );
+    let rule = r
+        .all("PrometheusRule")
+        .into_iter()
+        .next()
+        .expect("a PrometheusRule")
+        .clone();
+    let rendered = &rule["spec"];
+    let path = harness::repo().join("tests/prometheus/rules.yaml");
+    if std::env::var_os("KMS_BLESS").is_some() {
+        let text = format!(
+            "# The chart's alert rules, rendered for release kms in kms-operator-system\n\
+             # (scripts/generate.sh writes this file; a test checks it is current).\n{}",
+            serde_saphyr::to_string(rendered).unwrap()
+        );
+        std::fs::write(&path, text).unwrap();
+    }
+    let committed: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+    )
+    .unwrap();
+    assert_eq!(
+        difference(&committed, rendered, ""),
+        None,
+        "tests/prometheus/rules.yaml is stale: run scripts/generate.sh"
+    );
+}
