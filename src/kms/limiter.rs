@@ -154,7 +154,9 @@ impl Limiter {
                 }
                 Some(d) => {
                     waited = true;
-                    tokio::time::sleep(d).await;
+                    // Look again at least every second: the part of the
+                    // budget may have grown meanwhile.
+                    tokio::time::sleep(d.min(Duration::from_secs(1))).await;
                 }
             }
         }

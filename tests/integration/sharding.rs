@@ -632,6 +632,29 @@ async fn the_kms_budget_goes_to_the_replica_with_the_work() {
     })
     .await
     .expect("shards not balanced");
+    // Both replicas know each other and split the budget evenly while idle
+    // (a replica that has just started counts only itself until it sees
+    // the other's member Lease: at most one renewal period).
+    let parts = || async {
+        let mut parts = Vec::new();
+        for op in &ops {
+            let text = crate::observability::scrape(op).await.unwrap_or_default();
+            parts.push(crate::observability::sum(
+                &text,
+                "kms_operator_kms_budget_rate",
+                &[],
+            ));
+        }
+        parts
+    };
+    let even = wait_for(Duration::from_secs(20), || async {
+        let p = parts().await;
+        p.iter()
+            .all(|x| (x - RATE / 2.0).abs() < 1e-6)
+            .then_some(())
+    })
+    .await;
+    assert!(even.is_some(), "idle parts not even: {:?}", parts().await);
 
     // All the work lands in namespaces of replica-0's shards.
     let ring = shard::Ring::new(16).unwrap();
@@ -685,17 +708,9 @@ async fn the_kms_budget_goes_to_the_replica_with_the_work() {
     // exceeded the whole.
     let seen: Mutex<(f64, Vec<Vec<f64>>)> = Mutex::new((0.0, Vec::new()));
     let synced = wait_for(Duration::from_secs(60), || {
-        let (ops, busy, client, seen) = (&ops, &busy, &client, &seen);
+        let (busy, client, seen, parts) = (&busy, &client, &seen, &parts);
         async move {
-            let mut parts = Vec::new();
-            for op in ops {
-                let text = crate::observability::scrape(op).await.unwrap_or_default();
-                parts.push(crate::observability::sum(
-                    &text,
-                    "kms_operator_kms_budget_rate",
-                    &[],
-                ));
-            }
+            let parts = parts().await;
             {
                 let mut seen = seen.lock().unwrap();
                 seen.0 = seen.0.max(parts[0]);
