@@ -18,8 +18,10 @@ use tokio::time::Instant;
 /// A queued key's place.
 #[derive(Clone, Copy, Debug)]
 enum Place {
-    /// In the ready FIFO since the instant.
-    Ready(Instant),
+    /// In the ready FIFO since the instant; whether it became ready at a
+    /// scheduled time (a resync, a retry) rather than being added as due
+    /// (an event, a new resource, a full pass).
+    Ready(Instant, bool),
     /// Waiting until the instant (with a sequence number for ordering).
     Delayed(Instant, u64),
 }
@@ -100,7 +102,7 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
             return;
         }
         match q.queued.get(&key).copied() {
-            Some((_, Place::Ready(_))) => return,
+            Some((_, Place::Ready(..))) => return,
             Some((_, Place::Delayed(at, seq))) => {
                 if at <= due {
                     return;
@@ -111,7 +113,7 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
         }
         if due <= now {
             q.ready.push_back(key.clone());
-            q.queued.insert(key, (shard, Place::Ready(now)));
+            q.queued.insert(key, (shard, Place::Ready(now, false)));
         } else {
             q.seq += 1;
             let seq = q.seq;
@@ -130,7 +132,7 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
             }
             q.delayed.remove(&(at, seq, key.clone()));
             if let Some(entry) = q.queued.get_mut(&key) {
-                entry.1 = Place::Ready(at);
+                entry.1 = Place::Ready(at, true);
                 q.ready.push_back(key);
             }
         }
@@ -269,19 +271,27 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
         for (shard, place) in q.queued.values() {
             let e = out.entry(*shard).or_default();
             e.0 += 1;
-            if let Place::Ready(since) = place {
+            if let Place::Ready(since, _) = place {
                 e.1 = e.1.max(now.saturating_duration_since(*since));
             }
         }
         out
     }
 
-    /// Work waiting now: keys that are due (ready) or being processed.
+    /// Work waiting now: keys added as due (events, new resources, full
+    /// passes) that wait or are being processed. Keys that came due at a
+    /// scheduled time (resyncs, retries) do not count: a replica with only
+    /// those leaves the budget to replicas with new work.
     pub fn demand(&self) -> usize {
         let now = Instant::now();
         let mut q = self.lock();
         Self::promote(&mut q, now);
-        q.ready.len() + q.processing.len()
+        let added = q
+            .queued
+            .values()
+            .filter(|(_, place)| matches!(place, Place::Ready(_, false)))
+            .count();
+        added + q.processing.len()
     }
 
     /// Number of queued (ready or delayed) entries.
@@ -323,6 +333,26 @@ mod tests {
         assert_eq!(q.len(), 2);
         assert_eq!(q.next(|_| true, |_| false).await, Some(("a", 0)));
         assert_eq!(q.next(|_| true, |_| false).await, Some(("b", 0)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn demand_counts_new_work_not_scheduled_resyncs() {
+        let q: Queue<&str> = Queue::new();
+        q.add("new", 0);
+        q.add_after("resync", 0, Duration::from_secs(60));
+        assert_eq!(q.demand(), 1);
+        tokio::time::advance(Duration::from_secs(61)).await;
+        // Due now, but it came due at its scheduled time.
+        assert_eq!(q.demand(), 1);
+        let (k, _) = q.next(|_| true, |_| false).await.unwrap();
+        assert_eq!(k, "new");
+        assert_eq!(q.demand(), 1, "in progress counts");
+        q.done(&k);
+        assert_eq!(q.demand(), 0);
+        // An event for a key that is already due keeps its place in line,
+        // and what it counts as.
+        q.add("resync", 0);
+        assert_eq!(q.demand(), 0);
     }
 
     #[tokio::test(start_paused = true)]

@@ -144,9 +144,10 @@ pub fn follow(
 /// How often the demand is published and the KMS budget shared again.
 const SHARE_EVERY: Duration = Duration::from_secs(1);
 
-/// Publish this replica's demand (owned shards plus the KMS-bound work due
-/// or in progress) on its member Lease, and take its part of the KMS budget
-/// in proportion to what every live replica published.
+/// Publish this replica's demand (owned shards plus the KMS-bound work added
+/// as due, waiting or in progress; see `Queue::demand`) on its member Lease,
+/// and take its part of the KMS budget in proportion to what every live
+/// replica published.
 pub fn share_kms_budget(registry: Registry, ctx: Arc<Context>) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(SHARE_EVERY);
