@@ -278,18 +278,20 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
         out
     }
 
-    /// Work waiting now: keys added as due (events, new resources, full
-    /// passes) that wait or are being processed. Keys that came due at a
-    /// scheduled time (resyncs, retries) do not count: a replica with only
-    /// those leaves the budget to replicas with new work.
-    pub fn demand(&self) -> usize {
+    /// Work waiting now: keys of the shards `owned` says are ours, added as
+    /// due (events, new resources, full passes), that wait or are being
+    /// processed. Keys that came due at a scheduled time (resyncs, retries)
+    /// do not count — a replica with only those leaves the budget to
+    /// replicas with new work —, nor do keys of other shards (watch events
+    /// queue every object; the workers drop the ones that are not ours).
+    pub fn demand(&self, owned: impl Fn(u32) -> bool) -> usize {
         let now = Instant::now();
         let mut q = self.lock();
         Self::promote(&mut q, now);
         let added = q
             .queued
             .values()
-            .filter(|(_, place)| matches!(place, Place::Ready(_, false)))
+            .filter(|(shard, place)| matches!(place, Place::Ready(_, false)) && owned(*shard))
             .count();
         added + q.processing.len()
     }
@@ -340,19 +342,22 @@ mod tests {
         let q: Queue<&str> = Queue::new();
         q.add("new", 0);
         q.add_after("resync", 0, Duration::from_secs(60));
-        assert_eq!(q.demand(), 1);
+        q.add("not ours", 1);
+        let q = &q;
+        let demand = || q.demand(|s| s == 0);
+        assert_eq!(demand(), 1);
         tokio::time::advance(Duration::from_secs(61)).await;
         // Due now, but it came due at its scheduled time.
-        assert_eq!(q.demand(), 1);
-        let (k, _) = q.next(|_| true, |_| false).await.unwrap();
+        assert_eq!(demand(), 1);
+        let (k, _) = q.next(|s| s == 0, |_| false).await.unwrap();
         assert_eq!(k, "new");
-        assert_eq!(q.demand(), 1, "in progress counts");
+        assert_eq!(demand(), 1, "in progress counts");
         q.done(&k);
-        assert_eq!(q.demand(), 0);
+        assert_eq!(demand(), 0);
         // An event for a key that is already due keeps its place in line,
         // and what it counts as.
         q.add("resync", 0);
-        assert_eq!(q.demand(), 0);
+        assert_eq!(demand(), 0);
     }
 
     #[tokio::test(start_paused = true)]

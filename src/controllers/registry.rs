@@ -77,8 +77,9 @@ pub trait WorkQueue: Send + Sync {
     fn close(&self);
     /// Depth and oldest wait per shard.
     fn stats(&self) -> HashMap<u32, (usize, Duration)>;
-    /// Keys due or being processed now.
-    fn demand(&self) -> usize;
+    /// New work of the shards `owned` accepts, waiting or being processed
+    /// (see [`Queue::demand`]).
+    fn demand(&self, owned: &dyn Fn(u32) -> bool) -> usize;
 }
 
 impl<K: Clone + Eq + Hash + Ord + Send + Sync> WorkQueue for Queue<K> {
@@ -94,8 +95,8 @@ impl<K: Clone + Eq + Hash + Ord + Send + Sync> WorkQueue for Queue<K> {
     fn stats(&self) -> HashMap<u32, (usize, Duration)> {
         Queue::stats(self)
     }
-    fn demand(&self) -> usize {
-        Queue::demand(self)
+    fn demand(&self, owned: &dyn Fn(u32) -> bool) -> usize {
+        Queue::demand(self, owned)
     }
 }
 

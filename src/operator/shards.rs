@@ -159,7 +159,7 @@ pub fn share_kms_budget(registry: Registry, ctx: Arc<Context>) -> JoinHandle<()>
                 .kinds()
                 .iter()
                 .filter(|k| k.spends_kms_budget())
-                .map(|k| k.queue().demand())
+                .map(|k| k.queue().demand(&|s| gate.owns(s)))
                 .sum();
             let demand = u32::try_from(shards + waiting).unwrap_or(u32::MAX);
             gate.publish_demand(demand);
