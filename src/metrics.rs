@@ -240,7 +240,7 @@ impl Metrics {
             ),
             demand: r.gauge(
                 "kms_operator_demand",
-                "The demand this replica publishes: owned shards plus KMS work due or in progress.",
+                "The demand this replica publishes: KMS work of its shards added as due, waiting or in progress.",
             ),
             cache_hits: r.counter_vec(
                 "kms_operator_cache_hits_total",

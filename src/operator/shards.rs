@@ -144,8 +144,8 @@ pub fn follow(
 /// How often the demand is published and the KMS budget shared again.
 const SHARE_EVERY: Duration = Duration::from_secs(1);
 
-/// Publish this replica's demand (owned shards plus the KMS-bound work added
-/// as due, waiting or in progress; see `Queue::demand`) on its member Lease,
+/// Publish this replica's demand (the KMS-bound work of its shards added as
+/// due, waiting or in progress; see `Queue::demand`) on its member Lease,
 /// and take its part of the KMS budget in proportion to what every live
 /// replica published.
 pub fn share_kms_budget(registry: Registry, ctx: Arc<Context>) -> JoinHandle<()> {
@@ -154,14 +154,13 @@ pub fn share_kms_budget(registry: Registry, ctx: Arc<Context>) -> JoinHandle<()>
         loop {
             tick.tick().await;
             let gate = ctx.gate.as_ref();
-            let shards = (0..gate.shard_count()).filter(|s| gate.owns(*s)).count();
             let waiting: usize = registry
                 .kinds()
                 .iter()
                 .filter(|k| k.spends_kms_budget())
                 .map(|k| k.queue().demand(&|s| gate.owns(s)))
                 .sum();
-            let demand = u32::try_from(shards + waiting).unwrap_or(u32::MAX);
+            let demand = u32::try_from(waiting).unwrap_or(u32::MAX);
             gate.publish_demand(demand);
             let live: BTreeMap<String, f64> = gate
                 .demands()
