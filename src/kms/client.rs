@@ -190,11 +190,6 @@ impl Kms {
         self.metrics.kms_request(route, status, elapsed);
     }
 
-    /// Tell the budget how many live replicas share it (equally).
-    pub fn set_members(&self, members: u32) {
-        self.limiter.set_members(members);
-    }
-
     /// Tell the budget the weight each live replica published (`own` is
     /// this replica): it is shared in proportion.
     pub fn set_weights(&self, own: &str, live: &std::collections::BTreeMap<String, f64>) {
@@ -206,7 +201,8 @@ impl Kms {
         self.limiter.rate()
     }
 
-    /// A Lease renewal failed: do not believe a smaller replica count yet.
+    /// A Lease renewal failed: members that left keep their weight in the
+    /// budget for a full hold from now.
     pub fn hold_members(&self) {
         self.limiter.hold_members();
     }

@@ -91,7 +91,8 @@ impl Limiter {
         self.share().hold(Instant::now());
     }
 
-    /// How many replicas share the budget now.
+    /// How many replicas share the budget now (for tests).
+    #[cfg(test)]
     pub fn members(&self) -> u32 {
         u32::try_from(self.share().members(Instant::now())).unwrap_or(u32::MAX)
     }

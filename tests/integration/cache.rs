@@ -12,20 +12,13 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use crate::harness::{self, TestNamespace, holds_for, wait_for};
-use crate::support::{CLIENT_ID, CLIENT_SECRET, DevServer, Operator, TempDir, seed};
+use crate::support::{CLIENT_SECRET, DevServer, Operator, TempDir, create_credentials, seed};
 
 const LIST: &str = "GET /api/v3/secrets/raw";
 const LOGIN: &str = "POST /api/v1/auth/universal-auth/login";
 
 async fn setup(client: &Client, ns: &str, kms: &DevServer, count: usize, interval: &str) {
-    let creds: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "creds"}, "stringData": {"clientId": CLIENT_ID, "clientSecret": CLIENT_SECRET}
-    }))
-    .unwrap();
-    Api::<Secret>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &creds)
-        .await
-        .unwrap();
+    create_credentials(client, ns, "creds").await;
     let ar = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("secrets.hanzo.ai", "v1alpha1", "KmsSecret"),
         "kmssecrets",

@@ -13,7 +13,7 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use crate::harness::{self, TestNamespace, holds_for, wait_for};
-use crate::support::{CLIENT_ID, CLIENT_SECRET, DevServer, Operator, TempDir};
+use crate::support::{CLIENT_ID, CLIENT_SECRET, DevServer, Operator, TempDir, create_credentials};
 
 fn api(client: &Client, ns: &str) -> Api<DynamicObject> {
     let ar = ApiResource::from_gvk_with_plural(
@@ -32,17 +32,6 @@ fn seed(default_ttl: &str, max_ttl: &str) -> String {
 
 async fn dev_server(default_ttl: &str, max_ttl: &str) -> DevServer {
     DevServer::start_with(&seed(default_ttl, max_ttl), &["--min-lease-ttl", "1s"]).await
-}
-
-async fn credentials(client: &Client, ns: &str) {
-    let s: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "creds"}, "stringData": {"clientId": CLIENT_ID, "clientSecret": CLIENT_SECRET}
-    }))
-    .unwrap();
-    Api::<Secret>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &s)
-        .await
-        .unwrap();
 }
 
 async fn create(client: &Client, ns: &str, name: &str, host: &str, ttl: &str, revoke: bool) {
@@ -103,7 +92,7 @@ async fn a_lease_is_created_once_and_renewed_without_touching_the_secret() {
     let client = harness::client().await;
     let ns = TestNamespace::new(&client, "dyn-renew").await;
     let kms = dev_server("1h", "24h").await;
-    credentials(&client, &ns.name).await;
+    create_credentials(&client, &ns.name, "creds").await;
     let _op = Operator::start(&ns.name, &[&ns.name], &[]).await;
     create(&client, &ns.name, "db", &kms.api(), "6s", true).await;
 
@@ -179,7 +168,7 @@ async fn max_ttl_replaces_the_lease_and_revokes_the_old_one() {
     let client = harness::client().await;
     let ns = TestNamespace::new(&client, "dyn-max").await;
     let kms = dev_server("4s", "10s").await;
-    credentials(&client, &ns.name).await;
+    create_credentials(&client, &ns.name, "creds").await;
     let op = Operator::start(&ns.name, &[&ns.name], &[]).await;
     create(&client, &ns.name, "db", &kms.api(), "4s", true).await;
     let first = wait_for(Duration::from_secs(30), || async {
@@ -244,7 +233,7 @@ async fn deletion_revokes_even_after_an_outage_and_crashes_never_reissue() {
     let client = harness::client().await;
     let ns = TestNamespace::new(&client, "dyn-del").await;
     let kms = dev_server("1h", "24h").await;
-    credentials(&client, &ns.name).await;
+    create_credentials(&client, &ns.name, "creds").await;
     let mut op = Some(Operator::start(&ns.name, &[&ns.name], &[]).await);
     create(&client, &ns.name, "db", &kms.api(), "20s", true).await;
     // The first sync is complete: the lease is recorded and the Secret holds
@@ -354,7 +343,7 @@ async fn a_failed_status_write_revokes_the_new_lease() {
     let client = harness::client().await;
     let ns = TestNamespace::new(&client, "dyn-vap").await;
     let kms = dev_server("1h", "24h").await;
-    credentials(&client, &ns.name).await;
+    create_credentials(&client, &ns.name, "creds").await;
     // An admission policy refuses any status that records a lease.
     let policy = format!("deny-lease-{}", ns.name);
     let vap: DynamicObject = serde_json::from_value(json!({
@@ -502,7 +491,7 @@ async fn a_graceful_stop_during_a_429_leaks_no_lease() {
     let client = harness::client().await;
     let ns = TestNamespace::new(&client, "dyn-stop-429").await;
     let kms = dev_server("1h", "24h").await;
-    credentials(&client, &ns.name).await;
+    create_credentials(&client, &ns.name, "creds").await;
     // One lease creation a minute: the first is made, the next is refused
     // with a Retry-After of up to a minute.
     kms.fault(json!({"route": "POST /api/v1/dynamic-secrets/leases", "rateLimitPerMinute": 1}))
@@ -571,7 +560,7 @@ async fn a_lease_created_before_a_crash_and_never_recorded_is_revoked_after_the_
     let client = harness::client().await;
     let ns = TestNamespace::new(&client, "dyn-pending").await;
     let kms = dev_server("1h", "24h").await;
-    credentials(&client, &ns.name).await;
+    create_credentials(&client, &ns.name, "creds").await;
     let dir = TempDir::new("dyn-cache");
     let cache = dir.0.join("cache");
     let flag = format!("--cache-dir={}", cache.display());

@@ -11,7 +11,7 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use crate::harness::{self, TestNamespace, holds_for, wait_for};
-use crate::support::{CLIENT_ID, CLIENT_SECRET, DevServer, Operator, seed};
+use crate::support::{CLIENT_ID, CLIENT_SECRET, DevServer, Operator, create_credentials, seed};
 
 const LIST: &str = "GET /api/v3/secrets/raw";
 const LOGIN: &str = "POST /api/v1/auth/universal-auth/login";
@@ -22,18 +22,6 @@ pub(crate) fn kms_secrets(client: &Client, ns: &str) -> Api<DynamicObject> {
         "kmssecrets",
     );
     Api::namespaced_with(client.clone(), ns, &ar)
-}
-
-async fn create_credentials(client: &Client, ns: &str) {
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "kms-credentials", "namespace": ns},
-        "stringData": {"clientId": CLIENT_ID, "clientSecret": CLIENT_SECRET}
-    }))
-    .unwrap();
-    Api::<Secret>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &secret)
-        .await
-        .expect("credentials");
 }
 
 fn kms_secret(name: &str, host: &str, target: &str, interval: &str) -> Value {
@@ -168,7 +156,7 @@ async fn syncs_follows_changes_and_repairs_the_secret() {
     let client = harness::client().await;
     let ns = TestNamespace::new(&client, "ks-e2e").await;
     let kms = DevServer::start(&seed(&[("DB_PASSWORD", "s3cret"), ("API_KEY", "abc")])).await;
-    create_credentials(&client, &ns.name).await;
+    create_credentials(&client, &ns.name, "kms-credentials").await;
     let mut op = Operator::start(&ns.name, &[&ns.name], &[]).await;
     apply_cr(
         &client,
@@ -310,7 +298,7 @@ async fn a_resync_with_nothing_changed_is_a_304_and_writes_nothing() {
     let client = harness::client().await;
     let ns = TestNamespace::new(&client, "ks-304").await;
     let kms = DevServer::start(&seed(&[("A", "1")])).await;
-    create_credentials(&client, &ns.name).await;
+    create_credentials(&client, &ns.name, "kms-credentials").await;
     let _op = Operator::start(&ns.name, &[&ns.name], &[]).await;
     apply_cr(&client, &ns.name, kms_secret("cr", &kms.api(), "out", "5s")).await;
     let s = wait_data(
@@ -359,7 +347,7 @@ async fn an_outage_keeps_the_data_and_is_reported() {
     let client = harness::client().await;
     let ns = TestNamespace::new(&client, "ks-outage").await;
     let kms = DevServer::start(&seed(&[("A", "1")])).await;
-    create_credentials(&client, &ns.name).await;
+    create_credentials(&client, &ns.name, "kms-credentials").await;
     let _op = Operator::start(&ns.name, &[&ns.name], &[]).await;
     apply_cr(&client, &ns.name, kms_secret("cr", &kms.api(), "out", "5s")).await;
     wait_data(
@@ -420,7 +408,7 @@ async fn a_rate_limit_is_respected() {
     let client = harness::client().await;
     let ns = TestNamespace::new(&client, "ks-429").await;
     let kms = DevServer::start(&seed(&[("A", "1")])).await;
-    create_credentials(&client, &ns.name).await;
+    create_credentials(&client, &ns.name, "kms-credentials").await;
     let _op = Operator::start(&ns.name, &[&ns.name], &[]).await;
     for i in 0..6 {
         apply_cr(
@@ -466,7 +454,7 @@ async fn one_login_per_identity_and_one_list_per_scope() {
     let mut namespaces = Vec::new();
     for _ in 0..5 {
         let ns = TestNamespace::new(&client, "ks-many").await;
-        create_credentials(&client, &ns.name).await;
+        create_credentials(&client, &ns.name, "kms-credentials").await;
         namespaces.push(ns);
     }
     let names: Vec<&str> = namespaces.iter().map(|n| n.name.as_str()).collect();
@@ -642,7 +630,7 @@ async fn invalid_references_are_reported_and_nothing_is_written() {
     let secrets = Api::<Secret>::namespaced(client.clone(), &ns.name);
     assert!(secrets.get_opt("out1").await.unwrap().is_none());
     // Creating the credentials fixes it without waiting for a resync.
-    create_credentials(&client, &ns.name).await;
+    create_credentials(&client, &ns.name, "kms-credentials").await;
     wait_data(
         &client,
         &ns.name,
@@ -795,7 +783,7 @@ async fn templates_render_a_tls_secret_from_pkcs12_and_a_config_map() {
     );
 
     let kms = DevServer::start(&seed(&[("P12", p12_b64.trim()), ("LOG_LEVEL", "debug")])).await;
-    create_credentials(&client, &ns.name).await;
+    create_credentials(&client, &ns.name, "kms-credentials").await;
     let _op = Operator::start(&ns.name, &[&ns.name], &[]).await;
     let mut cr = kms_secret("tls", &kms.api(), "app-tls", "1h");
     cr["spec"]["managedKubeSecretReferences"] = json!([{

@@ -12,7 +12,7 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use crate::harness::{self, TestNamespace, wait_for};
-use crate::support::{CLIENT_ID, CLIENT_SECRET, DevServer, Operator, binary, seed};
+use crate::support::{DevServer, Operator, binary, create_credentials, seed};
 
 /// Scrape `/metrics` over plain HTTP from whichever address serves it.
 pub(crate) async fn scrape(op: &Operator) -> Option<String> {
@@ -64,17 +64,6 @@ fn kms_secret(name: &str, host: &str) -> DynamicObject {
     .unwrap()
 }
 
-async fn credentials(client: &Client, ns: &str) {
-    let s: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "creds"}, "stringData": {"clientId": CLIENT_ID, "clientSecret": CLIENT_SECRET}
-    }))
-    .unwrap();
-    Api::<Secret>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &s)
-        .await
-        .unwrap();
-}
-
 fn crs(client: &Client, ns: &str) -> Api<DynamicObject> {
     let ar = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("secrets.hanzo.ai", "v1alpha1", "KmsSecret"),
@@ -89,7 +78,7 @@ async fn two_replicas_expose_consistent_metrics_and_status() {
     let home = TestNamespace::new(&client, "obs-home").await;
     let work = TestNamespace::new(&client, "obs-work").await;
     let kms = DevServer::start(&seed(&[("A", "1")])).await;
-    credentials(&client, &work.name).await;
+    create_credentials(&client, &work.name, "creds").await;
     let fast = [
         "--lease-duration",
         "3",
@@ -292,7 +281,7 @@ async fn series_do_not_grow_with_the_number_of_resources() {
     }
     let kms = DevServer::start(&seed(&[("A", "1")])).await;
     for ns in &namespaces {
-        credentials(&client, &ns.name).await;
+        create_credentials(&client, &ns.name, "creds").await;
     }
     let watched: Vec<&str> = namespaces.iter().map(|n| n.name.as_str()).collect();
     let op = Operator::start(&home.name, &watched, &[]).await;

@@ -11,7 +11,7 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use crate::harness::{self, TestNamespace, holds_for, wait_event, wait_for};
-use crate::support::{CLIENT_ID, CLIENT_SECRET, DevServer, Operator, seed};
+use crate::support::{CLIENT_ID, CLIENT_SECRET, DevServer, Operator, create_credentials, seed};
 
 const LIST: &str = "GET /api/v3/secrets/raw";
 const WRITES: [&str; 6] = [
@@ -38,18 +38,6 @@ fn generator_api(client: &Client) -> Api<DynamicObject> {
         "clustergenerators",
     );
     Api::all_with(client.clone(), &ar)
-}
-
-async fn create_credentials(client: &Client, ns: &str) {
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "kms-credentials", "namespace": ns},
-        "stringData": {"clientId": CLIENT_ID, "clientSecret": CLIENT_SECRET}
-    }))
-    .unwrap();
-    Api::<Secret>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &secret)
-        .await
-        .expect("credentials");
 }
 
 /// Create the source Secret, or replace its data as a whole (one write, so
@@ -261,7 +249,7 @@ async fn pushes_follows_the_source_and_deletes_only_its_own_keys() {
     let client = harness::client().await;
     let ns = TestNamespace::new(&client, "push-e2e").await;
     let kms = DevServer::start(&seed(&[("EXISTING", "kms-value")])).await;
-    create_credentials(&client, &ns.name).await;
+    create_credentials(&client, &ns.name, "kms-credentials").await;
     set_source(
         &client,
         &ns.name,
@@ -394,7 +382,7 @@ async fn replace_takes_over_existing_keys() {
     let client = harness::client().await;
     let ns = TestNamespace::new(&client, "push-replace").await;
     let kms = DevServer::start(&seed(&[("EXISTING", "kms-value"), ("SAME", "s")])).await;
-    create_credentials(&client, &ns.name).await;
+    create_credentials(&client, &ns.name, "kms-credentials").await;
     set_source(
         &client,
         &ns.name,
@@ -469,7 +457,7 @@ async fn an_idle_resync_lists_once_and_writes_nothing() {
     let client = harness::client().await;
     let ns = TestNamespace::new(&client, "push-idle").await;
     let kms = DevServer::start(&seed(&[("UNRELATED", "x")])).await;
-    create_credentials(&client, &ns.name).await;
+    create_credentials(&client, &ns.name, "kms-credentials").await;
     set_source(
         &client,
         &ns.name,
@@ -638,7 +626,7 @@ async fn generated_values_are_made_once_and_survive_resyncs_and_restarts() {
     .await;
     create_generator(&client, &ids, json!({"kind": "UUID"})).await;
     let kms = DevServer::start(&seed(&[("UNRELATED", "x")])).await;
-    create_credentials(&client, &ns.name).await;
+    create_credentials(&client, &ns.name, "kms-credentials").await;
     let mut op = Operator::start(&ns.name, &[&ns.name], &[]).await;
     let generators = |extra: Value| {
         let mut list = vec![
@@ -793,7 +781,7 @@ async fn deletion_waits_for_the_kms_and_uses_the_last_login() {
     let client = harness::client().await;
     let ns = TestNamespace::new(&client, "push-del").await;
     let kms = DevServer::start(&seed(&[("FOREIGN", "f")])).await;
-    create_credentials(&client, &ns.name).await;
+    create_credentials(&client, &ns.name, "kms-credentials").await;
     set_source(&client, &ns.name, "src", &[("A", "1"), ("B", "2")]).await;
     let _op = Operator::start(&ns.name, &[&ns.name], &[]).await;
     apply_cr(
@@ -899,7 +887,7 @@ async fn skip_cleanup_and_the_cleanup_timeout_release_the_resource() {
     let client = harness::client().await;
     let ns = TestNamespace::new(&client, "push-skip").await;
     let kms = DevServer::start(&seed(&[("UNRELATED", "x")])).await;
-    create_credentials(&client, &ns.name).await;
+    create_credentials(&client, &ns.name, "kms-credentials").await;
     set_source(&client, &ns.name, "src", &[("A", "1")]).await;
     set_source(&client, &ns.name, "src2", &[("B", "2")]).await;
     // The timeout is long enough that, on a loaded machine, the escape

@@ -17,7 +17,7 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use crate::harness::{self, TestNamespace, holds_for, wait_for};
-use crate::support::{CLIENT_ID, CLIENT_SECRET, DevServer, Operator, seed};
+use crate::support::{CLIENT_ID, CLIENT_SECRET, DevServer, Operator, create_credentials, seed};
 
 const FAST: [&str; 6] = [
     "--lease-duration",
@@ -148,14 +148,7 @@ async fn setup(client: &Client, namespaces: &[TestNamespace], per_ns: usize, hos
         "kmssecrets",
     );
     for ns in namespaces {
-        let creds: Secret = serde_json::from_value(json!({
-            "metadata": {"name": "creds"}, "stringData": {"clientId": CLIENT_ID, "clientSecret": CLIENT_SECRET}
-        }))
-        .unwrap();
-        Api::<Secret>::namespaced(client.clone(), &ns.name)
-            .create(&PostParams::default(), &creds)
-            .await
-            .unwrap();
+        create_credentials(client, &ns.name, "creds").await;
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns.name, &ar);
         for i in 0..per_ns {
             let o: DynamicObject = serde_json::from_value(json!({
@@ -669,14 +662,7 @@ async fn the_kms_budget_goes_to_the_replica_with_the_work() {
         "kmssecrets",
     );
     for ns in &busy {
-        let creds: Secret = serde_json::from_value(json!({
-            "metadata": {"name": "creds"}, "stringData": {"clientId": CLIENT_ID, "clientSecret": CLIENT_SECRET}
-        }))
-        .unwrap();
-        Api::<Secret>::namespaced(client.clone(), &ns.name)
-            .create(&PostParams::default(), &creds)
-            .await
-            .unwrap();
+        create_credentials(&client, &ns.name, "creds").await;
     }
     // Each resource reads its own folder: one list each, none shared.
     for i in 0..N {

@@ -255,6 +255,20 @@ impl Operator {
     }
 }
 
+/// Create the universal-auth credentials Secret `name` in `ns` (the
+/// operator identity of [`seed`]).
+pub async fn create_credentials(client: &kube::Client, ns: &str, name: &str) {
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "stringData": {"clientId": CLIENT_ID, "clientSecret": CLIENT_SECRET}
+    }))
+    .unwrap();
+    kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), ns)
+        .create(&kube::api::PostParams::default(), &secret)
+        .await
+        .expect("credentials Secret");
+}
+
 /// A seed with project `demo` (env `dev`) holding `secrets` at `/`, and the
 /// operator identity.
 pub fn seed(secrets: &[(&str, &str)]) -> String {
