@@ -32,6 +32,10 @@ PROMTOOL=$(command -v promtool || true)
 [ -n "$PROMTOOL" ] || { echo "promtool is required: the Debian package prometheus (as root, tests/testenv/testenv packages installs it)" >&2; exit 1; }
 phase "promtool check rules" "$PROMTOOL" check rules tests/prometheus/rules.yaml
 phase "promtool test rules" sh -c "cd tests/prometheus && '$PROMTOOL' test rules alerts.test.yaml"
+# The oracle of the Go-template differential test: real Go renders the
+# corpus, and it must render it as tests/gotemplate/expected.json says
+# (template/tests/gotemplate.rs compares our engine with that file).
+phase "Go template oracle" tests/gotemplate/check.sh
 phase "build control plane" tests/testenv/testenv build
 
 if [ -z "${KUBECONFIG:-}" ]; then

@@ -12,6 +12,11 @@
 //!   [`Engine::render_bytes`]; [`Engine::render`] refuses them.
 //! - Errors: mapped to [`TemplateError`] with the field and line; the
 //!   message is scrubbed of secret values.
+//! - Engine choice per template, by its syntax: a template in Go
+//!   `text/template` syntax (`{{ .KEY.Value }}`, `index .`, `$var`, or any
+//!   template minijinja cannot parse and Go can) is rendered by
+//!   [`crate::gotemplate`] with Go's semantics, under the same limits (fuel,
+//!   nesting, output size, stack).
 
 use std::io;
 
@@ -21,7 +26,7 @@ use minijinja::{AutoEscape, Environment, Output, State, UndefinedBehavior, Value
 use crate::args::{Helper, HelperFailure, register};
 use crate::data::{self, SecretData};
 use crate::error::{ErrorKind, TemplateError};
-use crate::{collections, encoding, jwk, pemutil, pkcs12, strings};
+use crate::{collections, encoding, gotemplate, jwk, pemutil, pkcs12, strings};
 
 /// Every helper registered as both a function and a filter (except `dict`,
 /// a function only, which takes keyword arguments too).
@@ -73,9 +78,6 @@ pub(crate) const HELPERS: &[(&str, Helper)] = &[
     ("hasKey", collections::has_key),
     ("keys", collections::keys),
 ];
-
-/// Where the translation table for Go templates lives.
-const TRANSLATION_HINT: &str = "see \"Translating Go templates\" in docs/templating.md";
 
 /// Stack of a render. minijinja drops nested values recursively, and fuel
 /// allows a template to nest a list tens of thousands of levels deep
@@ -228,6 +230,11 @@ impl Engine {
     /// Parses a template without rendering it (for admission-time checks).
     pub fn check(&self, field: &str, source: &str) -> Result<(), TemplateError> {
         self.precheck(field, source)?;
+        if self.is_go(source) {
+            return self
+                .go_check(source)
+                .map_err(|e| go_error(field, source, e, &SecretData::new()));
+        }
         self.env
             .template_from_named_str(field, source)
             .map(|_| ())
@@ -243,14 +250,14 @@ impl Engine {
         source: &str,
         data: &SecretData,
     ) -> Result<String, TemplateError> {
+        self.precheck(field, source)?;
+        if self.is_go(source) {
+            let bytes = self.render_go(field, source, data)?;
+            return String::from_utf8(bytes).map_err(|_| binary_output(field));
+        }
         let (text, parts) = self.render_raw(field, source, data)?;
         if !parts.is_empty() {
-            return Err(TemplateError::new(
-                field,
-                None,
-                ErrorKind::BinaryOutput,
-                "the output holds binary data (not UTF-8 text), which this target cannot store",
-            ));
+            return Err(binary_output(field));
         }
         Ok(text)
     }
@@ -263,6 +270,10 @@ impl Engine {
         source: &str,
         data: &SecretData,
     ) -> Result<Vec<u8>, TemplateError> {
+        self.precheck(field, source)?;
+        if self.is_go(source) {
+            return self.render_go(field, source, data);
+        }
         let (text, parts) = self.render_raw(field, source, data)?;
         if parts.is_empty() {
             return Ok(text.into_bytes());
@@ -294,6 +305,24 @@ impl Engine {
         Ok(out)
     }
 
+    /// Whether [`render`](Self::render) treats this template as a Go
+    /// template (Go `text/template` syntax, as the Go operators use).
+    pub fn is_go_template(&self, source: &str) -> bool {
+        self.is_go(source)
+    }
+
+    /// Renders a template as a Go template whatever its syntax (the engine
+    /// choice of [`render_bytes`](Self::render_bytes) skipped).
+    pub fn render_go_bytes(
+        &self,
+        field: &str,
+        source: &str,
+        data: &SecretData,
+    ) -> Result<Vec<u8>, TemplateError> {
+        self.precheck(field, source)?;
+        self.render_go(field, source, data)
+    }
+
     fn precheck(&self, field: &str, source: &str) -> Result<(), TemplateError> {
         if source.len() > self.limits.template_bytes {
             return Err(TemplateError::new(
@@ -315,21 +344,46 @@ impl Engine {
                 "the template contains the reserved characters U+10FFFE/U+10FFFF",
             ));
         }
-        // Go-template syntax often parses as (odd) Jinja: `{{ fn .A }}` is
-        // `fn.A`; look for it before parsing.
-        if let Some(pos) = find_go_syntax(source) {
-            return Err(TemplateError::new(
-                field,
-                Some(line_of(source, pos)),
-                ErrorKind::GoSyntax,
-                format!(
-                    "this looks like Go-template syntax (`{{{{ .KEY }}}}`, `index .`, `$var`); \
-                     templates use Jinja syntax: `{{{{ KEY.Value }}}}`, `secrets[\"key\"]`, \
-                     `fn(a, b)`; {TRANSLATION_HINT}"
-                ),
-            ));
-        }
         Ok(())
+    }
+
+    /// Whether a template is in Go `text/template` syntax. Go syntax often
+    /// parses as (odd) Jinja (`{{ fn .A }}` is `fn.A`), so it is looked for
+    /// before parsing; a template minijinja cannot parse goes to Go when Go
+    /// can parse it and it holds no Jinja-only tag (`{%`, `{#`).
+    fn is_go(&self, source: &str) -> bool {
+        if find_go_syntax(source).is_some() {
+            return true;
+        }
+        if !source.contains("{{") || source.contains("{%") || source.contains("{#") {
+            return false;
+        }
+        let jinja_fails = self
+            .env
+            .template_from_str(source)
+            .is_err_and(|e| e.kind() == minijinja::ErrorKind::SyntaxError);
+        jinja_fails && self.go_check(source).is_ok()
+    }
+
+    fn go_check(&self, source: &str) -> Result<(), gotemplate::GoError> {
+        stacker::grow(RENDER_STACK_BYTES, || {
+            gotemplate::check(source, self.limits.recursion)
+        })
+    }
+
+    /// Renders a Go template to bytes.
+    fn render_go(
+        &self,
+        field: &str,
+        source: &str,
+        data: &SecretData,
+    ) -> Result<Vec<u8>, TemplateError> {
+        let limits = &self.limits;
+        stacker::grow(RENDER_STACK_BYTES, || {
+            let state = self.env.empty_state();
+            gotemplate::render(&state, source, data, limits.output_bytes, limits.recursion)
+        })
+        .map_err(|e| go_error(field, source, e, data))
     }
 
     fn render_raw(
@@ -378,6 +432,26 @@ impl Engine {
         })?;
         Ok((text, parts))
     }
+}
+
+fn binary_output(field: &str) -> TemplateError {
+    TemplateError::new(
+        field,
+        None,
+        ErrorKind::BinaryOutput,
+        "the output holds binary data (not UTF-8 text), which this target cannot store",
+    )
+}
+
+/// Maps a Go-template error (message scrubbed of secret values).
+fn go_error(
+    field: &str,
+    source: &str,
+    err: gotemplate::GoError,
+    data: &SecretData,
+) -> TemplateError {
+    let line = err.pos.map(|pos| line_of(source, pos));
+    TemplateError::new(field, line, err.kind, scrub(&err.message, data))
 }
 
 fn output_too_large(field: &str, limit: usize) -> TemplateError {

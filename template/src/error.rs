@@ -9,8 +9,9 @@ use std::fmt;
 pub enum ErrorKind {
     /// The template source is larger than [`Limits::template_bytes`](crate::Limits).
     TemplateTooLarge,
-    /// The template uses Go-template syntax (`{{ .KEY }}`); see the
-    /// translation table in `docs/templating.md`.
+    /// No longer returned: templates in Go-template syntax (`{{ .KEY }}`)
+    /// are rendered with Go's semantics. Kept so the stable name
+    /// `go_syntax` stays reserved.
     GoSyntax,
     /// The template does not parse.
     Syntax,

@@ -18,6 +18,20 @@
 //! assert_eq!(out, "postgres://app:s3cret@db/app");
 //! ```
 //!
+//! A template in Go `text/template` syntax, as written for the Go
+//! operators, renders with Go's semantics (Sprig functions included):
+//!
+//! ```
+//! # use kms_template::{Engine, Limits, SecretData, SecretEntry};
+//! # let engine = Engine::new(Limits::default());
+//! # let mut data = SecretData::new();
+//! # data.insert("DB_PASSWORD".into(), SecretEntry::new("s3cret", "/app"));
+//! let out = engine
+//!     .render("template.data.DSN", "{{ .DB_PASSWORD.Value | b64enc | quote }}", &data)
+//!     .unwrap();
+//! assert_eq!(out, "\"czNjcmV0\"");
+//! ```
+//!
 //! Modules:
 //!
 //! - `engine`: the [`Engine`] (environment, limits, rendering, error mapping);
@@ -26,7 +40,9 @@
 //! - `args`: argument handling shared by every helper (function and filter
 //!   forms, undefined values, helper errors that never echo their input);
 //! - `strings`, `collections`, `encoding`: the Sprig-style helpers;
-//! - `pemutil`, `keys`, `pkcs12`, `jwk`: the certificate and key helpers.
+//! - `pemutil`, `keys`, `pkcs12`, `jwk`: the certificate and key helpers;
+//! - `gotemplate`: the engine for templates in Go `text/template` syntax
+//!   (the syntax of the Go operators), chosen per template by its syntax.
 //!
 //! The template language, every helper and the limits are described for
 //! users in `docs/templating.md`.
@@ -39,6 +55,7 @@ mod engine;
 mod error;
 #[cfg(test)]
 mod fuzz;
+mod gotemplate;
 mod jwk;
 mod keys;
 mod pemutil;
@@ -48,6 +65,15 @@ mod strings;
 pub use data::{SecretData, SecretEntry};
 pub use engine::{Engine, Limits};
 pub use error::{ErrorKind, TemplateError};
+
+/// Sprig functions a template in Go syntax cannot call, sorted: those whose
+/// output is not deterministic (`randAlphaNum`, `uuidv4`, `now`, …), those
+/// that read the environment or the network (`env`, `expandenv`,
+/// `getHostByName`), and those not implemented (listed in
+/// `docs/templating.md`). Each is refused when the template is parsed.
+pub fn go_refused_functions() -> Vec<&'static str> {
+    gotemplate::refused()
+}
 
 /// Names of every helper function the engine registers (each also exists as a
 /// filter where the piped value becomes the last argument), sorted.

@@ -70,36 +70,10 @@ pub(crate) fn replace(state: &State, args: &[Value]) -> Result<Value, Error> {
     Ok(Value::from(input.replace(old.as_ref(), &new)))
 }
 
-/// Go's `%q`: a double-quoted string with Go escapes.
+/// Go's `%q`: a double-quoted string with Go escapes (the Go-template
+/// engine's own, so both syntaxes quote alike).
 fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\u{07}' => out.push_str("\\a"),
-            '\u{08}' => out.push_str("\\b"),
-            '\u{0C}' => out.push_str("\\f"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{0B}' => out.push_str("\\v"),
-            c if (c as u32) < 0x20 || c == '\u{7f}' => {
-                out.push_str(&format!("\\x{:02x}", c as u32));
-            }
-            c if c.is_control() || (c.is_whitespace() && c != ' ') || c == '\u{feff}' => {
-                if (c as u32) < 0x10000 {
-                    out.push_str(&format!("\\u{:04x}", c as u32));
-                } else {
-                    out.push_str(&format!("\\U{:08x}", c as u32));
-                }
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
+    crate::gotemplate::quote_bytes(s.as_bytes(), false)
 }
 
 fn quote_with(

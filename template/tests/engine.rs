@@ -97,29 +97,50 @@ fn no_autoescape() {
 }
 
 #[test]
-fn go_syntax_is_detected() {
-    let d = data(&[("KEY", "v")]);
-    for source in [
-        "{{ .KEY }}",
-        "{{ .KEY.Value }}",
-        "{{- .X }}",
-        "{{ index . \"k\" }}",
-        "{{ (index . \"my-key\").Value }}",
-        "{{ b64enc .KEY.Value }}",
-        "{{ .KEY.Value | b64enc }}",
-        "a\nb\n{{ range $k, $v := . }}{{ $k }}{{ end }}",
-        "{{ fn .A .B }}",
+fn go_syntax_renders_with_go_semantics() {
+    let d = data(&[("KEY", "v"), ("k", "w")]);
+    for (source, want) in [
+        ("{{ .KEY }}", "{v /}"),
+        ("{{ .KEY.Value }}", "v"),
+        ("{{- .KEY.SecretPath }}", "/"),
+        ("{{ index . \"k\" }}", "{w /}"),
+        ("{{ (index . \"k\").Value }}", "w"),
+        ("{{ b64enc .KEY.Value }}", "dg=="),
+        ("{{ .KEY.Value | b64enc }}", "dg=="),
+        (
+            "a\nb\n{{ range $k, $v := . }}{{ $k }}{{ end }}",
+            "a\nb\nKEYk",
+        ),
+        ("{{ printf \"%s-%d\" \"x\" 3 }}", "x-3"),
+        ("{{/* a comment */}}x", "x"),
     ] {
-        let e = err(source, &d);
-        assert_eq!(e.kind, ErrorKind::GoSyntax, "{source}: {e}");
-        assert!(e.message.contains("docs/templating.md"), "{e}");
+        assert!(engine().is_go_template(source), "{source}");
+        assert_eq!(ok(source, &d), want, "{source}");
     }
-    let e = err("a\nb\n{{ .KEY.Value }}", &d);
+    // A Go template that uses an unknown function fails when parsed.
+    let e = err("a\nb\n{{ fn .A .B }}", &d);
+    assert_eq!(e.kind, ErrorKind::UnknownFunction, "{e}");
     assert_eq!(e.line, Some(3));
     assert!(
         e.to_string().starts_with("template.data.test line 3: "),
         "{e}"
     );
+    // A missing key is an error, as documented (Go would print `<no value>`).
+    let e = err("x\n{{ .MISSING.Value }}", &d);
+    assert_eq!(e.kind, ErrorKind::Undefined, "{e}");
+    assert_eq!(e.line, Some(2));
+    assert!(e.message.contains("\"MISSING\""), "{e}");
+    // Jinja templates stay Jinja.
+    for source in [
+        "{{ KEY.Value }}",
+        "{{ secrets[\"k\"].Value }}",
+        "{% if KEY %}y{% endif %}",
+        "plain",
+        "{{ KEY.Value | b64enc }}",
+    ] {
+        assert!(!engine().is_go_template(source), "{source}");
+    }
+    assert_eq!(ok("{{ secrets[\"k\"].Value }}", &d), "w");
 }
 
 #[test]
@@ -278,8 +299,14 @@ fn secret_entry_debug_is_redacted() {
 fn check_parses_without_rendering() {
     let e = engine();
     assert!(e.check("f", "{{ A.Value | b64enc }}").is_ok());
-    let err = e.check("f", "{{ .A }}").unwrap_err();
-    assert_eq!(err.kind, ErrorKind::GoSyntax);
+    assert!(e.check("f", "{{ .A }}").is_ok());
+    let err = e.check("f", "{{ .A | nosuch }}").unwrap_err();
+    assert_eq!(err.kind, ErrorKind::UnknownFunction);
+    let err = e.check("f", "{{ .A | randAlphaNum 3 }}").unwrap_err();
+    assert_eq!(err.kind, ErrorKind::UnknownFunction);
+    assert!(err.message.contains("\"randAlphaNum\""), "{err}");
+    let err = e.check("f", "{{ if .A }}").unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Syntax);
     let err = e.check("f", "{% if %}").unwrap_err();
     assert_eq!(err.kind, ErrorKind::Syntax);
     assert_eq!(err.line, Some(1));
