@@ -7,7 +7,7 @@
 //! it stops. The implementation is the `shard` crate's Lease coordinator
 //! (tests of pure logic implement the trait themselves).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use tokio_util::sync::CancellationToken;
 
@@ -35,6 +35,9 @@ pub trait Ownership: Send + Sync + 'static {
     fn publish_demand(&self, demand: u32);
     /// The demand every live member published.
     fn demands(&self) -> BTreeMap<String, u32>;
+    /// The members that have a member Lease, live or lapsed (one that left
+    /// gracefully has none).
+    fn member_leases(&self) -> BTreeSet<String>;
 }
 
 /// The Lease-based gate of the `shard` crate.
@@ -65,5 +68,8 @@ impl Ownership for shard::Coordinator {
     }
     fn demands(&self) -> BTreeMap<String, u32> {
         shard::Coordinator::demands(self)
+    }
+    fn member_leases(&self) -> BTreeSet<String> {
+        shard::Coordinator::member_leases(self)
     }
 }

@@ -94,6 +94,9 @@ struct Shared {
     members: Vec<String>,
     /// The demand each live member published (0 when it published none).
     demands: BTreeMap<String, u32>,
+    /// Members with a member Lease, live or lapsed (a member that left
+    /// gracefully deleted its Lease).
+    member_leases: BTreeSet<String>,
     mismatches: Vec<Mismatch>,
     status: BTreeMap<u32, Seen>,
     synced: bool,
@@ -269,6 +272,14 @@ impl Coordinator {
     /// The event stream (from now on).
     pub fn events(&self) -> broadcast::Receiver<Event> {
         self.inner.events_tx.subscribe()
+    }
+
+    /// The members that have a member Lease, live or lapsed: a member that
+    /// is not live but still listed here may only be cut off (its Lease
+    /// lapsed); one that is not listed left gracefully (it deleted its
+    /// Lease after giving up its shards).
+    pub fn member_leases(&self) -> BTreeSet<String> {
+        lock(&self.inner.shared).member_leases.clone()
     }
 
     /// A snapshot of what this replica observes.
@@ -639,6 +650,7 @@ impl Driver {
             .into_iter()
             .map(|m| (m.identity, m.demand.unwrap_or(0)))
             .collect();
+        shared.member_leases = published.keys().cloned().collect();
         shared.demands = plan
             .live
             .iter()

@@ -153,6 +153,9 @@ impl Ownership for OwnsAll {
     fn demands(&self) -> std::collections::BTreeMap<String, u32> {
         std::collections::BTreeMap::new()
     }
+    fn member_leases(&self) -> std::collections::BTreeSet<String> {
+        std::collections::BTreeSet::new()
+    }
 }
 
 #[cfg(test)]

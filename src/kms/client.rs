@@ -191,9 +191,15 @@ impl Kms {
     }
 
     /// Tell the budget the weight each live replica published (`own` is
-    /// this replica): it is shared in proportion.
-    pub fn set_weights(&self, own: &str, live: &std::collections::BTreeMap<String, f64>) {
-        self.limiter.set_weights(own, live);
+    /// this replica): it is shared in proportion. `leases` are the members
+    /// with a member Lease (see [`Limiter::set_weights`]).
+    pub fn set_weights(
+        &self,
+        own: &str,
+        live: &std::collections::BTreeMap<String, f64>,
+        leases: &std::collections::BTreeSet<String>,
+    ) {
+        self.limiter.set_weights(own, live, leases);
     }
 
     /// This replica's share of the request rate now, requests per second.

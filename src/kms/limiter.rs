@@ -75,13 +75,21 @@ impl Limiter {
                 (name, 1.0)
             })
             .collect();
-        self.share().set(SELF, &live, Instant::now());
+        self.share().set(SELF, &live, None, Instant::now());
     }
 
     /// Share the budget among the live members by the weight each
-    /// published (`own` is this replica).
-    pub fn set_weights(&self, own: &str, live: &BTreeMap<String, f64>) {
-        self.share().set(own, live, Instant::now());
+    /// published (`own` is this replica). A member that is no longer live
+    /// keeps its weight for a while if it still has a member Lease (in
+    /// `leases`: it may only be cut off), and gives it up at once if it
+    /// has none (it left gracefully).
+    pub fn set_weights(
+        &self,
+        own: &str,
+        live: &BTreeMap<String, f64>,
+        leases: &std::collections::BTreeSet<String>,
+    ) {
+        self.share().set(own, live, Some(leases), Instant::now());
     }
 
     /// The control plane could not be reached (a Lease renewal failed): the
@@ -270,9 +278,10 @@ mod tests {
         let weights = |a: f64, b: f64| -> BTreeMap<String, f64> {
             [("a".to_owned(), a), ("b".to_owned(), b)].into()
         };
-        l.set_weights("a", &weights(1.0, 3.0));
+        let leases = weights(1.0, 1.0).into_keys().collect();
+        l.set_weights("a", &weights(1.0, 3.0), &leases);
         assert!((l.rate() - 5.0).abs() < 1e-9);
-        l.set_weights("a", &weights(3.0, 1.0));
+        l.set_weights("a", &weights(3.0, 1.0), &leases);
         assert!((l.rate() - 5.0).abs() < 1e-9);
         tokio::time::advance(RISE_HOLD).await;
         assert!((l.rate() - 15.0).abs() < 1e-9);

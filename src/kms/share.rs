@@ -12,7 +12,7 @@
 //! unreachable every replica sees the others lapse at the same moment, and
 //! must not take the whole budget each. Pure: every method takes `now`.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -57,8 +57,22 @@ impl Share {
 
     /// The live members (`own` is this replica) and the weight each
     /// published (at least [`MIN_WEIGHT`]); members not listed have left.
-    pub fn set(&mut self, own: &str, live: &BTreeMap<String, f64>, now: Instant) {
+    /// With `leases` (the members that still have a member Lease), a
+    /// member that left and has none left gracefully: it gave up its work
+    /// before deleting its Lease, so its weight goes at once; the others
+    /// (and all of them without `leases`) keep theirs for [`SHARE_HOLD`].
+    pub fn set(
+        &mut self,
+        own: &str,
+        live: &BTreeMap<String, f64>,
+        leases: Option<&BTreeSet<String>>,
+        now: Instant,
+    ) {
         own.clone_into(&mut self.own);
+        if let Some(leases) = leases {
+            self.weights
+                .retain(|m, _| live.contains_key(m) || leases.contains(m) || *m == self.own);
+        }
         for w in self.weights.values_mut() {
             w.left.get_or_insert(now);
         }
@@ -154,7 +168,7 @@ mod tests {
             .collect();
         let weights = live(&[("a", 600.0), ("b", 300.0), ("c", 100.0)]);
         for (m, s) in &mut shares {
-            s.set(m, &weights, t0);
+            s.set(m, &weights, None, t0);
         }
         // Lower parts apply at once; larger ones after the hold.
         let now = t0 + RISE_HOLD;
@@ -169,21 +183,21 @@ mod tests {
     fn a_larger_part_waits_for_the_others_a_smaller_one_does_not() {
         let t0 = Instant::now();
         let mut a = Share::new(t0);
-        a.set("a", &live(&[("a", 1.0), ("b", 1.0)]), t0);
+        a.set("a", &live(&[("a", 1.0), ("b", 1.0)]), None, t0);
         assert!((a.part(t0) - 0.5).abs() < 1e-9, "smaller at once");
         // a's work grows: its part rises only after the hold.
         let t1 = t0 + Duration::from_secs(10);
-        a.set("a", &live(&[("a", 3.0), ("b", 1.0)]), t1);
+        a.set("a", &live(&[("a", 3.0), ("b", 1.0)]), None, t1);
         assert!((a.part(t1) - 0.5).abs() < 1e-9);
         assert!((a.part(t1 + RISE_HOLD / 2) - 0.5).abs() < 1e-9);
         assert!((a.part(t1 + RISE_HOLD) - 0.75).abs() < 1e-9);
         // b's grows: a's part falls at once.
         let t2 = t1 + Duration::from_secs(10);
-        a.set("a", &live(&[("a", 3.0), ("b", 9.0)]), t2);
+        a.set("a", &live(&[("a", 3.0), ("b", 9.0)]), None, t2);
         assert!((a.part(t2) - 0.25).abs() < 1e-9);
         // Work-conserving: b done, a takes nearly all after the hold.
         let t3 = t2 + Duration::from_secs(10);
-        a.set("a", &live(&[("a", 99.0), ("b", 0.0)]), t3);
+        a.set("a", &live(&[("a", 99.0), ("b", 0.0)]), None, t3);
         assert!((a.part(t3 + RISE_HOLD) - 0.99).abs() < 1e-9);
     }
 
@@ -191,9 +205,9 @@ mod tests {
     fn a_member_that_left_counts_until_its_hold_is_over() {
         let t0 = Instant::now();
         let mut a = Share::new(t0);
-        a.set("a", &live(&[("a", 1.0), ("b", 1.0), ("c", 1.0)]), t0);
+        a.set("a", &live(&[("a", 1.0), ("b", 1.0), ("c", 1.0)]), None, t0);
         let t1 = t0 + Duration::from_secs(5);
-        a.set("a", &live(&[("a", 1.0)]), t1);
+        a.set("a", &live(&[("a", 1.0)]), None, t1);
         assert_eq!(a.members(t1), 3, "a drop is not believed at once");
         // Renewals fail meanwhile: the hold starts again.
         let t2 = t1 + SHARE_HOLD / 2;
@@ -207,8 +221,30 @@ mod tests {
         assert!((a.part(t3 + RISE_HOLD) - 1.0).abs() < 1e-9);
         // A member that comes back counts at once.
         let t4 = t3 + Duration::from_secs(10);
-        a.set("a", &live(&[("a", 1.0), ("b", 1.0)]), t4);
+        a.set("a", &live(&[("a", 1.0), ("b", 1.0)]), None, t4);
         assert!((a.part(t4) - 0.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_member_that_left_gracefully_gives_its_weight_back_at_once() {
+        let t0 = Instant::now();
+        let mut a = Share::new(t0);
+        let all = live(&[("a", 1.0), ("b", 1.0), ("c", 4.0)]);
+        let leases: BTreeSet<String> = all.keys().cloned().collect();
+        a.set("a", &all, Some(&leases), t0);
+        assert!((a.part(t0) - 1.0 / 6.0).abs() < 1e-9);
+        // c deleted its member Lease (a graceful stop); b's lapsed (cut
+        // off, or the control plane unreachable): only b is still counted.
+        let t1 = t0 + Duration::from_secs(5);
+        let leases: BTreeSet<String> = ["a", "b"].iter().map(|m| (*m).to_owned()).collect();
+        a.set("a", &live(&[("a", 1.0)]), Some(&leases), t1);
+        assert_eq!(a.members(t1), 2);
+        assert!((a.part(t1 + RISE_HOLD) - 0.5).abs() < 1e-9);
+        // Without the Lease list every member that left is held.
+        let mut h = Share::new(t0);
+        h.set("a", &all, None, t0);
+        h.set("a", &live(&[("a", 1.0)]), None, t1);
+        assert_eq!(h.members(t1), 3);
     }
 
     #[test]
@@ -217,7 +253,7 @@ mod tests {
         let mut a = Share::new(t0);
         assert!((a.part(t0) - 1.0).abs() < 1e-9);
         // Our own Lease not seen yet: we count with the least weight.
-        a.set("a", &live(&[("b", 3.0)]), t0);
+        a.set("a", &live(&[("b", 3.0)]), None, t0);
         assert!((a.part(t0) - 0.25).abs() < 1e-9);
     }
 }

@@ -168,7 +168,8 @@ pub fn share_kms_budget(registry: Registry, ctx: Arc<Context>) -> JoinHandle<()>
                 .map(|(member, d)| (member, f64::from(d)))
                 .collect();
             if !live.is_empty() {
-                ctx.kms.set_weights(gate.identity(), &live);
+                ctx.kms
+                    .set_weights(gate.identity(), &live, &gate.member_leases());
             }
             ctx.metrics.demand.set(f64::from(demand));
             ctx.metrics.kms_budget_rate.set(ctx.kms.rate());
