@@ -5,10 +5,12 @@
 //! API ([`devserver`]) and calls to its public API as a client makes them
 //! ([`api`]), the local control plane of `tests/testenv` and clients for it
 //! ([`testenv`]), its node seen from this machine ([`node`]), signals to
-//! processes ([`signal`]), and waits on conditions ([`wait`]).
+//! processes ([`signal`]), stand-ins for the Prometheus Operator's CRDs
+//! ([`monitoring`]), and waits on conditions ([`wait`]).
 
 pub mod api;
 pub mod devserver;
+pub mod monitoring;
 pub mod node;
 pub mod replica;
 pub mod testenv;

@@ -117,9 +117,20 @@ pub async fn apply_crds(
             String::from_utf8_lossy(&out.stderr)
         );
     }
+    wait_established(client, names, Duration::from_secs(60)).await
+}
+
+/// Wait until each CRD of `names` is Established (the API server serves
+/// its kind), at most `timeout` in all.
+pub async fn wait_established<S: AsRef<str>>(
+    client: &Client,
+    names: &[S],
+    timeout: Duration,
+) -> anyhow::Result<()> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + timeout;
     for name in names {
+        let name = name.as_ref();
         loop {
             if let Some(crd) = api.get_opt(name).await?
                 && crd
@@ -134,7 +145,7 @@ pub async fn apply_crds(
                 break;
             }
             if Instant::now() > deadline {
-                bail!("the CRD {name} was not established within a minute");
+                bail!("the CRD {name} was not established within {timeout:?}");
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }

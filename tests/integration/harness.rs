@@ -114,18 +114,9 @@ async fn apply_crds(client: &Client) -> Result<(), String> {
         .map_err(|e| format!("applying {name}: {e}"))?;
         names.push(name);
     }
-    for name in names {
-        wait_for(Duration::from_secs(30), || async {
-            let crd = api.get(&name).await.ok()?;
-            crd.status?
-                .conditions?
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True")
-                .then_some(())
-        })
+    kms_testkit::testenv::wait_established(client, &names, Duration::from_secs(30))
         .await
-        .ok_or_else(|| format!("CRD {name} not established"))?;
-    }
+        .map_err(|e| e.to_string())?;
     Ok(())
 }
 

@@ -721,54 +721,6 @@ fn server_dry_run(entry: &str, r: &Rendered) {
     );
 }
 
-/// Stand-ins for the Prometheus Operator CRDs (the real ones are not
-/// available offline): any object of these kinds is accepted.
-async fn monitoring_crds(client: &Client) {
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let mut names = Vec::new();
-    for (kind, plural) in [
-        ("ServiceMonitor", "servicemonitors"),
-        ("PrometheusRule", "prometheusrules"),
-    ] {
-        let name = format!("{plural}.monitoring.coreos.com");
-        names.push(name.clone());
-        if api.get_opt(&name).await.expect("get CRD").is_some() {
-            continue;
-        }
-        let crd: CustomResourceDefinition = serde_json::from_value(json!({
-            "metadata": {"name": name},
-            "spec": {
-                "group": "monitoring.coreos.com",
-                "scope": "Namespaced",
-                "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase(), "listKind": format!("{kind}List")},
-                "versions": [{
-                    "name": "v1", "served": true, "storage": true,
-                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}
-                }]
-            }
-        }))
-        .unwrap();
-        if let Err(e) = api.create(&PostParams::default(), &crd).await {
-            assert!(
-                matches!(&e, kube::Error::Api(s) if s.code == 409),
-                "create {name}: {e}"
-            );
-        }
-    }
-    for name in names {
-        wait_for(Duration::from_secs(30), || async {
-            let crd = api.get(&name).await.ok()?;
-            crd.status?
-                .conditions?
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True")
-                .then_some(())
-        })
-        .await
-        .unwrap_or_else(|| panic!("{name} not established"));
-    }
-}
-
 /// Metric names used in PromQL text that the operator does not export.
 fn unknown_metrics(promql: &str) -> Vec<String> {
     static KNOWN: OnceLock<BTreeSet<String>> = OnceLock::new();
@@ -1128,6 +1080,7 @@ fn matrix(ns: &str, a: &str, b: &str) -> Vec<Entry> {
                     "prometheusRule": {
                         "enabled": true,
                         "alertLabels": {"team": "platform"},
+                        "for": {"KmsOperatorKmsErrors": "30m"},
                         "runbookBaseURL": "https://docs.example.com/runbooks.md"
                     },
                     "grafanaDashboard": {"enabled": true}
@@ -1234,6 +1187,13 @@ fn monitoring_checks(ctx: &Ctx, r: &Rendered) {
             x["alert"]
         );
         assert_eq!(x["labels"]["team"], "platform");
+        // `for:` by alert name; the others keep their defaults.
+        let want_for = match x["alert"].as_str().unwrap() {
+            "KmsOperatorKmsErrors" => "30m",
+            "KmsOperatorShardWithoutOwner" | "KmsOperatorLeaseRenewFailures" => "5m",
+            _ => "15m",
+        };
+        assert_eq!(x["for"], want_for, "{}", x["alert"]);
         assert!(x["labels"]["severity"].is_string());
         let alert = x["alert"].as_str().unwrap();
         assert_eq!(
@@ -1276,6 +1236,22 @@ fn monitoring_checks(ctx: &Ctx, r: &Rendered) {
         exprs.iter().filter(|e| e.contains("by (shard")).count() >= 8,
         "per-shard panels"
     );
+    // Per-shard panels follow the dashboard's shard variable (all shards
+    // by default).
+    for e in exprs.iter().filter(|e| e.contains("by (shard")) {
+        assert!(
+            e.contains("shard=~\"$shard\""),
+            "not filtered by $shard: {e}"
+        );
+    }
+    let shard_var = dashboard["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "shard")
+        .expect("a shard variable");
+    assert_eq!(shard_var["includeAll"], true);
+    assert_eq!(shard_var["multi"], true);
     for e in &exprs {
         assert_eq!(unknown_metrics(e), Vec::<String>::new(), "in {e}");
     }
@@ -1306,7 +1282,7 @@ fn monitoring_checks(ctx: &Ctx, r: &Rendered) {
 #[tokio::test]
 async fn values_matrix_renders_as_designed_and_the_api_server_accepts_it() {
     let client = harness::client().await;
-    monitoring_crds(&client).await;
+    kms_testkit::monitoring::install_crds(&client).await;
     let home = TestNamespace::new(&client, "helm-matrix").await;
     let a = TestNamespace::new(&client, "helm-matrix-a").await;
     let b = TestNamespace::new(&client, "helm-matrix-b").await;
@@ -1388,6 +1364,14 @@ async fn values_schema_rejects_wrong_values_with_a_readable_error() {
         (
             json!({"replicaCont": 3}),
             "additional properties 'replicaCont' not allowed",
+        ),
+        (
+            json!({"telemetry": {"prometheusRule": {"for": {"KmsOperatorKmsErrors": "ten minutes"}}}}),
+            "/telemetry/prometheusRule/for/KmsOperatorKmsErrors",
+        ),
+        (
+            json!({"telemetry": {"prometheusRule": {"for": {"KmsErrors": "10m"}}}}),
+            "additional properties 'KmsErrors' not allowed",
         ),
         (
             json!({"controllerManager": {"serviceAccount": {"create": false}}}),

@@ -334,6 +334,18 @@ spec:
             .unwrap_or(0)
     }
 
+    /// Put a fault in force (the dev server's admin API, e.g.
+    /// `{"outage": true}` for every route).
+    pub async fn fault(&self, spec: Value) {
+        self.admin(reqwest::Method::POST, "faults", Some(spec))
+            .await;
+    }
+
+    /// Clear every fault.
+    pub async fn clear_faults(&self) {
+        self.admin(reqwest::Method::DELETE, "faults", None).await;
+    }
+
     /// Set a secret of `demo`/`dev`/`/` through the API.
     pub async fn set_secret(&self, key: &str, value: &str) {
         let api = format!("{}/api", self.url);

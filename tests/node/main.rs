@@ -15,15 +15,17 @@
 
 mod harness;
 mod image;
+mod prometheus;
 
-use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use harness::*;
 use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Event, PersistentVolume, Pod, Secret};
 use kube::api::{Api, DeleteParams, EvictParams, ListParams, PostParams};
 use kube::core::DynamicObject;
+use prometheus::Prometheus;
 use serde_json::json;
 
 /// The release of the default install.
@@ -1216,6 +1218,516 @@ async fn s8_persistent_cache_and_scoped_install_restart_for_free() {
     }
     report(
         "s8 persistence, scoped install (criterion 5)",
+        started.elapsed(),
+    );
+}
+
+/// An object of the cluster as JSON (`kubectl get -o json`).
+fn get_json(kind: &str, ns: &str, name: &str) -> serde_json::Value {
+    serde_json::from_str(&ok("kubectl", &["-n", ns, "get", kind, name, "-o", "json"]))
+        .expect("kubectl get -o json")
+}
+
+/// Owned shards per pod as Prometheus sees them now.
+async fn owned_per_pod(prom: &Prometheus, sel: &str) -> BTreeMap<String, f64> {
+    prom.query(&format!("sum by (pod) (kms_operator_shard_owned{{{sel}}})"))
+        .await
+        .into_iter()
+        .map(|s| (s.label("pod").to_owned(), s.last().unwrap_or(f64::NAN)))
+        .collect()
+}
+
+/// Now, in unix seconds.
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// Scale the release's StatefulSet.
+fn scale(replicas: u32) {
+    ok(
+        "kubectl",
+        &[
+            "-n",
+            RELEASE_NS,
+            "scale",
+            &format!("statefulset/{}-controller-manager", fullname(RELEASE)),
+            &format!("--replicas={replicas}"),
+        ],
+    );
+}
+
+/// 9. Observability, proven by a real Prometheus on the node: the chart's
+/// ServiceMonitor (HTTPS, a bearer token of a ServiceAccount bound to the
+/// chart's metrics-reader role) scrapes the three pods; after a workload
+/// with syncs, a failing resource, a KMS outage, a workload reload and a
+/// graceful hand-over, every query of the chart's dashboard returns series
+/// with the labels its legend uses; the hand-over shows in the "owned
+/// shards per replica" and "hand-overs" panels; the alert
+/// `KmsOperatorShardWithoutOwner` (its `for:` shortened through the
+/// chart's values) fires while no replica runs and resolves when they are
+/// back, and `KmsOperatorKmsErrors` goes pending during the KMS outage.
+/// The panels' results are written to `target/node-prometheus/` (input of
+/// `scripts/plots.sh`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s9_prometheus_scrapes_the_pods_dashboard_and_alerts_answer() {
+    let started = Instant::now();
+    let client = client().await;
+    // An earlier run that stopped half-way may have left fewer replicas.
+    let _ = run(
+        "kubectl",
+        &[
+            "-n",
+            RELEASE_NS,
+            "scale",
+            &format!("statefulset/{}-controller-manager", fullname(RELEASE)),
+            "--replicas=3",
+        ],
+    );
+    let kms = default_install(&client).await;
+    kms_testkit::monitoring::install_crds(&client).await;
+    install(
+        RELEASE,
+        "dev",
+        &[
+            "telemetry.serviceMonitor.enabled=true",
+            "telemetry.serviceMonitor.interval=2s",
+            "telemetry.serviceMonitor.scrapeTimeout=2s",
+            "telemetry.prometheusRule.enabled=true",
+            "telemetry.prometheusRule.for.KmsOperatorShardWithoutOwner=10s",
+            "telemetry.grafanaDashboard.enabled=true",
+        ],
+    );
+    wait_ready_pods(&client, RELEASE, 3, Duration::from_secs(120)).await;
+    let full = fullname(RELEASE);
+
+    // Prometheus's identity: a ServiceAccount bound to the chart's
+    // metrics-reader ClusterRole, and a token of it.
+    namespace(&client, "monitoring").await;
+    apply(&format!(
+        r#"apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: prometheus, namespace: monitoring}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: monitoring-prometheus-kms-metrics}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {full}-metrics-reader}}
+subjects: [{{kind: ServiceAccount, name: prometheus, namespace: monitoring}}]
+"#
+    ));
+    let token = ok(
+        "kubectl",
+        &[
+            "-n",
+            "monitoring",
+            "create",
+            "token",
+            "prometheus",
+            "--duration=2h",
+        ],
+    );
+    let out_dir = repo().join("target/node-prometheus");
+    let _ = std::fs::remove_dir_all(&out_dir);
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let token_file = out_dir.join("token");
+    std::fs::write(&token_file, token.trim()).unwrap();
+
+    let monitor = get_json(
+        "servicemonitors.monitoring.coreos.com",
+        RELEASE_NS,
+        &format!("{full}-controller-manager-metrics-monitor"),
+    );
+    let rule = get_json(
+        "prometheusrules.monitoring.coreos.com",
+        RELEASE_NS,
+        &format!("{full}-alerts"),
+    );
+    let scrape = prometheus::seconds(
+        monitor["spec"]["endpoints"][0]["interval"]
+            .as_str()
+            .expect("the ServiceMonitor's interval"),
+    );
+    let targets_file = out_dir.join("targets.json");
+    let _discovery =
+        prometheus::Discovery::start(client.clone(), &monitor, targets_file.clone()).await;
+    let jobs = prometheus::scrape_jobs(&monitor, &targets_file, &token_file);
+    let prom = Prometheus::start(jobs, &prometheus::rule_file(&rule), "1s").await;
+
+    // The three pods are scraped over HTTPS with the token.
+    let up = wait_for(Duration::from_secs(60), || async {
+        let targets = prom.targets().await;
+        (targets.len() == 3 && targets.iter().all(|(_, h, _)| h == "up")).then_some(targets)
+    })
+    .await;
+    let Some(targets) = up else {
+        panic!(
+            "three targets not up within 60 s: {:?}\n{}",
+            prom.targets().await,
+            prom.log()
+        );
+    };
+    let metrics_service = format!("{full}-controller-manager-metrics-service");
+    for (labels, _, _) in &targets {
+        assert_eq!(labels["job"], metrics_service, "{labels:?}");
+        assert_eq!(labels["namespace"], RELEASE_NS, "{labels:?}");
+        assert!(labels["pod"].starts_with(&full), "{labels:?}");
+    }
+    println!("scraped: {} targets up", targets.len());
+    let sel = format!("namespace=\"{RELEASE_NS}\", job=\"{metrics_service}\"");
+    let workload_start = unix_now();
+
+    // The workload: syncs in four namespaces, a resource that fails, a
+    // workload reloaded on a change, a KMS outage.
+    kms.set_secret("A", "prom-1").await;
+    for t in ["node-prom-a", "node-prom-b", "node-prom-c", "node-prom-d"] {
+        tenant(&client, t).await;
+        kms_secret(&client, t, "app", "app-out", "Owner", "5s").await;
+    }
+    apply(
+        r#"apiVersion: secrets.hanzo.ai/v1alpha1
+kind: KmsSecret
+metadata: {name: broken, namespace: node-prom-a}
+spec:
+  syncConfig: {resyncInterval: 5s}
+  authentication:
+    universalAuth:
+      credentialsRef: {secretName: no-such-credentials}
+      secretsScope: {projectSlug: demo, envSlug: dev, secretsPath: /}
+  managedKubeSecretReferences: [{secretName: broken-out}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: node-prom-b
+  annotations: {secrets.hanzo.ai/auto-reload: "true"}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: pause
+        image: localhost/pause:3.10
+        imagePullPolicy: Never
+        env: [{name: A, valueFrom: {secretKeyRef: {name: app-out, key: A}}}]
+"#,
+    );
+    for t in ["node-prom-a", "node-prom-b", "node-prom-c", "node-prom-d"] {
+        wait_value(
+            &client,
+            t,
+            "app-out",
+            "A",
+            "prom-1",
+            Duration::from_secs(60),
+        )
+        .await;
+    }
+    ok(
+        "kubectl",
+        &[
+            "-n",
+            "node-prom-b",
+            "rollout",
+            "status",
+            "deployment/web",
+            "--timeout=120s",
+        ],
+    );
+    kms.set_secret("A", "prom-2").await;
+    for t in ["node-prom-a", "node-prom-b", "node-prom-c", "node-prom-d"] {
+        wait_value(
+            &client,
+            t,
+            "app-out",
+            "A",
+            "prom-2",
+            Duration::from_secs(60),
+        )
+        .await;
+    }
+    // The KMS down for a while: every resync fails.
+    let outage_at = unix_now();
+    kms.fault(serde_json::json!({"outage": true})).await;
+    let pending = wait_for(Duration::from_secs(60), || async {
+        let s = prom.alert_state("KmsOperatorKmsErrors").await;
+        (s != "inactive").then_some(s)
+    })
+    .await;
+    kms.clear_faults().await;
+    let outage_end = unix_now();
+    let pending = pending.expect("KmsOperatorKmsErrors did not go pending during a KMS outage");
+    println!("KMS outage: KmsOperatorKmsErrors {pending}");
+
+    // A graceful hand-over: the third replica leaves (scale to 2), its
+    // shards go to the other two.
+    let before = wait_for(Duration::from_secs(30), || async {
+        let owned = owned_per_pod(&prom, &sel).await;
+        (owned.len() == 3 && owned.values().sum::<f64>() == 16.0).then_some(owned)
+    })
+    .await
+    .expect("owned shards per replica before the hand-over: 3 pods, 16 shards");
+    let mut spread_before: Vec<u64> = before.values().map(|v| *v as u64).collect();
+    spread_before.sort_unstable();
+    assert_eq!(spread_before, [5, 5, 6], "before: {before:?}");
+    // The configured KMS budget of the installation (the chart's
+    // `kms.rateLimit`, passed to every replica).
+    let sts = get_json(
+        "statefulset",
+        RELEASE_NS,
+        &format!("{full}-controller-manager"),
+    );
+    let budget: f64 = sts["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| e["name"] == "KMS_OPERATOR_KMS_RATE_LIMIT")
+        .and_then(|e| e["value"].as_str()?.parse().ok())
+        .expect("KMS_OPERATOR_KMS_RATE_LIMIT on the operator container");
+    let handover_at = unix_now();
+    scale(2);
+    wait_ready_pods(&client, RELEASE, 2, Duration::from_secs(120)).await;
+    let after = wait_for(Duration::from_secs(60), || async {
+        let owned = owned_per_pod(&prom, &sel).await;
+        (owned.len() == 2 && owned.values().all(|v| *v == 8.0)).then_some(owned)
+    })
+    .await;
+    let Some(after) = after else {
+        panic!(
+            "owned shards per replica after the hand-over: not 8/8 within 60 s: {:?}",
+            owned_per_pod(&prom, &sel).await
+        )
+    };
+    let leaver = format!("{full}-controller-manager-2");
+    assert!(!after.contains_key(&leaver), "after: {after:?}");
+    println!("owned shards per replica: before {before:?}, after {after:?}");
+    // The replica that left gave its part of the KMS budget back at once
+    // (it deleted its member Lease): the two left share the whole of it.
+    let shared = wait_for(Duration::from_secs(30), || async {
+        let sum = prom
+            .query(&format!("sum(kms_operator_kms_budget_rate{{{sel}}})"))
+            .await
+            .first()
+            .and_then(prometheus::Series::last)?;
+        ((sum - budget).abs() < 0.01).then_some(sum)
+    })
+    .await;
+    assert!(
+        shared.is_some(),
+        "the two replicas left do not share the whole KMS budget ({budget}/s) within 30 s: {:?}",
+        prom.query(&format!("kms_operator_kms_budget_rate{{{sel}}}"))
+            .await
+    );
+    println!(
+        "KMS budget {budget}/s: {:.2}/s used by the 2 replicas left after the hand-over",
+        shared.unwrap_or_default()
+    );
+    // Two replicas for a few scrapes (the plots show the new split).
+    tokio::time::sleep(Duration::from_secs(3 * scrape as u64)).await;
+
+    // No replica at all: the alert fires (its `for:` is 10 s here), and
+    // resolves when the replicas are back.
+    let scaled_to_0 = unix_now();
+    scale(0);
+    let down_at = Instant::now();
+    let fired = wait_for(Duration::from_secs(90), || async {
+        (prom.alert_state("KmsOperatorShardWithoutOwner").await == "firing").then_some(())
+    })
+    .await;
+    assert!(
+        fired.is_some(),
+        "KmsOperatorShardWithoutOwner did not fire within 90 s of scaling to 0: {:?}",
+        prom.alerts().await
+    );
+    let fired_after = down_at.elapsed();
+    let scaled_to_3 = unix_now();
+    scale(3);
+    let up_at = Instant::now();
+    wait_ready_pods(&client, RELEASE, 3, Duration::from_secs(180)).await;
+    let resolved = wait_for(Duration::from_secs(90), || async {
+        (prom.alert_state("KmsOperatorShardWithoutOwner").await == "inactive").then_some(())
+    })
+    .await;
+    assert!(
+        resolved.is_some(),
+        "KmsOperatorShardWithoutOwner still active 90 s after the replicas were back: {:?}",
+        prom.alerts().await
+    );
+    println!(
+        "KmsOperatorShardWithoutOwner: firing {:.1} s after scaling to 0 (for: 10s), inactive {:.1} s after scaling back to 3",
+        fired_after.as_secs_f64(),
+        up_at.elapsed().as_secs_f64()
+    );
+    // Let a few scrapes of the new pods land before the dashboard is read.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+
+    // The dashboard, as the chart ships it: its variables resolved by
+    // their own queries, then every panel's queries over the scenario.
+    let cm = get_json("configmap", RELEASE_NS, &format!("{full}-dashboard"));
+    let dashboard: serde_json::Value =
+        serde_json::from_str(cm["data"]["kms-operator.json"].as_str().expect("dashboard"))
+            .expect("dashboard JSON");
+    let end = unix_now();
+    let step = scrape;
+    let rate = prometheus::rate_interval(step, scrape);
+    let mut vars: BTreeMap<String, String> = BTreeMap::new();
+    for var in dashboard["templating"]["list"].as_array().unwrap() {
+        if var["type"] != "query" {
+            continue;
+        }
+        let name = var["name"].as_str().unwrap().to_owned();
+        let query = var["query"]["query"].as_str().unwrap();
+        let inner = query
+            .strip_prefix("label_values(")
+            .and_then(|q| q.strip_suffix(')'))
+            .expect("label_values(selector, label)");
+        let (selector, label) = inner.rsplit_once(',').unwrap();
+        let selector = prometheus::substitute(selector.trim(), &vars, &rate);
+        let values = prom.label_values(&selector, label.trim()).await;
+        assert!(
+            !values.is_empty(),
+            "variable {name}: {query} returned nothing"
+        );
+        println!("variable {name}: {} value(s), {values:?}", values.len());
+        let value = if var["includeAll"] == true {
+            if name == "shard" {
+                assert_eq!(
+                    values.len(),
+                    16,
+                    "the shard variable lists every shard: {values:?}"
+                );
+            }
+            var["allValue"].as_str().unwrap_or(".*").to_owned()
+        } else {
+            values[0].clone()
+        };
+        vars.insert(name, value);
+    }
+    assert_eq!(vars["namespace"], RELEASE_NS);
+    assert_eq!(vars["job"], metrics_service);
+
+    // Panels whose queries must show activity (a non-zero value) after
+    // this workload; the others must return series (they may be zero:
+    // nothing was throttled, no dynamic lease, no queue left, no Lease
+    // renewal failed, and no login was needed: the replicas reuse the
+    // access token of the credentials, kept in their cache).
+    let active = [
+        "Shard owners",
+        "Shards owned per replica",
+        "Shard hand-overs",
+        "Reconciles per shard",
+        "Reconcile errors per shard",
+        "Reconcile duration p95 per shard",
+        "Managed objects per shard",
+        "KMS requests by status",
+        "KMS latency p95 by endpoint",
+        "Workload reloads by kind",
+        "Memory per replica",
+        "CPU per replica",
+        "Open file descriptors",
+        "KMS budget and demand per replica",
+    ];
+    let mut panels = 0;
+    let mut with_data = 0;
+    let mut table = Vec::new();
+    let mut results = serde_json::Map::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        let Some(targets) = panel["targets"].as_array() else {
+            continue;
+        };
+        let title = panel["title"].as_str().unwrap();
+        panels += 1;
+        let mut series_total = 0;
+        let mut max = f64::NEG_INFINITY;
+        let mut out = Vec::new();
+        for target in targets {
+            let expr = prometheus::substitute(target["expr"].as_str().unwrap(), &vars, &rate);
+            let legend = target["legendFormat"].as_str().unwrap_or("");
+            let series = prom.query_range(&expr, workload_start, end, step).await;
+            assert!(!series.is_empty(), "panel {title:?}: no series for {expr}");
+            for s in &series {
+                for label in prometheus::legend_labels(legend) {
+                    assert!(
+                        !s.label(&label).is_empty(),
+                        "panel {title:?}: a series without the legend's label {label}: {:?}",
+                        s.labels
+                    );
+                }
+                if let Some(m) = s.max() {
+                    max = max.max(m);
+                }
+            }
+            series_total += series.len();
+            out.push(serde_json::json!({
+                "expr": expr,
+                "legend": legend,
+                "series": series.iter().map(|s| serde_json::json!({"labels": s.labels, "values": s.values})).collect::<Vec<_>>(),
+            }));
+        }
+        if active.contains(&title) {
+            assert!(max > 0.0, "panel {title:?} shows no activity (max {max})");
+        }
+        with_data += 1;
+        table.push(format!("{title}: {series_total} series, max {max:.3}"));
+        results.insert(title.to_owned(), serde_json::Value::Array(out));
+    }
+    println!("dashboard: {panels} panels, {with_data} with data");
+    for line in &table {
+        println!("  {line}");
+    }
+
+    // The hand-over in the panels: the shards of the replica that left
+    // were gained by the others.
+    let gained = prom
+        .query_range(
+            &format!(
+                "sum by (shard) (increase(kms_operator_shard_handovers_total{{{sel}, direction=\"gained\"}}[{rate}]))"
+            ),
+            handover_at,
+            end,
+            step,
+        )
+        .await;
+    let moved: Vec<&str> = gained
+        .iter()
+        .filter(|s| s.max().unwrap_or(0.0) > 0.0)
+        .map(|s| s.label("shard"))
+        .collect();
+    assert!(
+        moved.len() >= 5,
+        "the hand-overs panel shows {} shard(s) gained after the third replica left: {moved:?}",
+        moved.len()
+    );
+    std::fs::write(
+        out_dir.join("panels.json"),
+        serde_json::to_vec_pretty(&serde_json::json!({
+            "start": workload_start,
+            "end": end,
+            "step": step,
+            "events": {
+                "KMS outage": [outage_at, outage_end],
+                "scaled to 2 (hand-over)": [handover_at],
+                "scaled to 0": [scaled_to_0],
+                "scaled to 3": [scaled_to_3],
+            },
+            "panels": results,
+        }))
+        .unwrap(),
+    )
+    .unwrap();
+    println!(
+        "hand-overs panel: {} shard(s) gained after the third replica left",
+        moved.len()
+    );
+    let _ = std::fs::remove_file(&token_file);
+    report(
+        "s9 prometheus: scrape, dashboard, alerts",
         started.elapsed(),
     );
 }

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Render the dashboard's main panels into docs/img/*.png from the query
+# results of the node scenario s9 (target/node-prometheus/panels.json):
+#
+#   KMS_TESTENV_CACHE=... tests/testenv/testenv up DIR --node
+#   scripts/image.sh --tag dev --import DIR
+#   KUBECONFIG=DIR/kubeconfig cargo test --test node -- --nocapture s9
+#   scripts/plots.sh
+#
+# matplotlib is installed into a virtualenv under target/ (from PyPI).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+data=target/node-prometheus/panels.json
+[ -f "$data" ] || { echo "$data is missing: run the node scenario s9 first (see the header of this script)" >&2; exit 1; }
+venv=target/plots-venv
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet "matplotlib==3.11.2"
+fi
+"$venv/bin/python" scripts/plots.py "$data" docs/img
