@@ -55,6 +55,17 @@ phase "cargo test" cargo test --workspace --locked
 # (`--workspace`, as above: the same features, so nothing is rebuilt.)
 phase "timing tests (alone)" cargo test --workspace --locked --test integration -- --ignored --test-threads=1 --nocapture
 
+# The oldest supported Kubernetes minor (the newest is the control plane
+# above): a control plane of its last patch release (pinned in
+# tests/testenv/k8s/, built from Go modules and cached like the newest),
+# then the CRD tests and a smoke subset on it (scripts/k8s-matrix.sh, which
+# runs every minor when given none). KMS_K8S_OLDEST=0 skips it.
+if [ "${KMS_K8S_OLDEST:-1}" != 0 ]; then
+  OLDEST=$(tests/testenv/testenv versions | head -1)
+  phase "Kubernetes $OLDEST: build" env KMS_TESTENV_K8S="$OLDEST" tests/testenv/testenv build etcd kube-apiserver kubectl
+  phase "Kubernetes $OLDEST: crds + smoke" scripts/k8s-matrix.sh "$OLDEST"
+fi
+
 # The node suite (tests/node): the chart's pods on a real node (containerd,
 # kubelet, scheduler, controller-manager, kube-proxy, CoreDNS) beside a
 # control plane of its own, the operator image built from the release

@@ -10,7 +10,7 @@
 //! (`scripts/image.sh --tag dev --import DIR`, and `--tag next`); see
 //! docs/testing.md. The scenarios share the node and run in order
 //! (`--test-threads=1`): `s0_…` (the image against the Dockerfile) and
-//! `s1_…` to `s8_…`; each prints how long it took.
+//! `s1_…` to `s10_…`; each prints how long it took.
 //! Any one can run alone: it installs what it needs.
 
 mod harness;
@@ -1119,36 +1119,13 @@ async fn s8_persistent_cache_and_scoped_install_restart_for_free() {
     }
     // Settled: every resource Ready, and no KMS request for 5 s (every
     // status written; the graceful stops below flush the cache).
+    let names: Vec<String> = (0..4).map(|i| format!("app-{i}")).collect();
+    let (logins, fetches) = settle(&client, &kms, ns, &names).await;
     let requests = || async {
         (
             kms.count("POST /api/v1/auth/universal-auth/login").await,
             kms.count("GET /api/v3/secrets/raw").await,
         )
-    };
-    let settled = wait_for(Duration::from_secs(60), || async {
-        for i in 0..4 {
-            let o = kms_secrets(&client, ns)
-                .get_opt(&format!("app-{i}"))
-                .await
-                .ok()??;
-            let ready = o.data["status"]["conditions"]
-                .as_array()?
-                .iter()
-                .any(|c| c["type"] == "Ready" && c["status"] == "True");
-            if !ready {
-                return None;
-            }
-        }
-        let seen = requests().await;
-        let held = holds_for(Duration::from_secs(5), || async {
-            requests().await == seen
-        })
-        .await;
-        held.ok().map(|()| seen)
-    })
-    .await;
-    let Some((logins, fetches)) = settled else {
-        panic!("the resources did not settle: {:?}", requests().await);
     };
     // Every pod restarts (one by one, graceful): each comes back to its own
     // claim and cache.
@@ -1220,6 +1197,41 @@ async fn s8_persistent_cache_and_scoped_install_restart_for_free() {
         "s8 persistence, scoped install (criterion 5)",
         started.elapsed(),
     );
+}
+
+/// Wait until the KmsSecrets `names` of `ns` are Ready and the KMS has
+/// seen no login and no fetch for 5 s (every status written, nothing due);
+/// the two counts then.
+async fn settle(client: &kube::Client, kms: &Kms, ns: &str, names: &[String]) -> (u64, u64) {
+    let requests = || async {
+        (
+            kms.count("POST /api/v1/auth/universal-auth/login").await,
+            kms.count("GET /api/v3/secrets/raw").await,
+        )
+    };
+    let settled = wait_for(Duration::from_secs(60), || async {
+        for name in names {
+            let o = kms_secrets(client, ns).get_opt(name).await.ok()??;
+            let ready = o.data["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            if !ready {
+                return None;
+            }
+        }
+        let seen = requests().await;
+        let held = holds_for(Duration::from_secs(5), || async {
+            requests().await == seen
+        })
+        .await;
+        held.ok().map(|()| seen)
+    })
+    .await;
+    match settled {
+        Some(counts) => counts,
+        None => panic!("the resources did not settle: {:?}", requests().await),
+    }
 }
 
 /// An object of the cluster as JSON (`kubectl get -o json`).
@@ -1728,6 +1740,181 @@ spec:
     let _ = std::fs::remove_file(&token_file);
     report(
         "s9 prometheus: scrape, dashboard, alerts",
+        started.elapsed(),
+    );
+}
+
+/// 10. OpenShift's `restricted-v2`, as far as a plain node can show it: the
+/// release namespace enforces the Pod Security Standard `restricted`, the
+/// chart is installed with `openshift=true` (no fixed UID, GID or fsGroup),
+/// and the pods get what that SCC assigns — a UID and fsGroup from the
+/// namespace's range (1000680000) — patched in as its admission would.
+/// The operator runs as that UID on a read-only root filesystem, syncs, and
+/// its cache survives a restart of the container: no login and no fetch
+/// for resources that are not due.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "new; not yet run on a node: `cargo test --test node -- --ignored s10`"]
+async fn s10_openshift_arbitrary_uid_restricted_namespace_cache_works() {
+    const UID: i64 = 1_000_680_000;
+    let started = Instant::now();
+    let client = client().await;
+    let kms = Kms::deploy_fresh(&client, &seed(&[("A", "1"), ("B", "x")])).await;
+    uninstall(RELEASE);
+    uninstall("kms-scoped");
+    ok(
+        "kubectl",
+        &[
+            "label",
+            "namespace",
+            RELEASE_NS,
+            "pod-security.kubernetes.io/enforce=restricted",
+            "--overwrite",
+        ],
+    );
+    install(RELEASE, "dev", &["openshift=true"]);
+    // What restricted-v2 adds to every pod of the namespace.
+    ok(
+        "kubectl",
+        &[
+            "-n",
+            RELEASE_NS,
+            "patch",
+            "statefulset",
+            &format!("{RELEASE}-secrets-operator-controller-manager"),
+            "--type=json",
+            "-p",
+            &json!([
+                {"op": "add", "path": "/spec/template/spec/securityContext/fsGroup", "value": UID},
+                {"op": "add", "path": "/spec/template/spec/containers/0/securityContext/runAsUser", "value": UID},
+            ])
+            .to_string(),
+        ],
+    );
+    ok(
+        "kubectl",
+        &[
+            "-n",
+            RELEASE_NS,
+            "rollout",
+            "status",
+            "statefulset",
+            &format!("{RELEASE}-secrets-operator-controller-manager"),
+            "--timeout=240s",
+        ],
+    );
+    wait_ready_pods(&client, RELEASE, 3, Duration::from_secs(180)).await;
+    // Every operator process runs as the assigned UID, with the fsGroup
+    // among its groups, on a read-only root filesystem.
+    let pod_names: Vec<String> = pods(&client, RELEASE)
+        .await
+        .iter()
+        .map(|p| p.metadata.name.clone().unwrap())
+        .collect();
+    for name in &pod_names {
+        let pid = kms_testkit::node::operator_process(RELEASE_NS, name)
+            .unwrap_or_else(|| panic!("no operator process of {name} on this host"));
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let field = |key: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .map(|v| v.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+                .unwrap_or_default()
+        };
+        assert_eq!(field("Uid:")[0], UID.to_string(), "{name}: {status}");
+        assert!(
+            field("Groups:").contains(&UID.to_string()),
+            "{name}: the fsGroup is not among the groups: {:?}",
+            field("Groups:")
+        );
+        let mounts = std::fs::read_to_string(format!("/proc/{pid}/mounts")).unwrap();
+        let root = mounts
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some("/"))
+            .unwrap_or_else(|| panic!("{name}: no root mount"));
+        assert!(
+            root.split_whitespace()
+                .nth(3)
+                .is_some_and(|o| o.split(',').any(|f| f == "ro")),
+            "{name}: the root filesystem is writable: {root}"
+        );
+    }
+    // It syncs.
+    let ns = "node-openshift";
+    tenant(&client, ns).await;
+    let _ = kms_secrets(&client, ns)
+        .delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await;
+    let names: Vec<String> = (0..3).map(|i| format!("os-{i}")).collect();
+    for name in &names {
+        kms_secret(&client, ns, name, &format!("{name}-out"), "Owner", "1h").await;
+    }
+    for name in &names {
+        wait_value(
+            &client,
+            ns,
+            &format!("{name}-out"),
+            "A",
+            "1",
+            Duration::from_secs(90),
+        )
+        .await;
+    }
+    let counts = settle(&client, &kms, ns, &names).await;
+    // Each container restarted (SIGTERM: a graceful stop that flushes the
+    // cache; the kubelet starts it again in the same pod, with the same
+    // emptyDir): the cache, written by the arbitrary UID, spares the KMS.
+    let pod_api = Api::<Pod>::namespaced(client.clone(), RELEASE_NS);
+    let restarts = |p: &Pod| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .map_or(0, |cs| cs.iter().map(|c| c.restart_count).sum::<i32>())
+    };
+    for name in &pod_names {
+        let before = restarts(&pod_api.get(name).await.unwrap());
+        let pid = kms_testkit::node::operator_process(RELEASE_NS, name).unwrap();
+        let term = std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(term.success());
+        wait_for(Duration::from_secs(120), || async {
+            let p = pod_api.get(name).await.ok()?;
+            (restarts(&p) > before && ready(&p)).then_some(())
+        })
+        .await
+        .unwrap_or_else(|| panic!("{name} was not restarted by the kubelet"));
+    }
+    let requests = || async {
+        (
+            kms.count("POST /api/v1/auth/universal-auth/login").await,
+            kms.count("GET /api/v3/secrets/raw").await,
+        )
+    };
+    let held = holds_for(Duration::from_secs(10), || async {
+        requests().await == counts
+    })
+    .await;
+    if let Err(when) = held {
+        panic!(
+            "logins or fetches after the restarts, {when}: {:?}, before {:?}",
+            requests().await,
+            counts
+        );
+    }
+    uninstall(RELEASE);
+    ok(
+        "kubectl",
+        &[
+            "label",
+            "namespace",
+            RELEASE_NS,
+            "pod-security.kubernetes.io/enforce-",
+        ],
+    );
+    report(
+        "s10 openshift: arbitrary UID, restricted namespace",
         started.elapsed(),
     );
 }

@@ -6,10 +6,18 @@
 //!
 //! 1. the environment: `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and, for
 //!    temporary credentials, `AWS_SESSION_TOKEN`;
-//! 2. a web identity (IRSA, EKS Pod Identity webhooks): the token file of
+//! 2. a web identity (EKS IAM roles for service accounts): the token file of
 //!    `AWS_WEB_IDENTITY_TOKEN_FILE` exchanged for credentials of
 //!    `AWS_ROLE_ARN` by STS `AssumeRoleWithWebIdentity`;
-//! 3. the instance metadata service (IMDSv2): a session token, then the
+//! 3. the container credentials endpoint (EKS Pod Identity, ECS task
+//!    roles): `AWS_CONTAINER_CREDENTIALS_FULL_URI` (EKS sets
+//!    `http://169.254.170.23/v1/credentials`) asked with the token of
+//!    `AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE` (read at every request: the
+//!    agent rotates it) or `AWS_CONTAINER_AUTHORIZATION_TOKEN`, or
+//!    `AWS_CONTAINER_CREDENTIALS_RELATIVE_URI` under `http://169.254.170.2`;
+//!    plain HTTP only to the addresses the AWS SDKs allow (those two, and
+//!    loopback);
+//! 4. the instance metadata service (IMDSv2): a session token, then the
 //!    credentials of the instance profile's role.
 //!
 //! A source that is not configured is skipped; one that is configured and
@@ -178,7 +186,21 @@ impl AwsSource {
             (None, _) => tried.push("web identity (AWS_WEB_IDENTITY_TOKEN_FILE unset)".to_owned()),
             (Some(_), None) => tried.push("web identity (AWS_ROLE_ARN unset)".to_owned()),
         }
-        // 3. Instance metadata.
+        // 3. Container credentials.
+        match self.container_endpoint() {
+            Ok(Some(url)) => {
+                tried.push(format!("container credentials at {url}"));
+                return self
+                    .container(&url)
+                    .await
+                    .map_err(|e| fail(&tried, format!("container credentials failed: {e}")));
+            }
+            Ok(None) => tried.push(
+                "container credentials (AWS_CONTAINER_CREDENTIALS_FULL_URI unset)".to_owned(),
+            ),
+            Err(e) => return Err(fail(&tried, e)),
+        }
+        // 4. Instance metadata.
         let imds = base(&self.config.aws_imds_endpoint);
         match self.imds(&imds).await {
             Ok(c) => Ok(c),
@@ -250,6 +272,79 @@ impl AwsSource {
         }
     }
 
+    /// The container credentials URL, when the environment names one; an
+    /// error for a plain-HTTP URL to a host the AWS SDKs would not ask.
+    fn container_endpoint(&self) -> Result<Option<String>, String> {
+        if let Some(relative) = self.env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI") {
+            return Ok(Some(format!("http://169.254.170.2{relative}")));
+        }
+        let Some(full) = self.env("AWS_CONTAINER_CREDENTIALS_FULL_URI") else {
+            return Ok(None);
+        };
+        let url = url::Url::parse(&full)
+            .map_err(|_| "AWS_CONTAINER_CREDENTIALS_FULL_URI is not a URL".to_owned())?;
+        let allowed = match url.scheme() {
+            "https" => true,
+            "http" => match url.host() {
+                Some(url::Host::Ipv4(ip)) => {
+                    ip.is_loopback()
+                        || ip == std::net::Ipv4Addr::new(169, 254, 170, 2)
+                        || ip == std::net::Ipv4Addr::new(169, 254, 170, 23)
+                }
+                Some(url::Host::Ipv6(ip)) => {
+                    ip.is_loopback()
+                        || ip == std::net::Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x23)
+                }
+                Some(url::Host::Domain(d)) => d == "localhost",
+                None => false,
+            },
+            _ => false,
+        };
+        if !allowed {
+            return Err(format!(
+                "AWS_CONTAINER_CREDENTIALS_FULL_URI {full} is refused: plain HTTP only to loopback, 169.254.170.2, 169.254.170.23 or fd00:ec2::23"
+            ));
+        }
+        Ok(Some(full))
+    }
+
+    async fn container(&self, url: &str) -> Result<AwsCredentials, String> {
+        let token = match self.env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE") {
+            Some(file) => Some(SecretString::from(
+                tokio::fs::read_to_string(&file)
+                    .await
+                    .map_err(|e| format!("cannot read the token file {file}: {}", e.kind()))?
+                    .trim()
+                    .to_owned(),
+            )),
+            None => self
+                .env("AWS_CONTAINER_AUTHORIZATION_TOKEN")
+                .map(SecretString::from),
+        };
+        let http = self.config.http().map_err(|e| e.0)?;
+        let mut req = http.get(url);
+        if let Some(token) = &token {
+            req = req.header("authorization", token.expose_secret());
+        }
+        let resp = req.send().await.map_err(|e| describe(&e))?;
+        let status = resp.status();
+        let body = super::common::body(resp).await?;
+        if !status.is_success() {
+            #[derive(serde::Deserialize)]
+            struct Failure {
+                #[serde(default)]
+                code: String,
+                #[serde(default)]
+                message: String,
+            }
+            let detail = serde_json::from_slice::<Failure>(&body)
+                .map(|f| format!(": {} {}", f.code, super::common::truncate(&f.message, 300)))
+                .unwrap_or_default();
+            return Err(format!("answered {}{detail}", status.as_u16()));
+        }
+        credentials_json(&body, "the container credentials")
+    }
+
     async fn imds(&self, imds: &str) -> Result<AwsCredentials, String> {
         let http = self.config.http().map_err(|e| e.0)?;
         let resp = http
@@ -294,29 +389,8 @@ impl AwsSource {
                 resp.status().as_u16()
             ));
         }
-        #[derive(serde::Deserialize)]
-        #[serde(rename_all = "PascalCase")]
-        struct ImdsCredentials {
-            #[serde(default)]
-            code: Option<String>,
-            access_key_id: Option<String>,
-            secret_access_key: Option<SecretString>,
-            token: Option<SecretString>,
-        }
         let body = super::common::body(resp).await?;
-        let creds: ImdsCredentials = serde_json::from_slice(&body)
-            .map_err(|_| format!("the credentials of role {role} are not valid JSON"))?;
-        if let Some(code) = creds.code.filter(|c| c != "Success") {
-            return Err(format!("the credentials of role {role}: {code}"));
-        }
-        match (creds.access_key_id, creds.secret_access_key) {
-            (Some(id), Some(secret)) => Ok(AwsCredentials {
-                access_key_id: id,
-                secret_access_key: secret,
-                session_token: creds.token,
-            }),
-            _ => Err(format!("the credentials of role {role} are incomplete")),
-        }
+        credentials_json(&body, &format!("the credentials of role {role}"))
     }
 
     /// The signed `GetCallerIdentity` request.
@@ -366,6 +440,34 @@ impl AwsSource {
 impl CloudSource for AwsSource {
     fn proof<'a>(&'a self, _identity_id: &'a str) -> BoxFuture<'a, Result<CloudProof, CloudError>> {
         Box::pin(async move { self.signed_request().await.map(CloudProof::Aws) })
+    }
+}
+
+/// Credentials in the JSON of the instance metadata and container
+/// endpoints (`AccessKeyId`, `SecretAccessKey`, `Token`; a `Code` other
+/// than `Success` is a failure). `what` names the source in errors.
+fn credentials_json(body: &[u8], what: &str) -> Result<AwsCredentials, String> {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "PascalCase")]
+    struct Credentials {
+        #[serde(default)]
+        code: Option<String>,
+        access_key_id: Option<String>,
+        secret_access_key: Option<SecretString>,
+        token: Option<SecretString>,
+    }
+    let creds: Credentials =
+        serde_json::from_slice(body).map_err(|_| format!("{what} are not valid JSON"))?;
+    if let Some(code) = creds.code.filter(|c| c != "Success") {
+        return Err(format!("{what}: {code}"));
+    }
+    match (creds.access_key_id, creds.secret_access_key) {
+        (Some(id), Some(secret)) => Ok(AwsCredentials {
+            access_key_id: id,
+            secret_access_key: secret,
+            session_token: creds.token,
+        }),
+        _ => Err(format!("{what} are incomplete")),
     }
 }
 
@@ -677,6 +779,58 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn eks_pod_identity_container_credentials() {
+        let agent = StandIn::start(|seen| {
+            match (seen.uri.as_str(), StandIn::header(seen, "authorization").as_deref()) {
+                ("/v1/credentials", Some("pod-token-2")) => (
+                    200,
+                    r#"{"AccessKeyId":"ASIAPOD","SecretAccessKey":"pod-secret","Token":"pod-session","AccountId":"1","Expiration":"2030-01-01T00:00:00Z"}"#.to_owned(),
+                ),
+                _ => (
+                    403,
+                    r#"{"code":"AccessDeniedException","message":"bad token"}"#.to_owned(),
+                ),
+            }
+        })
+        .await;
+        let dir = std::env::temp_dir().join(format!("kms-aws-pod-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("eks-pod-identity-token");
+        std::fs::write(&file, "pod-token-1\n").unwrap();
+        let url = format!("{}/v1/credentials", agent.url);
+        let env = [
+            ("AWS_CONTAINER_CREDENTIALS_FULL_URI", url.as_str()),
+            (
+                "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
+                file.to_str().unwrap(),
+            ),
+        ];
+        let source = AwsSource::new(config(&env, &closed_port().await, None));
+        // The agent refuses the old token, with its reason in the error
+        // and no token in it.
+        let err = source.credentials().await.unwrap_err().0;
+        assert!(
+            err.contains("403: AccessDeniedException bad token"),
+            "{err}"
+        );
+        assert!(!err.contains("pod-token"), "{err}");
+        // The file is read at every request: a rotated token is used.
+        std::fs::write(&file, "pod-token-2\n").unwrap();
+        let creds = source.credentials().await.unwrap();
+        assert_eq!(creds.access_key_id, "ASIAPOD");
+        assert_eq!(creds.session_token.unwrap().expose_secret(), "pod-session");
+        // Plain HTTP to a host the SDKs would not ask is refused unasked.
+        let env = [(
+            "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+            "http://metadata.example.com/creds",
+        )];
+        let source = AwsSource::new(config(&env, &closed_port().await, None));
+        let err = source.credentials().await.unwrap_err().0;
+        assert!(err.contains("is refused: plain HTTP only to"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
     async fn no_credentials_names_every_source_tried() {
         let imds = closed_port().await;
         let source = AwsSource::new(config(&[], &imds, None));
@@ -684,7 +838,7 @@ mod tests {
         assert_eq!(
             err,
             format!(
-                "no AWS credentials: tried environment (AWS_ACCESS_KEY_ID unset), web identity (AWS_WEB_IDENTITY_TOKEN_FILE unset), instance metadata at {imds} (connection refused)"
+                "no AWS credentials: tried environment (AWS_ACCESS_KEY_ID unset), web identity (AWS_WEB_IDENTITY_TOKEN_FILE unset), container credentials (AWS_CONTAINER_CREDENTIALS_FULL_URI unset), instance metadata at {imds} (connection refused)"
             )
         );
     }
