@@ -48,6 +48,9 @@ pub enum Command {
     DevServer(DevServerArgs),
     /// Show shards, their owners, and objects that are not ready.
     Status(StatusArgs),
+    /// Convert manifests of the Go operators (InfisicalSecret, KMSSecret, …)
+    /// into kms-operator's kinds: YAML on stdout, the report on stderr.
+    Migrate(MigrateArgs),
 }
 
 /// Flags of `kms-operator run`.
@@ -63,13 +66,29 @@ pub struct RunArgs {
     /// This replica's identity in Leases (default: the hostname).
     #[arg(long, env = "KMS_OPERATOR_POD_NAME")]
     pub pod_name: Option<String>,
-    /// Namespace of the operator's Leases and of the `kms-config` ConfigMap.
+    /// Namespace of the operator's Leases.
     #[arg(
         long,
         default_value = "kms-operator-system",
         env = "KMS_OPERATOR_POD_NAMESPACE"
     )]
     pub pod_namespace: String,
+    /// Namespace of the global configuration ConfigMap `kms-config` (read
+    /// and watched; it may not exist yet).
+    #[arg(
+        long,
+        default_value = crate::controllers::refs::GLOBAL_CONFIG_NAMESPACE,
+        env = "KMS_OPERATOR_GLOBAL_CONFIG_NAMESPACE"
+    )]
+    pub global_config_namespace: String,
+    /// KMS API URL of resources that name none, when `kms-config` names none
+    /// either (default: `https://kms.hanzo.ai/api`).
+    #[arg(long, env = "KMS_OPERATOR_DEFAULT_HOST_API")]
+    pub default_host_api: Option<String>,
+    /// CA bundle (`<namespace>/<secret>/<key>`) of resources that name none,
+    /// when `kms-config` names none either.
+    #[arg(long, value_parser = crate::controllers::refs::parse_ca_ref, env = "KMS_OPERATOR_DEFAULT_CA_REF")]
+    pub default_ca_ref: Option<(String, String, String)>,
     /// Prefix of the Lease names (`<prefix>-shard-NN`, `<prefix>-member-<pod>`).
     #[arg(
         long,
@@ -228,6 +247,23 @@ pub struct DevServerArgs {
     pub missing_folders_not_found: bool,
 }
 
+/// Flags of `kms-operator migrate`. Exit status: 0 when everything was
+/// converted, 2 when something could not be carried (the rest is still
+/// printed), 1 on an error.
+#[derive(Debug, Args, Clone)]
+pub struct MigrateArgs {
+    /// Manifest files (multi-document YAML); `-` or none reads stdin.
+    #[arg(conflicts_with = "from_cluster")]
+    pub files: Vec<PathBuf>,
+    /// Read the Go operators' resources from the cluster of the current
+    /// kubeconfig instead of files.
+    #[arg(long, env = "KMS_OPERATOR_FROM_CLUSTER")]
+    pub from_cluster: bool,
+    /// With `--from-cluster`: only this namespace (default: all).
+    #[arg(long, requires = "from_cluster", env = "KMS_OPERATOR_NAMESPACE")]
+    pub namespace: Option<String>,
+}
+
 /// Output format of `kms-operator status`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum OutputFormat {
@@ -312,6 +348,9 @@ mod tests {
         let a = run_args(&[]);
         assert_eq!(a.shards, 16);
         assert_eq!(a.pod_namespace, "kms-operator-system");
+        // kms-config is read where the Go operators' documentation puts it.
+        assert_eq!(a.global_config_namespace, "kms-operator-system");
+        assert_eq!((a.default_host_api, a.default_ca_ref), (None, None));
         assert_eq!(a.lease_prefix, "kms-operator");
         assert_eq!(a.lease_duration, Duration::from_secs(10));
         assert_eq!(a.renew_deadline, Duration::from_secs(7));

@@ -54,6 +54,10 @@ fn main() -> anyhow::Result<()> {
                 .block_on(kms_devserver::run(config))
                 .context("dev-server")
         }
+        Command::Migrate(args) => {
+            let code = kms_operator::migrate::run(args)?;
+            std::process::exit(code)
+        }
         Command::Status(args) => tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?

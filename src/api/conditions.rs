@@ -4,6 +4,11 @@
 /// The standard condition every kind carries: the resource is fully in step.
 pub const READY: &str = "Ready";
 
+/// Every kind: the KMS host and CA the resource uses and where each came
+/// from (`spec`, `kms-config (<namespace>/<name>)`, an operator default or
+/// the built-in default). Set when the endpoint is resolved.
+pub const ENDPOINT: &str = "secrets.hanzo.ai/Endpoint";
+
 /// KmsSecret: the operator has a KMS token for the resource's identity.
 pub const LOADED_KMS_TOKEN: &str = "secrets.hanzo.ai/LoadedKMSToken";
 /// KmsSecret: the last sync fetched and wrote the targets.

@@ -21,6 +21,7 @@ pub mod kms_push_secret;
 // clippy reads as duplicated attributes.
 #[allow(clippy::duplicated_attributes)]
 pub mod kms_secret;
+pub mod served;
 
 pub use cluster_generator::{ClusterGenerator, ClusterGeneratorSpec};
 pub use kms_dynamic_secret::{KmsDynamicSecret, KmsDynamicSecretSpec, KmsDynamicSecretStatus};

@@ -26,8 +26,8 @@ use serde_json::{Map, Value, json};
 use super::context::Context;
 use super::error::SyncError;
 use super::target::{
-    Desired, MANAGED_ANNOTATIONS_ANNOTATION, MANAGED_BY_LABEL, MANAGED_LABEL,
-    MANAGED_LABELS_ANNOTATION, OWNER_ANNOTATION, Observed, Removals, TargetKind,
+    Desired, GO_VERSIONS_ANNOTATION, MANAGED_ANNOTATIONS_ANNOTATION, MANAGED_BY_LABEL,
+    MANAGED_LABEL, MANAGED_LABELS_ANNOTATION, OWNER_ANNOTATION, Observed, Removals, TargetKind,
     VERSION_ANNOTATION,
 };
 
@@ -241,6 +241,7 @@ pub async fn release(
         annotations: [
             OWNER_ANNOTATION,
             VERSION_ANNOTATION,
+            GO_VERSIONS_ANNOTATION,
             MANAGED_LABELS_ANNOTATION,
             MANAGED_ANNOTATIONS_ANNOTATION,
         ]

@@ -20,7 +20,9 @@ use secrecy::SecretString;
 
 use super::context::Context;
 use super::error::SyncError;
-use super::refs::{namespace_of, resolve_endpoint, secret_string};
+use super::refs::{
+    Choice, choose_endpoint, default_host, namespace_of, resolve_endpoint, secret_string,
+};
 use crate::api::common::{
     AwsIamAuth, AzureAuth, GcpIamAuth, GcpIdTokenAuth, GenericAuthentication, KubeSecretReference,
     KubernetesAuth, LdapAuth, TlsConfig,
@@ -28,7 +30,7 @@ use crate::api::common::{
 use crate::kms::auth::JwtSource;
 use crate::kms::cloud::{self, CloudMethod};
 use crate::kms::endpoint::host_allowed;
-use crate::kms::{Credentials, DEFAULT_HOST_API, Endpoint, Identity, KmsError};
+use crate::kms::{Credentials, Endpoint, Identity, KmsError};
 
 /// How a resource logs in, with its references resolved to namespaces.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -320,39 +322,49 @@ pub async fn identity(
     tls: Option<&TlsConfig>,
     method: &AuthMethod,
 ) -> Result<Identity, SyncError> {
+    identity_with_source(ctx, ns, host_api, tls, method)
+        .await
+        .map(|(identity, _)| identity)
+}
+
+/// [`identity`], with where its host and CA came from (for the status).
+pub async fn identity_with_source(
+    ctx: &Context,
+    ns: &str,
+    host_api: Option<&str>,
+    tls: Option<&TlsConfig>,
+    method: &AuthMethod,
+) -> Result<(Identity, Choice), SyncError> {
     let allow_cross = ctx.settings.allow_cross_namespace_refs;
-    let endpoint = resolve_endpoint(
-        &ctx.client,
-        &ctx.referenced,
-        ns,
-        host_api,
-        tls,
-        &ctx.global_config(),
-        allow_cross,
-    )
-    .await?;
+    let global = ctx.global_config();
+    let defaults = &ctx.settings.defaults;
+    let choice = choose_endpoint(ns, host_api, tls, &global, defaults, allow_cross)?;
+    let endpoint = resolve_endpoint(&ctx.client, &ctx.referenced, &choice).await?;
     ctx.kms.check_endpoint(&endpoint).map_err(SyncError::Kms)?;
     if let AuthMethod::Cloud { method, .. } = method {
-        let global = ctx
-            .global_config()
-            .host_api
-            .unwrap_or_else(|| DEFAULT_HOST_API.to_owned());
-        trusted_for_cloud(&endpoint, &global, ctx.kms.allowed_hosts(), *method)
+        // The trusted host follows the configured default host, wherever
+        // it is read from (kms-config, else --default-host-api).
+        let trusted = default_host(&global, defaults);
+        trusted_for_cloud(&endpoint, trusted, ctx.kms.allowed_hosts(), *method)
             .map_err(SyncError::Auth)?;
     }
     let credentials = credentials(ctx, method).await?;
-    Ok(Identity {
-        endpoint,
-        credentials,
-    })
+    Ok((
+        Identity {
+            endpoint,
+            credentials,
+        },
+        choice,
+    ))
 }
 
 /// The methods that prove the operator's own cloud identity (AWS, Azure,
 /// GCP; the GCP key files are the operator's too) reach only hosts the
-/// cluster admin trusts: the global `hostAPI` (`kms-config`, else the
-/// default) and the `--allowed-kms-hosts` patterns. Anyone who may create a
-/// resource could otherwise send the operator's credentials to a host of
-/// their choosing.
+/// cluster admin trusts: the default `hostAPI` (the `kms-config` ConfigMap
+/// in `--global-config-namespace`, else `--default-host-api`, else the
+/// built-in default) and the `--allowed-kms-hosts` patterns. Anyone who may
+/// create a resource could otherwise send the operator's credentials to a
+/// host of their choosing.
 pub fn trusted_for_cloud(
     endpoint: &Endpoint,
     global_host_api: &str,
@@ -380,8 +392,21 @@ pub async fn generic_identity(
     tls: Option<&TlsConfig>,
     auth: &GenericAuthentication,
 ) -> Result<Identity, SyncError> {
+    generic_identity_with_source(ctx, ns, host_api, tls, auth)
+        .await
+        .map(|(identity, _)| identity)
+}
+
+/// [`generic_identity`], with where its host and CA came from.
+pub async fn generic_identity_with_source(
+    ctx: &Context,
+    ns: &str,
+    host_api: Option<&str>,
+    tls: Option<&TlsConfig>,
+    auth: &GenericAuthentication,
+) -> Result<(Identity, Choice), SyncError> {
     let method = generic_method(auth, ns, ctx.settings.allow_cross_namespace_refs)?;
-    identity(ctx, ns, host_api, tls, &method).await
+    identity_with_source(ctx, ns, host_api, tls, &method).await
 }
 
 // How a resource's authentication blocks read as methods.
@@ -518,6 +543,7 @@ pub fn generic_method(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kms::DEFAULT_HOST_API;
 
     #[test]
     fn the_secret_a_method_reads_is_what_the_reference_index_watches() {

@@ -23,8 +23,12 @@ use crate::sharding::Ownership;
 pub struct Settings {
     /// Allow references into other namespaces.
     pub allow_cross_namespace_refs: bool,
-    /// Namespace of the operator (Leases, `kms-config`).
+    /// Namespace of the operator (Leases).
     pub pod_namespace: String,
+    /// Namespace of the global configuration ConfigMap `kms-config`.
+    pub global_config_namespace: String,
+    /// The operator's defaults below `kms-config`.
+    pub defaults: super::refs::Defaults,
     /// Watched namespaces; empty = the whole cluster.
     pub namespaces: Vec<String>,
     /// Concurrent reconciles per controller.
@@ -40,6 +44,8 @@ impl Default for Settings {
         Self {
             allow_cross_namespace_refs: false,
             pod_namespace: "kms-operator-system".to_owned(),
+            global_config_namespace: super::refs::GLOBAL_CONFIG_NAMESPACE.to_owned(),
+            defaults: super::refs::Defaults::default(),
             namespaces: Vec::new(),
             workers: 8,
             max_backoff: Duration::from_secs(300),
@@ -80,6 +86,11 @@ pub struct Context {
     pub critical: tokio_util::task::TaskTracker,
     /// The global configuration (`kms-config`), updated by its watch.
     pub global: Arc<RwLock<GlobalConfig>>,
+    /// How many times the global configuration changed: a resource that
+    /// resolved its endpoint at an older count resolves it again.
+    pub global_epoch: Arc<std::sync::atomic::AtomicU64>,
+    /// The kind spellings the cluster serves (what every write carries).
+    pub served: crate::api::served::ServedKinds,
 }
 
 impl Context {
@@ -111,6 +122,11 @@ impl Context {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// The current count of global configuration changes.
+    pub fn global_epoch(&self) -> u64 {
+        self.global_epoch.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Keyed hash of a target's data for the cache (zeros without a cache).
@@ -191,6 +207,8 @@ impl Context {
             referenced: Arc::default(),
             critical: tokio_util::task::TaskTracker::new(),
             global: Arc::default(),
+            global_epoch: Arc::default(),
+            served: crate::api::served::ServedKinds::default(),
         }
     }
 }

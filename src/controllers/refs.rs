@@ -1,7 +1,12 @@
 //! References from a resource to other objects (credentials, CA bundles,
 //! targets), the namespace rule that keeps a resource inside its own
 //! namespace unless `--allow-cross-namespace-refs`, and the global
-//! `kms-config` ConfigMap.
+//! `kms-config` ConfigMap (read from `--global-config-namespace`, by default
+//! `kms-operator-system` as the Go operators' documentation has users create
+//! it). A resource's endpoint is chosen field by field — host and CA each
+//! from the resource's spec, else `kms-config`, else the operator's defaults
+//! (`--default-host-api`, `--default-ca-ref`), else the built-in host / the
+//! system roots — and the choice names its sources for the status.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -17,6 +22,9 @@ use crate::kms::{DEFAULT_HOST_API, Endpoint};
 
 /// Name of the global configuration ConfigMap.
 pub const GLOBAL_CONFIG_NAME: &str = "kms-config";
+/// Default namespace of the global configuration ConfigMap, as the
+/// reference operators' documentation names it.
+pub const GLOBAL_CONFIG_NAMESPACE: &str = "kms-operator-system";
 
 /// The namespace a reference points to: its own, or the resource's. Another
 /// namespace than the resource's is refused unless allowed.
@@ -234,17 +242,50 @@ pub fn secret_string(secret: &Secret, key: &str) -> Option<String> {
 /// The parsed `kms-config` ConfigMap.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GlobalConfig {
+    /// `namespace/name` of the ConfigMap it was read from; `None` when there
+    /// is none (not created yet, or deleted).
+    pub origin: Option<String>,
     /// `hostAPI`.
     pub host_api: Option<String>,
     /// `tls.caRef.*`: namespace, name, key.
     pub ca_ref: Option<(String, String, String)>,
-    /// Why the ConfigMap could not be used, if it could not.
+    /// Why its `tls.caRef` could not be used, if it could not.
     pub error: Option<String>,
+    /// Set until the ConfigMap could be read once (its watch has not
+    /// listed it yet, e.g. for lack of access): what falls back to it
+    /// waits rather than use a default the ConfigMap may override.
+    pub unavailable: Option<String>,
 }
 
 impl GlobalConfig {
+    /// Not read yet: the ConfigMap `namespace/kms-config`.
+    pub fn pending(namespace: &str) -> Self {
+        Self {
+            unavailable: Some(format!(
+                "the global configuration ConfigMap {namespace}/{GLOBAL_CONFIG_NAME} could not be read yet \
+                 (see the operator's log; in namespace-scoped installs the operator needs get, list and watch on it)"
+            )),
+            ..Self::default()
+        }
+    }
+
+    fn check_available(&self) -> Result<(), SyncError> {
+        match &self.unavailable {
+            Some(why) => Err(SyncError::Reference {
+                reason: "GlobalConfigUnavailable",
+                message: why.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
     /// Parse the ConfigMap's data.
     pub fn from_config_map(cm: &ConfigMap) -> Self {
+        let origin = format!(
+            "{}/{}",
+            cm.metadata.namespace.as_deref().unwrap_or_default(),
+            cm.metadata.name.as_deref().unwrap_or(GLOBAL_CONFIG_NAME)
+        );
         let empty = BTreeMap::new();
         let data = cm.data.as_ref().unwrap_or(&empty);
         let get = |k: &str| {
@@ -264,39 +305,132 @@ impl GlobalConfig {
             _ => (
                 None,
                 Some(format!(
-                    "ConfigMap {GLOBAL_CONFIG_NAME}: tls.caRef.secretName, tls.caRef.secretNamespace and tls.caRef.key must be set together"
+                    "ConfigMap {origin}: tls.caRef.secretName, tls.caRef.secretNamespace and tls.caRef.key must be set together"
                 )),
             ),
         };
         Self {
+            origin: Some(origin),
             host_api,
             ca_ref,
             error,
+            unavailable: None,
+        }
+    }
+
+    /// How a field taken from this ConfigMap is named in a status.
+    fn source(&self) -> Source {
+        Source::GlobalConfig(
+            self.origin
+                .clone()
+                .unwrap_or_else(|| GLOBAL_CONFIG_NAME.to_owned()),
+        )
+    }
+}
+
+/// The operator's own defaults, below `kms-config` (`--default-host-api`,
+/// `--default-ca-ref`; the chart's `hostAPI` and `tls.caRef`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Defaults {
+    /// The default `hostAPI`; the built-in default when `None`.
+    pub host_api: Option<String>,
+    /// The default CA: namespace, name, key.
+    pub ca_ref: Option<(String, String, String)>,
+}
+
+/// Where a field of the endpoint (host or CA) came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The resource's own spec.
+    Spec,
+    /// The global ConfigMap (`namespace/name`).
+    GlobalConfig(String),
+    /// The operator's flag (`--default-host-api`, `--default-ca-ref`).
+    OperatorDefault(&'static str),
+    /// The built-in default host.
+    BuiltIn,
+    /// Nothing (CA: the system roots only).
+    Unset,
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Spec => f.write_str("spec"),
+            Source::GlobalConfig(origin) => write!(f, "kms-config ({origin})"),
+            Source::OperatorDefault(flag) => write!(f, "operator default ({flag})"),
+            Source::BuiltIn => f.write_str("built-in default"),
+            Source::Unset => f.write_str("none"),
         }
     }
 }
 
-/// Work out the KMS endpoint of a resource: its own `hostAPI` and `tls.caRef`
-/// first, then the global config, then the default host.
-pub async fn resolve_endpoint(
-    client: &Client,
-    reads: &SecretReads,
+/// The host and the CA a resource uses, each with its source. Pure: what
+/// [`resolve_endpoint`] reads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Choice {
+    /// The host URL as configured.
+    pub host: String,
+    /// Where the host came from.
+    pub host_source: Source,
+    /// The CA Secret: namespace, name, key.
+    pub ca: Option<(String, String, String)>,
+    /// Where the CA came from.
+    pub ca_source: Source,
+}
+
+impl Choice {
+    /// The status message naming the sources (no secret values: a URL's
+    /// user info is redacted).
+    pub fn describe(&self) -> String {
+        let host = crate::kms::endpoint::redact_userinfo(&self.host);
+        let ca = match &self.ca {
+            Some((ns, name, key)) => {
+                format!("CA Secret {ns}/{name} key {key} from {}", self.ca_source)
+            }
+            None => "CA: system roots".to_owned(),
+        };
+        format!("hostAPI {host} from {}; {ca}", self.host_source)
+    }
+}
+
+/// The trusted host of the cloud methods: the host a resource without
+/// its own `hostAPI` would use (`kms-config`, else `--default-host-api`,
+/// else the built-in default).
+pub fn default_host<'a>(global: &'a GlobalConfig, defaults: &'a Defaults) -> &'a str {
+    global
+        .host_api
+        .as_deref()
+        .or(defaults.host_api.as_deref())
+        .unwrap_or(DEFAULT_HOST_API)
+}
+
+/// Choose a resource's host and CA, each field on its own: the resource's
+/// `hostAPI` / `tls.caRef`, else the global config's, else the operator's
+/// defaults (else the built-in host, or no CA). A CA reference of the
+/// resource is subject to the namespace rule.
+pub fn choose_endpoint(
     resource_ns: &str,
     host_api: Option<&str>,
     tls: Option<&TlsConfig>,
     global: &GlobalConfig,
+    defaults: &Defaults,
     allow_cross: bool,
-) -> Result<Endpoint, SyncError> {
+) -> Result<Choice, SyncError> {
     let own_host = host_api.map(str::trim).filter(|h| !h.is_empty());
-    if own_host.is_none()
-        && let Some(e) = &global.error
-    {
-        return Err(SyncError::Spec(e.clone()));
+    if own_host.is_none() {
+        global.check_available()?;
     }
-    let host = own_host
-        .or(global.host_api.as_deref())
-        .unwrap_or(DEFAULT_HOST_API);
-    let ca = match tls.and_then(|t| t.ca_ref.as_ref()) {
+    let (host, host_source) = match (own_host, &global.host_api, &defaults.host_api) {
+        (Some(h), _, _) => (h.to_owned(), Source::Spec),
+        (None, Some(h), _) => (h.clone(), global.source()),
+        (None, None, Some(h)) => (h.clone(), Source::OperatorDefault("--default-host-api")),
+        (None, None, None) => (DEFAULT_HOST_API.to_owned(), Source::BuiltIn),
+    };
+    let own_ca = tls
+        .and_then(|t| t.ca_ref.as_ref())
+        .filter(|r| !r.secret_name.trim().is_empty());
+    let (ca, ca_source) = match own_ca {
         Some(r) => {
             let ns = namespace_of(
                 resource_ns,
@@ -304,35 +438,78 @@ pub async fn resolve_endpoint(
                 "tls.caRef",
                 allow_cross,
             )?;
-            Some((ns, r.secret_name.clone(), r.key.clone()))
+            (
+                Some((ns, r.secret_name.clone(), r.key.clone())),
+                Source::Spec,
+            )
         }
-        None if own_host.is_none() => global.ca_ref.clone(),
-        None => None,
+        None => {
+            global.check_available()?;
+            if let Some(e) = &global.error {
+                return Err(SyncError::Spec(e.clone()));
+            }
+            match (&global.ca_ref, &defaults.ca_ref) {
+                (Some(r), _) => (Some(r.clone()), global.source()),
+                (None, Some(r)) => (Some(r.clone()), Source::OperatorDefault("--default-ca-ref")),
+                (None, None) => (None, Source::Unset),
+            }
+        }
     };
-    let ca_pem = match ca {
+    Ok(Choice {
+        host,
+        host_source,
+        ca,
+        ca_source,
+    })
+}
+
+/// Parse `--default-ca-ref`: `<namespace>/<name>/<key>`.
+pub fn parse_ca_ref(s: &str) -> Result<(String, String, String), String> {
+    let parts: Vec<&str> = s.trim().split('/').map(str::trim).collect();
+    match parts.as_slice() {
+        [ns, name, key] if !ns.is_empty() && !name.is_empty() && !key.is_empty() => {
+            Ok(((*ns).to_owned(), (*name).to_owned(), (*key).to_owned()))
+        }
+        _ => Err(format!(
+            "invalid CA reference {s:?}: expected <namespace>/<secret name>/<key>"
+        )),
+    }
+}
+
+/// The endpoint of a [`Choice`]: its host, and its CA read from the Secret
+/// it names.
+pub async fn resolve_endpoint(
+    client: &Client,
+    reads: &SecretReads,
+    choice: &Choice,
+) -> Result<Endpoint, SyncError> {
+    let ca_pem = match &choice.ca {
         None => None,
         Some((ns, name, key)) => {
+            let from = &choice.ca_source;
             let secret =
                 reads
-                    .get(client, &ns, &name)
+                    .get(client, ns, name)
                     .await?
                     .ok_or_else(|| SyncError::Reference {
                         reason: "CANotFound",
-                        message: format!("CA Secret {ns}/{name} not found"),
+                        message: format!("CA Secret {ns}/{name} (tls.caRef from {from}) not found"),
                     })?;
             let pem = secret
                 .data
                 .as_ref()
-                .and_then(|d| d.get(&key))
+                .and_then(|d| d.get(key))
                 .map(|b| b.0.clone())
                 .ok_or_else(|| SyncError::Reference {
                     reason: "CANotFound",
-                    message: format!("CA Secret {ns}/{name} has no key {key}"),
+                    message: format!(
+                        "CA Secret {ns}/{name} (tls.caRef from {from}) has no key {key}"
+                    ),
                 })?;
             Some(pem)
         }
     };
-    Endpoint::new(host, ca_pem).map_err(SyncError::Kms)
+    Endpoint::new(&choice.host, ca_pem).map_err(SyncError::Kms)
 }
 
 /// Which resources read which Secrets (credentials, CA bundles, push
@@ -518,6 +695,183 @@ mod tests {
             "{err}"
         );
         assert_eq!(namespace_of("a", Some("b"), "f", true).unwrap(), "b");
+    }
+
+    fn config_map(ns: &str, data: serde_json::Value) -> GlobalConfig {
+        let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "kms-config", "namespace": ns},
+            "data": data
+        }))
+        .unwrap();
+        GlobalConfig::from_config_map(&cm)
+    }
+
+    fn tls(v: serde_json::Value) -> TlsConfig {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn host_and_ca_fall_back_each_on_its_own() {
+        let global = config_map(
+            "kms-operator-system",
+            serde_json::json!({
+                "hostAPI": "https://global.example/api",
+                "tls.caRef.secretName": "global-ca",
+                "tls.caRef.secretNamespace": "certs",
+                "tls.caRef.key": "ca.crt"
+            }),
+        );
+        let from_global = Source::GlobalConfig("kms-operator-system/kms-config".to_owned());
+        let none = Defaults::default();
+        // Nothing of its own: both from kms-config.
+        let c = choose_endpoint("app", None, None, &global, &none, false).unwrap();
+        assert_eq!(c.host, "https://global.example/api");
+        assert_eq!(c.host_source, from_global);
+        assert_eq!(
+            c.ca,
+            Some(("certs".into(), "global-ca".into(), "ca.crt".into()))
+        );
+        assert_eq!(c.ca_source, from_global);
+        // Its own host, no CA: the global CA still applies (reference §3.1).
+        let c = choose_endpoint(
+            "app",
+            Some("https://own.example"),
+            None,
+            &global,
+            &none,
+            false,
+        )
+        .unwrap();
+        assert_eq!(
+            (c.host.as_str(), &c.host_source),
+            ("https://own.example", &Source::Spec)
+        );
+        assert_eq!(c.ca_source, from_global);
+        // Its own CA, no host: the global host, its own CA (in its namespace).
+        let own_ca = tls(serde_json::json!({"caRef": {"secretName": "mine", "key": "ca.pem"}}));
+        let c = choose_endpoint("app", None, Some(&own_ca), &global, &none, false).unwrap();
+        assert_eq!(c.host_source, from_global);
+        assert_eq!(c.ca, Some(("app".into(), "mine".into(), "ca.pem".into())));
+        assert_eq!(c.ca_source, Source::Spec);
+        assert_eq!(
+            c.describe(),
+            "hostAPI https://global.example/api from kms-config (kms-operator-system/kms-config); \
+             CA Secret app/mine key ca.pem from spec"
+        );
+    }
+
+    #[test]
+    fn below_kms_config_come_the_operator_defaults_then_the_built_in_host() {
+        let defaults = Defaults {
+            host_api: Some("https://chart.example/api".into()),
+            ca_ref: Some(("ops".into(), "ca".into(), "ca.crt".into())),
+        };
+        let absent = GlobalConfig::default();
+        let c = choose_endpoint("app", None, None, &absent, &defaults, false).unwrap();
+        assert_eq!(c.host, "https://chart.example/api");
+        assert_eq!(c.host_source, Source::OperatorDefault("--default-host-api"));
+        assert_eq!(c.ca_source, Source::OperatorDefault("--default-ca-ref"));
+        assert_eq!(
+            default_host(&absent, &defaults),
+            "https://chart.example/api"
+        );
+        // kms-config wins field by field: its host, the default CA.
+        let global = config_map("cfg", serde_json::json!({"hostAPI": "https://cm.example"}));
+        let c = choose_endpoint("app", None, None, &global, &defaults, false).unwrap();
+        assert_eq!(c.host_source, Source::GlobalConfig("cfg/kms-config".into()));
+        assert_eq!(c.ca_source, Source::OperatorDefault("--default-ca-ref"));
+        assert_eq!(default_host(&global, &defaults), "https://cm.example");
+        // Nothing anywhere.
+        let c = choose_endpoint("app", None, None, &absent, &Defaults::default(), false).unwrap();
+        assert_eq!(
+            (c.host.as_str(), c.host_source),
+            (DEFAULT_HOST_API, Source::BuiltIn)
+        );
+        assert_eq!((c.ca, c.ca_source), (None, Source::Unset));
+        assert_eq!(
+            default_host(&absent, &Defaults::default()),
+            DEFAULT_HOST_API
+        );
+    }
+
+    #[test]
+    fn a_broken_global_ca_fails_only_resources_that_use_it() {
+        let global = config_map(
+            "kms-operator-system",
+            serde_json::json!({"hostAPI": "https://g.example", "tls.caRef.secretName": "ca"}),
+        );
+        let none = Defaults::default();
+        let err = choose_endpoint(
+            "app",
+            Some("https://own.example"),
+            None,
+            &global,
+            &none,
+            false,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("ConfigMap kms-operator-system/kms-config: tls.caRef"),
+            "{err}"
+        );
+        let own_ca = tls(serde_json::json!({"caRef": {"secretName": "mine", "key": "ca.crt"}}));
+        assert!(choose_endpoint("app", None, Some(&own_ca), &global, &none, false).is_ok());
+        // A CA of its own in another namespace needs the flag.
+        let other = tls(
+            serde_json::json!({"caRef": {"secretName": "c", "secretNamespace": "x", "key": "k"}}),
+        );
+        assert!(choose_endpoint("app", None, Some(&other), &global, &none, false).is_err());
+    }
+
+    #[test]
+    fn an_unread_global_config_holds_back_only_what_falls_back_to_it() {
+        let pending = GlobalConfig::pending("kms-operator-system");
+        let none = Defaults::default();
+        let err = choose_endpoint("app", None, None, &pending, &none, false).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("kms-operator-system/kms-config could not be read yet"),
+            "{err}"
+        );
+        // Its own host, but the CA would come from kms-config.
+        assert!(choose_endpoint("app", Some("https://own"), None, &pending, &none, false).is_err());
+        let own_ca = tls(serde_json::json!({"caRef": {"secretName": "mine", "key": "ca.crt"}}));
+        let c = choose_endpoint(
+            "app",
+            Some("https://own"),
+            Some(&own_ca),
+            &pending,
+            &none,
+            false,
+        )
+        .unwrap();
+        assert_eq!((c.host_source, c.ca_source), (Source::Spec, Source::Spec));
+    }
+
+    #[test]
+    fn user_info_in_a_host_never_reaches_the_status() {
+        let c = choose_endpoint(
+            "app",
+            Some("https://user:pa55@kms.example/api"),
+            None,
+            &GlobalConfig::default(),
+            &Defaults::default(),
+            false,
+        )
+        .unwrap();
+        assert!(!c.describe().contains("pa55"), "{}", c.describe());
+    }
+
+    #[test]
+    fn ca_references_of_the_flag_parse() {
+        assert_eq!(
+            parse_ca_ref("certs/kms-ca/ca.crt").unwrap(),
+            ("certs".into(), "kms-ca".into(), "ca.crt".into())
+        );
+        for bad in ["", "a/b", "a//c", "a/b/c/d"] {
+            assert!(parse_ca_ref(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -100,30 +100,39 @@ impl<K: Clone + Eq + Hash + Ord + Send + Sync> WorkQueue for Queue<K> {
     }
 }
 
-/// A custom resource that may name its own KMS (`spec.hostAPI`) or follow
-/// the global configuration.
+/// A custom resource that may name its own KMS (`spec.hostAPI`) and CA
+/// (`spec.tls.caRef`) or follow the global configuration, field by field.
 pub trait HostApi {
     /// Its own `hostAPI`, if set.
     fn host_api(&self) -> Option<&str>;
-}
-
-impl HostApi for KmsSecret {
-    fn host_api(&self) -> Option<&str> {
-        self.spec.host_api.as_deref()
+    /// Its own `tls.caRef` secret name, if set.
+    fn ca_secret(&self) -> Option<&str>;
+    /// Whether any field of its endpoint falls back to the global
+    /// configuration.
+    fn uses_global_config(&self) -> bool {
+        self.host_api().is_none_or(|h| h.trim().is_empty())
+            || self.ca_secret().is_none_or(|n| n.trim().is_empty())
     }
 }
 
-impl HostApi for KmsPushSecret {
-    fn host_api(&self) -> Option<&str> {
-        self.spec.host_api.as_deref()
-    }
+macro_rules! host_api {
+    ($($kind:ty),*) => {$(
+        impl HostApi for $kind {
+            fn host_api(&self) -> Option<&str> {
+                self.spec.host_api.as_deref()
+            }
+            fn ca_secret(&self) -> Option<&str> {
+                self.spec
+                    .tls
+                    .as_ref()
+                    .and_then(|t| t.ca_ref.as_ref())
+                    .map(|r| r.secret_name.as_str())
+            }
+        }
+    )*};
 }
 
-impl HostApi for KmsDynamicSecret {
-    fn host_api(&self) -> Option<&str> {
-        self.spec.host_api.as_deref()
-    }
-}
+host_api!(KmsSecret, KmsPushSecret, KmsDynamicSecret);
 
 /// A custom resource's controller: its cache, queue and reconciler.
 pub struct Resources<T, R>
@@ -191,7 +200,7 @@ where
 
     fn global_config_changed(&self, gate: &dyn Ownership) {
         for o in self.store.all() {
-            if o.host_api().is_none_or(str::is_empty) {
+            if o.uses_global_config() {
                 self.add(&o, gate);
             }
         }
@@ -342,6 +351,40 @@ impl<'a> OwnerId<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_resource_follows_the_global_config_for_any_field_it_leaves_out() {
+        let ks = |spec: serde_json::Value| -> KmsSecret {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "secrets.hanzo.ai/v1alpha1", "kind": "KmsSecret",
+                "metadata": {"name": "a", "namespace": "ns"},
+                "spec": spec
+            }))
+            .unwrap()
+        };
+        let base = serde_json::json!({
+            "authentication": {"universalAuth": {
+                "credentialsRef": {"secretName": "c"},
+                "secretsScope": {"projectSlug": "p", "envSlug": "e", "secretsPath": "/"}
+            }},
+            "managedKubeSecretReferences": [{"secretName": "out"}]
+        });
+        let with = |extra: serde_json::Value| {
+            let mut spec = base.clone();
+            spec.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            ks(spec)
+        };
+        let ca = serde_json::json!({"caRef": {"secretName": "ca", "key": "ca.crt"}});
+        assert!(with(serde_json::json!({})).uses_global_config());
+        // Its own host, but the CA may come from kms-config.
+        assert!(with(serde_json::json!({"hostAPI": "https://own"})).uses_global_config());
+        assert!(with(serde_json::json!({"tls": ca})).uses_global_config());
+        assert!(
+            !with(serde_json::json!({"hostAPI": "https://own", "tls": ca})).uses_global_config()
+        );
+    }
 
     #[test]
     fn owner_ids_are_taken_apart_or_refused() {

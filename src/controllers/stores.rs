@@ -182,6 +182,9 @@ enum Lenient<K> {
     Undecodable {
         meta: Box<ObjectMeta>,
         error: String,
+        /// Its `kind` as the API server sent it (the spelling the cluster
+        /// serves, for the Event on it; see `api::served`).
+        served_kind: Option<String>,
     },
 }
 
@@ -195,13 +198,16 @@ impl<'de, K: DeserializeOwned> Deserialize<'de> for Lenient<K> {
                 struct MetaOnly {
                     #[serde(default)]
                     metadata: ObjectMeta,
+                    #[serde(default)]
+                    kind: Option<String>,
                 }
-                let meta = serde_json::from_str::<MetaOnly>(raw.get())
-                    .map(|m| m.metadata)
+                let (meta, served_kind) = serde_json::from_str::<MetaOnly>(raw.get())
+                    .map(|m| (m.metadata, m.kind))
                     .unwrap_or_default();
                 Ok(Lenient::Undecodable {
                     meta: Box::new(meta),
                     error: describe_decode_error(&e),
+                    served_kind,
                 })
             }
         }
@@ -312,8 +318,16 @@ impl Undecodable {
             .add(delta);
     }
 
-    /// An object of `kind` could not be decoded.
-    fn skip(&self, kind: &str, api_version: &str, meta: &ObjectMeta, error: &str) {
+    /// An object of `kind` (served as `served_kind`, when known) could not
+    /// be decoded.
+    fn skip(
+        &self,
+        kind: &str,
+        served_kind: Option<&str>,
+        api_version: &str,
+        meta: &ObjectMeta,
+        error: &str,
+    ) {
         let id = (
             kind.to_owned(),
             meta.namespace.clone(),
@@ -344,7 +358,7 @@ impl Undecodable {
         };
         let reference = ObjectReference {
             api_version: Some(api_version.to_owned()),
-            kind: Some(kind.to_owned()),
+            kind: Some(served_kind.unwrap_or(kind).to_owned()),
             name: meta.name.clone(),
             namespace: meta.namespace.clone(),
             uid: meta.uid.clone(),
@@ -450,12 +464,20 @@ where
                 report.clear(&kind, k.meta().namespace.as_deref(), &name_of(k.meta()));
                 Some(Ok(Event::Delete(k)))
             }
-            Ok(Event::Apply(Lenient::Undecodable { meta, error })) => {
-                report.skip(&kind, &api_version, &meta, &error);
+            Ok(Event::Apply(Lenient::Undecodable {
+                meta,
+                error,
+                served_kind,
+            })) => {
+                report.skip(&kind, served_kind.as_deref(), &api_version, &meta, &error);
                 stored(&meta).map(|old| Ok(Event::Delete(old)))
             }
-            Ok(Event::InitApply(Lenient::Undecodable { meta, error })) => {
-                report.skip(&kind, &api_version, &meta, &error);
+            Ok(Event::InitApply(Lenient::Undecodable {
+                meta,
+                error,
+                served_kind,
+            })) => {
+                report.skip(&kind, served_kind.as_deref(), &api_version, &meta, &error);
                 if let Some(listed) = relisted.as_mut() {
                     listed.insert((kind.clone(), meta.namespace.clone(), name_of(&meta)));
                 }
@@ -708,7 +730,12 @@ mod tests {
                 ("two".into(), true)
             ]
         );
-        let Lenient::Undecodable { error, meta } = &list.items[1] else {
+        let Lenient::Undecodable {
+            error,
+            meta,
+            served_kind,
+        } = &list.items[1]
+        else {
             unreachable!()
         };
         assert!(
@@ -716,6 +743,8 @@ mod tests {
             "{error}"
         );
         assert_eq!(meta.resource_version.as_deref(), Some("7"));
+        // The kind as sent, for the Event on it (the served spelling).
+        assert_eq!(served_kind.as_deref(), Some("KmsPushSecret"));
         let Lenient::Undecodable { error, .. } = &list.items[2] else {
             unreachable!()
         };

@@ -139,6 +139,98 @@ pub fn version_of(data: &BTreeMap<String, Vec<u8>>) -> String {
     crate::kms::endpoint::hex(&ctx.finish().as_ref()[..16])
 }
 
+/// Annotation on a target adopted from a Go operator with its data
+/// unchanged: our version, then the Go operator's versions that stand for
+/// the same data, space-separated. Auto-reload reads it so that a workload
+/// the Go operator stamped does not roll at the hand-over; it is bound to
+/// our version, and dropped at the first change of the data.
+pub const GO_VERSIONS_ANNOTATION: &str = "secrets.hanzo.ai/go-versions";
+
+/// Whether a version is in the Go operators' format (`W/"secrets-…"`).
+pub fn is_go_version(v: &str) -> bool {
+    v.starts_with("W/\"secrets-")
+}
+
+/// The version the Go operators (upstream v0.11 and later) write for this
+/// data: over the sorted keys, each key and each value followed by a NUL
+/// byte, `W/"secrets-<byte length>-<CRC-32 (IEEE), 8 upper-case hex>"`
+/// (reference §3.3.2). The older format (≤ v0.10) hashes the fetched list
+/// with the KMS's ids and cannot be recomputed from the data: it is known
+/// only through [`GO_VERSIONS_ANNOTATION`].
+pub fn go_version_of(data: &BTreeMap<String, Vec<u8>>) -> String {
+    let mut crc = !0u32;
+    let mut len = 0usize;
+    let mut feed = |bytes: &[u8]| {
+        len += bytes.len();
+        for b in bytes {
+            crc ^= u32::from(*b);
+            for _ in 0..8 {
+                crc = if crc & 1 == 1 {
+                    (crc >> 1) ^ 0xEDB8_8320
+                } else {
+                    crc >> 1
+                };
+            }
+        }
+    };
+    for (k, v) in data {
+        feed(k.as_bytes());
+        feed(&[0]);
+        feed(v);
+        feed(&[0]);
+    }
+    format!("W/\"secrets-{len}-{:08X}\"", !crc)
+}
+
+/// The value of [`GO_VERSIONS_ANNOTATION`] a target written with `data` at
+/// `version` keeps: what it already bound to this version; else, when it is
+/// taken over from a Go operator (no owner of ours yet) and the data does
+/// not change, the Go version annotations it carries; else none.
+pub fn go_versions(
+    observed: Option<&Observed>,
+    data: &BTreeMap<String, Vec<u8>>,
+    version: &str,
+) -> Option<String> {
+    let o = observed?;
+    if let Some(bound) = o.annotations.get(GO_VERSIONS_ANNOTATION)
+        && bound.split(' ').next() == Some(version)
+    {
+        return Some(bound.clone());
+    }
+    if o.annotations.contains_key(OWNER_ANNOTATION) || o.data != *data {
+        return None;
+    }
+    let mut go: Vec<&str> = LEGACY_VERSION_ANNOTATIONS
+        .iter()
+        .filter_map(|k| o.annotations.get(*k))
+        .map(String::as_str)
+        .filter(|v| is_go_version(v) && !v.contains(' '))
+        .collect();
+    go.sort_unstable();
+    go.dedup();
+    (!go.is_empty()).then(|| format!("{version} {}", go.join(" ")))
+}
+
+/// The Go operators' versions that stand for a managed object's current
+/// data: the v0.11 format computed from the data, and those bound to its
+/// current version by [`GO_VERSIONS_ANNOTATION`].
+pub fn go_equivalents(
+    annotations: &BTreeMap<String, String>,
+    data: &BTreeMap<String, Vec<u8>>,
+) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::from([go_version_of(data)]);
+    if let (Some(bound), Some(version)) = (
+        annotations.get(GO_VERSIONS_ANNOTATION),
+        annotations.get(VERSION_ANNOTATION),
+    ) {
+        let mut parts = bound.split(' ');
+        if parts.next() == Some(version.as_str()) {
+            out.extend(parts.filter(|p| is_go_version(p)).map(str::to_owned));
+        }
+    }
+    out
+}
+
 /// Who may write an existing object.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Claim {
@@ -178,11 +270,19 @@ impl Claim {
 }
 
 /// Decide who may write `observed`. `owner_id` is ours
-/// (`KmsSecret/ns/name`); `active_owner` says whether another owner id is a
-/// live resource that still lists this object.
+/// (`KmsSecret/ns/name`) and `owner_uid` the resource's uid; `active_owner`
+/// says whether another owner id is a live resource that still lists this
+/// object.
+///
+/// An object without our owner annotation whose owner references name the
+/// resource's uid is ours too: the Hanzo Go operator marks the objects it
+/// writes with `creationPolicy: Owner` only by such a reference (of kind
+/// `KMSSecret`), and after a hand-over in place the resource is the same
+/// object, so its objects are taken over as they are (docs/migration.md).
 pub fn claim(
     observed: Option<&Observed>,
     owner_id: &str,
+    owner_uid: Option<&str>,
     adopt_existing: bool,
     active_owner: impl Fn(&str) -> bool,
 ) -> Claim {
@@ -196,6 +296,9 @@ pub fn claim(
         Some(_) => return Claim::Adoptable,
         None => {}
     }
+    if owned_by(o, owner_uid) {
+        return Claim::Ours;
+    }
     if adopt_existing
         || o.annotations.get(ADOPT_ANNOTATION).map(String::as_str) == Some("true")
         || LEGACY_VERSION_ANNOTATIONS
@@ -206,6 +309,17 @@ pub fn claim(
     } else {
         Claim::Foreign
     }
+}
+
+/// Whether one of `o`'s owner references is a reference, of any kind
+/// spelling, to the resource with uid `uid` in our API group.
+pub fn owned_by(o: &Observed, uid: Option<&str>) -> bool {
+    let Some(uid) = uid.filter(|u| !u.is_empty()) else {
+        return false;
+    };
+    o.owner_references
+        .iter()
+        .any(|r| r.uid == uid && r.api_version.split('/').next() == Some(crate::api::GROUP))
 }
 
 /// Labels and annotations a target must carry.
@@ -496,6 +610,65 @@ mod tests {
         }
     }
 
+    fn bytes(pairs: &[(&str, &str)]) -> BTreeMap<String, Vec<u8>> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.as_bytes().to_vec()))
+            .collect()
+    }
+
+    #[test]
+    fn the_go_version_is_the_go_operators() {
+        // Computed with Go: fmt.Sprintf(`W/"secrets-%d-%08X"`, len(b),
+        // crc32.ChecksumIEEE(b)) for b = "a\x001\x00b\x002\x00".
+        assert_eq!(
+            go_version_of(&bytes(&[("b", "2"), ("a", "1")])),
+            "W/\"secrets-8-CA1AC0BD\""
+        );
+        assert_eq!(go_version_of(&bytes(&[])), "W/\"secrets-0-00000000\"");
+        let v = go_version_of(&bytes(&[("a", "1")]));
+        assert!(is_go_version(&v));
+        assert!(!is_go_version(&version_of(&bytes(&[("a", "1")]))));
+    }
+
+    #[test]
+    fn go_versions_are_bound_at_a_takeover_without_a_data_change() {
+        let data = bytes(&[("A", "1")]);
+        let go = "W/\"secrets-4-0A1B2C3D\"";
+        let taken = Observed {
+            data: data.clone(),
+            annotations: [("secrets.hanzo.ai/version".to_owned(), go.to_owned())].into(),
+            ..Observed::default()
+        };
+        let bound = go_versions(Some(&taken), &data, "v1").unwrap();
+        assert_eq!(bound, format!("v1 {go}"));
+        // A change of the data at the takeover binds nothing.
+        assert_eq!(go_versions(Some(&taken), &bytes(&[("A", "2")]), "v2"), None);
+        // Kept while the version stays, dropped when it changes.
+        let ours = Observed {
+            data: data.clone(),
+            annotations: [
+                (OWNER_ANNOTATION.to_owned(), "KmsSecret/ns/a".to_owned()),
+                (VERSION_ANNOTATION.to_owned(), "v1".to_owned()),
+                (GO_VERSIONS_ANNOTATION.to_owned(), bound.clone()),
+                // A stale Go annotation left on an object that is ours.
+                ("secrets.infisical.com/version".to_owned(), go.to_owned()),
+            ]
+            .into(),
+            ..Observed::default()
+        };
+        assert_eq!(go_versions(Some(&ours), &data, "v1"), Some(bound));
+        assert_eq!(go_versions(Some(&ours), &data, "v9"), None);
+        let eq = go_equivalents(&ours.annotations, &data);
+        assert!(
+            eq.contains(go) && eq.contains(&go_version_of(&data)),
+            "{eq:?}"
+        );
+        let mut changed = ours.annotations.clone();
+        changed.insert(VERSION_ANNOTATION.to_owned(), "v2".to_owned());
+        assert!(!go_equivalents(&changed, &data).contains(go));
+    }
+
     #[test]
     fn version_is_order_free_and_unambiguous() {
         let a: BTreeMap<String, Vec<u8>> = [("a".into(), b"bc".to_vec())].into();
@@ -508,28 +681,79 @@ mod tests {
     #[test]
     fn claims() {
         let me = "KmsSecret/ns/a";
-        assert_eq!(claim(None, me, false, |_| true), Claim::Missing);
+        assert_eq!(claim(None, me, None, false, |_| true), Claim::Missing);
         let ours = obs(&[], &[(OWNER_ANNOTATION, me)]);
-        assert_eq!(claim(Some(&ours), me, false, |_| true), Claim::Ours);
+        assert_eq!(claim(Some(&ours), me, None, false, |_| true), Claim::Ours);
         let other = obs(&[], &[(OWNER_ANNOTATION, "KmsSecret/ns/b")]);
         assert_eq!(
-            claim(Some(&other), me, false, |_| true),
+            claim(Some(&other), me, None, false, |_| true),
             Claim::Conflict("KmsSecret/ns/b".into())
         );
-        assert_eq!(claim(Some(&other), me, false, |_| false), Claim::Adoptable);
+        assert_eq!(
+            claim(Some(&other), me, None, false, |_| false),
+            Claim::Adoptable
+        );
         let foreign = obs(&[("k", "v")], &[]);
-        assert_eq!(claim(Some(&foreign), me, false, |_| true), Claim::Foreign);
-        assert_eq!(claim(Some(&foreign), me, true, |_| true), Claim::Adoptable);
+        assert_eq!(
+            claim(Some(&foreign), me, None, false, |_| true),
+            Claim::Foreign
+        );
+        assert_eq!(
+            claim(Some(&foreign), me, None, true, |_| true),
+            Claim::Adoptable
+        );
         let marked = obs(&[], &[(ADOPT_ANNOTATION, "true")]);
-        assert_eq!(claim(Some(&marked), me, false, |_| true), Claim::Adoptable);
+        assert_eq!(
+            claim(Some(&marked), me, None, false, |_| true),
+            Claim::Adoptable
+        );
         for legacy in LEGACY_VERSION_ANNOTATIONS {
             let l = obs(&[], &[(legacy, "W/\"x\"")]);
             assert_eq!(
-                claim(Some(&l), me, false, |_| true),
+                claim(Some(&l), me, None, false, |_| true),
                 Claim::Adoptable,
                 "{legacy}"
             );
         }
+    }
+
+    /// The Hanzo Go operator's Secret of a `creationPolicy: Owner` target:
+    /// its owner reference (kind `KMSSecret`) names the resource's uid.
+    #[test]
+    fn an_object_owned_by_the_resource_uid_is_ours_whatever_the_kind_spelling() {
+        let me = "KmsSecret/ns/a";
+        let reference = |api_version: &str, kind: &str, uid: &str| OwnerReference {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            name: "a".into(),
+            uid: uid.into(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        };
+        let mut go = obs(&[("k", "v")], &[]);
+        go.owner_references = vec![reference("secrets.hanzo.ai/v1alpha1", "KMSSecret", "u-1")];
+        assert_eq!(
+            claim(Some(&go), me, Some("u-1"), false, |_| true),
+            Claim::Ours
+        );
+        // Another uid, another group or no uid known: not by this rule.
+        assert_eq!(
+            claim(Some(&go), me, Some("u-2"), false, |_| true),
+            Claim::Foreign
+        );
+        assert_eq!(claim(Some(&go), me, None, false, |_| true), Claim::Foreign);
+        go.owner_references = vec![reference("example.com/v1", "KMSSecret", "u-1")];
+        assert_eq!(
+            claim(Some(&go), me, Some("u-1"), false, |_| true),
+            Claim::Foreign
+        );
+        // Our owner annotation naming another live resource still wins.
+        let mut taken = obs(&[], &[(OWNER_ANNOTATION, "KmsSecret/ns/b")]);
+        taken.owner_references = vec![reference("secrets.hanzo.ai/v1alpha1", "KMSSecret", "u-1")];
+        assert_eq!(
+            claim(Some(&taken), me, Some("u-1"), false, |_| true),
+            Claim::Conflict("KmsSecret/ns/b".into())
+        );
     }
 
     #[test]

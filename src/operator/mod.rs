@@ -14,11 +14,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::{Client, ResourceExt};
 
 use crate::api::kms_dynamic_secret::KmsDynamicSecret;
 use crate::api::kms_secret::KmsSecret;
+use crate::api::served::ServedKinds;
 use crate::cli::RunArgs;
 use crate::controllers::context::{Context, Settings};
 use crate::controllers::queue::Queue;
@@ -45,33 +47,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| "kms-operator".to_owned());
     tracing::info!(version = env!("CARGO_PKG_VERSION"), pod = %pod_name, namespaces = ?args.namespaces, "kms-operator starting");
-    let coordinator = shard::Coordinator::start(
-        client.clone(),
-        shard::Config {
-            shards: args.shards,
-            lease_duration: args.lease_duration,
-            renew_deadline: args.renew_deadline,
-            retry_period: args.retry_period,
-            ..shard::Config::new(&args.pod_namespace, &args.lease_prefix, &pod_name)
-        },
-    )
-    .map_err(|e| anyhow::anyhow!("sharding: {e}"))?;
-    // Subscribe before anything is acquired, so no gain is missed.
-    let shard_events = coordinator.events();
-    let gate: Arc<dyn Ownership> = Arc::new(coordinator.clone());
-    let metrics = Metrics::new(gate.shard_count());
-    let cache = open_cache(&args)?;
-    let wired = wire(
-        &args,
-        &client,
-        &pod_name,
-        gate.clone(),
-        &metrics,
-        cache.clone(),
-    );
-    let (ctx, registry) = (wired.ctx.clone(), wired.registry.clone());
-    let watch_tasks: Vec<_> = wired.drivers.into_iter().map(tokio::spawn).collect();
-
+    // The health and metrics servers first: probes are answered (not ready)
+    // from the start, however long discovery and the first lists take.
+    let metrics = Metrics::new(args.shards);
     // Ready means the workers run: set once every cache has its initial list
     // and the workers are started. Asking never touches the caches.
     let started = Arc::new(AtomicBool::new(false));
@@ -88,12 +66,45 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let servers = server::start(
         &args.health_addr,
         &args.metrics_addr,
-        metrics,
+        metrics.clone(),
         ready,
         &tls,
-        client,
+        client.clone(),
     )
     .await?;
+
+    // Every write carries the kind the cluster serves (ours, or the Go
+    // operator's spelling after a hand-over in place); no CRDs, no start.
+    let served = ServedKinds::discover(&client).await?;
+    if served.is_legacy() {
+        tracing::info!(kinds = ?served, "the CRDs serve the Hanzo Go operator's kind spelling; writing with it");
+    }
+    let coordinator = shard::Coordinator::start(
+        client.clone(),
+        shard::Config {
+            shards: args.shards,
+            lease_duration: args.lease_duration,
+            renew_deadline: args.renew_deadline,
+            retry_period: args.retry_period,
+            ..shard::Config::new(&args.pod_namespace, &args.lease_prefix, &pod_name)
+        },
+    )
+    .map_err(|e| anyhow::anyhow!("sharding: {e}"))?;
+    // Subscribe before anything is acquired, so no gain is missed.
+    let shard_events = coordinator.events();
+    let gate: Arc<dyn Ownership> = Arc::new(coordinator.clone());
+    let cache = open_cache(&args)?;
+    let wired = wire(
+        &args,
+        &client,
+        &pod_name,
+        gate.clone(),
+        &metrics,
+        cache.clone(),
+        served,
+    );
+    let (ctx, registry) = (wired.ctx.clone(), wired.registry.clone());
+    let watch_tasks: Vec<_> = wired.drivers.into_iter().map(tokio::spawn).collect();
 
     // The caches first, so that targets and owners are known.
     for cache in &wired.caches {
@@ -101,6 +112,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     for kind in registry.kinds() {
         kind.wait_ready().await;
+    }
+    if tokio::time::timeout(GLOBAL_CONFIG_WAIT, wired.global_store.wait_ready())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            namespace = %args.global_config_namespace,
+            "the global configuration ConfigMap {} could not be listed yet; starting without it \
+             (resources that fall back to it wait until it can be read)",
+            crate::controllers::refs::GLOBAL_CONFIG_NAME
+        );
     }
     tracing::info!(
         objects = wired.kms_secrets.all().len(),
@@ -184,6 +206,9 @@ async fn stop(
     tracing::info!("stopped");
 }
 
+/// How long the start waits for the first list of `kms-config`.
+const GLOBAL_CONFIG_WAIT: Duration = Duration::from_secs(5);
+
 /// What [`wire`] puts together; nothing runs until the drivers are spawned.
 struct Wired {
     ctx: Arc<Context>,
@@ -194,6 +219,9 @@ struct Wired {
     drivers: Vec<futures::future::BoxFuture<'static, ()>>,
     /// Caches to wait for besides the kinds' own.
     caches: Vec<Box<dyn WaitReady>>,
+    /// The global configuration's watch: waited for briefly, never
+    /// required (see [`GLOBAL_CONFIG_WAIT`]).
+    global_store: Scoped<ConfigMap>,
     /// Dynamic secrets (the held-leases gauge).
     dynamic: Scoped<KmsDynamicSecret>,
     /// The rollout budget, shared among live replicas.
@@ -229,6 +257,7 @@ fn wire(
     gate: Arc<dyn Ownership>,
     metrics: &Metrics,
     cache: Option<storage::Store>,
+    served: ServedKinds,
 ) -> Wired {
     let kms = kms_client(args, metrics, cache.as_ref());
     let namespaces: Vec<String> = args
@@ -277,12 +306,18 @@ fn wire(
         index,
         referenced.clone(),
     ));
-    let global = Arc::new(RwLock::new(GlobalConfig::default()));
+    // Until its watch has listed it, what falls back to kms-config waits;
+    // the operator starts without it (a namespace-scoped install may lack
+    // access to it, and the namespace may not exist yet).
+    let global = Arc::new(RwLock::new(GlobalConfig::pending(
+        &args.global_config_namespace,
+    )));
+    let global_epoch = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let (global_store, d) = watches::global_config(
         client,
-        &args.pod_namespace,
+        &args.global_config_namespace,
         undecodable,
-        global.clone(),
+        (global.clone(), global_epoch.clone()),
         &routes,
     );
     drivers.extend(d);
@@ -328,6 +363,15 @@ fn wire(
     let settings = Settings {
         allow_cross_namespace_refs: args.allow_cross_namespace_refs,
         pod_namespace: args.pod_namespace.clone(),
+        global_config_namespace: args.global_config_namespace.clone(),
+        defaults: crate::controllers::refs::Defaults {
+            host_api: args
+                .default_host_api
+                .clone()
+                .map(|h| h.trim().to_owned())
+                .filter(|h| !h.is_empty()),
+            ca_ref: args.default_ca_ref.clone(),
+        },
         namespaces,
         cleanup_timeout: args.cleanup_timeout,
         ..Settings::default()
@@ -347,17 +391,16 @@ fn wire(
         referenced,
         critical: tokio_util::task::TaskTracker::new(),
         global,
+        global_epoch,
+        served,
     });
     Wired {
         ctx,
         kms_secrets,
         registry,
         drivers,
-        caches: vec![
-            Box::new(secrets),
-            Box::new(config_maps),
-            Box::new(global_store),
-        ],
+        caches: vec![Box::new(secrets), Box::new(config_maps)],
+        global_store,
         dynamic: dynamic_resources,
         reload_budget,
     }

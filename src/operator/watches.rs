@@ -21,9 +21,7 @@ use crate::controllers::refs::RefIndex;
 use crate::controllers::refs::{GLOBAL_CONFIG_NAME, GlobalConfig, SecretReads};
 use crate::controllers::registry::Registry;
 use crate::controllers::reload::runtime::Workloads;
-use crate::controllers::reload::{
-    AUTO_RELOAD_ANNOTATION, ConsumerIndex, Source, WorkloadKey, WorkloadKind, consumed,
-};
+use crate::controllers::reload::{ConsumerIndex, Source, WorkloadKey, WorkloadKind, consumed};
 use crate::controllers::stores::{Namespaced, Scoped, Undecodable, Watches};
 use crate::controllers::target::{MANAGED_LABEL, OWNER_ANNOTATION, VERSION_ANNOTATION};
 use crate::sharding::Ownership;
@@ -187,11 +185,7 @@ where
             namespace: ns.clone(),
             name: o.name_any(),
         };
-        let opted_in = o
-            .annotations()
-            .get(AUTO_RELOAD_ANNOTATION)
-            .map(String::as_str)
-            == Some("true");
+        let opted_in = crate::controllers::reload::opted_in(o.annotations());
         let before = routes.consumers.uses(&key);
         let uses = match (deleted, opted_in, o.template().spec.as_ref()) {
             (false, true, Some(spec)) => consumed(spec),
@@ -296,33 +290,60 @@ pub fn referenced_secrets(
     drivers
 }
 
-/// The global configuration ConfigMap (`kms-config` in the operator's
-/// namespace): kept in `global`; a change sends every resource that uses it
-/// round.
+/// The global configuration ConfigMap (`kms-config` in
+/// `--global-config-namespace`): kept in `global`, with the count of its
+/// changes; a change sends every resource that uses it round. The watch
+/// asks for that one name (which a Role limited to it allows); a namespace
+/// that does not exist yet lists empty, and the ConfigMap is picked up when
+/// it appears. Reading it never needs write access: the operator never
+/// creates or changes it.
 pub fn global_config(
     client: &Client,
-    pod_namespace: &str,
+    namespace: &str,
     undecodable: Undecodable,
-    global: Arc<RwLock<GlobalConfig>>,
+    (global, epoch): (Arc<RwLock<GlobalConfig>>, Arc<std::sync::atomic::AtomicU64>),
     routes: &Routes,
 ) -> (Scoped<ConfigMap>, Vec<BoxFuture<'static, ()>>) {
     let routes = routes.clone();
-    Watches::new(client.clone(), vec![pod_namespace.to_owned()], undecodable).watch::<ConfigMap, _>(
+    // Whether the list in progress had it (a re-list that does not list it
+    // means it was deleted while the watch was down).
+    let listed = std::sync::atomic::AtomicBool::new(false);
+    Watches::new(client.clone(), vec![namespace.to_owned()], undecodable).watch::<ConfigMap, _>(
         &watcher::Config::default().fields(&format!("metadata.name={GLOBAL_CONFIG_NAME}")),
         move |event| {
+            use std::sync::atomic::Ordering::SeqCst;
             let parsed = match event {
-                Event::Apply(cm) | Event::InitApply(cm) => GlobalConfig::from_config_map(cm),
+                Event::Apply(cm) => GlobalConfig::from_config_map(cm),
+                Event::InitApply(cm) => {
+                    listed.store(true, SeqCst);
+                    GlobalConfig::from_config_map(cm)
+                }
                 Event::Delete(_) => GlobalConfig::default(),
-                Event::Init | Event::InitDone => return,
+                Event::Init => {
+                    listed.store(false, SeqCst);
+                    return;
+                }
+                Event::InitDone if listed.load(SeqCst) => return,
+                // Listed, and absent: the defaults apply.
+                Event::InitDone => GlobalConfig::default(),
             };
             let changed = {
                 let mut g = global.write().unwrap_or_else(|e| e.into_inner());
                 let changed = *g != parsed;
-                *g = parsed;
+                *g = parsed.clone();
                 changed
             };
             if changed {
-                tracing::info!("global configuration {GLOBAL_CONFIG_NAME} changed");
+                epoch.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                tracing::info!(
+                    configmap = parsed.origin.as_deref().unwrap_or("(deleted)"),
+                    host_api = parsed
+                        .host_api
+                        .as_deref()
+                        .map(crate::kms::endpoint::redact_userinfo),
+                    ca_ref = parsed.ca_ref.is_some(),
+                    "global configuration {GLOBAL_CONFIG_NAME} changed"
+                );
                 for kind in routes.registry.kinds() {
                     kind.global_config_changed(routes.gate.as_ref());
                 }

@@ -60,7 +60,7 @@ fn setup() -> &'static Result<PathBuf, String> {
     })
 }
 
-async fn client_for(path: &Path) -> Result<Client, String> {
+pub(crate) async fn client_for(path: &Path) -> Result<Client, String> {
     let kubeconfig = Kubeconfig::read_from(path).map_err(|e| e.to_string())?;
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await

@@ -545,7 +545,11 @@ fn rbac_invariants(ctx: &Ctx, r: &Rendered, watched: &[String]) {
         })
     };
 
-    // Leases (and kms-config) in the release namespace.
+    // The global configuration: read access to kms-config in its namespace,
+    // and no kms-config rendered unless asked for (the user's is theirs).
+    global_config_access(ctx, r, watched, &roles);
+
+    // Leases in the release namespace.
     let coordination = r.get("Role", &ctx.name("coordination-role"));
     assert_eq!(
         coordination["metadata"]["namespace"],
@@ -619,6 +623,79 @@ fn rbac_invariants(ctx: &Ctx, r: &Rendered, watched: &[String]) {
             assert!(
                 bound("Role", ns, &manager),
                 "manager Role in {ns} not bound"
+            );
+        }
+    }
+}
+
+/// The operator may get, list and watch the ConfigMap `kms-config` in the
+/// namespace it reads it from (`KMS_OPERATOR_GLOBAL_CONFIG_NAMESPACE`): the
+/// manager ClusterRole when cluster-wide, the manager Role of a watched
+/// namespace, or a Role for exactly that name. The chart renders a
+/// `kms-config` only with `globalConfig.create`, and never in the release
+/// namespace for another.
+fn global_config_access(
+    ctx: &Ctx,
+    r: &Rendered,
+    watched: &[String],
+    roles: &BTreeMap<(String, String), &Value>,
+) {
+    let config_ns = r
+        .env_value("KMS_OPERATOR_GLOBAL_CONFIG_NAMESPACE")
+        .expect("KMS_OPERATOR_GLOBAL_CONFIG_NAMESPACE");
+    let reads = |rules: &Value| {
+        ["get", "list", "watch"].iter().all(|verb| {
+            rules.as_array().into_iter().flatten().any(|rule| {
+                strings(&rule["apiGroups"]).iter().any(|g| g.is_empty())
+                    && strings(&rule["resources"])
+                        .iter()
+                        .any(|x| x == "configmaps")
+                    && strings(&rule["verbs"]).iter().any(|v| v == verb)
+                    && rule
+                        .get("resourceNames")
+                        .is_none_or(|n| strings(n).iter().any(|x| x == "kms-config"))
+            })
+        })
+    };
+    let manager = ctx.name("manager-role");
+    let dedicated = ctx.name("global-config-role");
+    let granted = if watched.is_empty() {
+        reads(&r.get("ClusterRole", &manager)["rules"])
+    } else if watched.contains(&config_ns) {
+        reads(&roles[&("Role".to_owned(), format!("{config_ns}/{manager}"))]["rules"])
+    } else {
+        let role = roles
+            .get(&("Role".to_owned(), format!("{config_ns}/{dedicated}")))
+            .unwrap_or_else(|| panic!("no Role {dedicated} in {config_ns}"));
+        assert_eq!(
+            role["rules"],
+            json!([{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["kms-config"], "verbs": ["get", "list", "watch"]}]),
+            "the global-config Role grants exactly reading kms-config"
+        );
+        let bound = r.all("RoleBinding").iter().any(|b| {
+            b["metadata"]["namespace"] == config_ns.as_str()
+                && b["roleRef"]["name"] == dedicated.as_str()
+        });
+        assert!(bound, "the global-config Role in {config_ns} is not bound");
+        true
+    };
+    assert!(
+        granted,
+        "the operator may not read kms-config in {config_ns}"
+    );
+    // A Role of its own only where nothing else grants it.
+    if watched.is_empty() || watched.contains(&config_ns) {
+        assert!(
+            r.find("Role", &dedicated).is_none(),
+            "a global-config Role although {config_ns} is readable anyway"
+        );
+    }
+    for cm in r.all("ConfigMap") {
+        if cm["metadata"]["name"] == "kms-config" {
+            assert_eq!(
+                cm["metadata"]["namespace"],
+                config_ns.as_str(),
+                "a kms-config rendered where the operator does not read it"
             );
         }
     }
@@ -778,13 +855,24 @@ fn default_checks(ctx: &Ctx, r: &Rendered) {
         );
     }
 
-    // The global configuration, in the release namespace.
-    let config = r.get("ConfigMap", "kms-config");
-    assert_eq!(config["metadata"]["namespace"], ctx.namespace.as_str());
-    assert_eq!(
-        config["data"],
-        json!({"hostAPI": "https://kms.hanzo.ai/api"})
+    // The global configuration: read from kms-operator-system, as the Go
+    // operators' documentation has users create it; the chart renders no
+    // kms-config (the user's is theirs), and its hostAPI is the default
+    // below it.
+    assert!(
+        r.find("ConfigMap", "kms-config").is_none(),
+        "the chart rendered a kms-config"
     );
+    assert_eq!(
+        r.env_value("KMS_OPERATOR_GLOBAL_CONFIG_NAMESPACE")
+            .as_deref(),
+        Some("kms-operator-system")
+    );
+    assert_eq!(
+        r.env_value("KMS_OPERATOR_DEFAULT_HOST_API").as_deref(),
+        Some("https://kms.hanzo.ai/api")
+    );
+    assert!(r.env_value("KMS_OPERATOR_DEFAULT_CA_REF").is_none());
 
     // A generated 32-byte cache key, mounted where the operator reads it.
     let secret = r.get("Secret", &ctx.name("cache-key"));
@@ -842,6 +930,11 @@ fn default_checks(ctx: &Ctx, r: &Rendered) {
         "ghcr.io/hanzoai/kms-operator:0.1.0",
         "image defaults to the appVersion"
     );
+    // Off OpenShift the pods pin the image's non-root user and group.
+    let pod = &r.pod_spec()["securityContext"];
+    for key in ["runAsUser", "runAsGroup", "fsGroup"] {
+        assert_eq!(pod[key], 65532, "pod securityContext.{key}");
+    }
     assert!(
         r.find("ServiceAccount", &ctx.name("controller-manager"))
             .is_some()
@@ -889,6 +982,40 @@ fn matrix(ns: &str, a: &str, b: &str) -> Vec<Entry> {
             }),
         },
         Entry {
+            name: "openshift",
+            values: json!({"openshift": true}),
+            watched: vec![],
+            check: Box::new(|_ctx, r| {
+                // restricted-v2: no fixed UID, GID or fsGroup (the SCC
+                // assigns them); the rest of the hardening stays.
+                let pod = &r.pod_spec()["securityContext"];
+                for key in ["runAsUser", "runAsGroup", "fsGroup"] {
+                    assert!(pod.get(key).is_none(), "pod securityContext.{key}: {pod}");
+                }
+                assert_eq!(pod["runAsNonRoot"], true);
+                assert_eq!(pod["seccompProfile"]["type"], "RuntimeDefault");
+                let container = &r.container()["securityContext"];
+                for key in ["runAsUser", "runAsGroup"] {
+                    assert!(
+                        container.get(key).is_none(),
+                        "container securityContext.{key}"
+                    );
+                }
+                assert_eq!(container["allowPrivilegeEscalation"], false);
+                assert_eq!(container["readOnlyRootFilesystem"], true);
+                assert_eq!(container["capabilities"]["drop"], json!(["ALL"]));
+                // The cache is an emptyDir by default: writable for any UID.
+                let cache = r.pod_spec()["volumes"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|v| v["name"] == "cache")
+                    .cloned()
+                    .unwrap();
+                assert!(cache.get("emptyDir").is_some(), "{cache}");
+            }),
+        },
+        Entry {
             name: "replicaCount 5",
             values: json!({
                 "replicaCount": 5,
@@ -928,6 +1055,9 @@ fn matrix(ns: &str, a: &str, b: &str) -> Vec<Entry> {
                 "scopedNamespaces": [a],
                 "hostAPI": "https://kms.example.com/api",
                 "tls": {"caRef": {"secretName": "kms-ca"}},
+                // kms-config in the release namespace (not watched): a Role
+                // for reading exactly it.
+                "globalConfig": {"namespace": ns},
                 "security": {"allowCrossNamespaceReferences": true, "allowedKmsHosts": ["kms.example.com", "*.example.org"]},
                 "cloud": {
                     "awsStsEndpoint": "https://sts.eu-west-1.amazonaws.com",
@@ -943,15 +1073,23 @@ fn matrix(ns: &str, a: &str, b: &str) -> Vec<Entry> {
                 move |ctx, r| {
                     assert_eq!(r.all("CustomResourceDefinition").len(), 4);
                     assert!(r.find("ClusterRole", &ctx.name("metrics-reader")).is_none());
+                    // The chart's hostAPI and CA are the operator's defaults,
+                    // below the user's kms-config; no ConfigMap is rendered.
+                    assert!(r.all("ConfigMap").is_empty());
                     assert_eq!(
-                        r.get("ConfigMap", "kms-config")["data"],
-                        json!({
-                            "hostAPI": "https://kms.example.com/api",
-                            "tls.caRef.secretName": "kms-ca",
-                            "tls.caRef.secretNamespace": ns,
-                            "tls.caRef.key": "ca.crt"
-                        })
+                        r.env_value("KMS_OPERATOR_DEFAULT_HOST_API").as_deref(),
+                        Some("https://kms.example.com/api")
                     );
+                    assert_eq!(
+                        r.env_value("KMS_OPERATOR_DEFAULT_CA_REF"),
+                        Some(format!("{ns}/kms-ca/ca.crt"))
+                    );
+                    assert_eq!(
+                        r.env_value("KMS_OPERATOR_GLOBAL_CONFIG_NAMESPACE"),
+                        Some(ns.clone())
+                    );
+                    let role = r.get("Role", &ctx.name("global-config-role"));
+                    assert_eq!(role["metadata"]["namespace"], ns.as_str());
                     // The global CA is outside the watched namespace: exactly
                     // that Secret may be read.
                     let role = r.get("Role", &ctx.name("global-ca-role"));
@@ -989,12 +1127,34 @@ fn matrix(ns: &str, a: &str, b: &str) -> Vec<Entry> {
             values: json!({
                 "scopedRBAC": true,
                 "scopedNamespaces": format!("{a}, {b}"),
-                "installCRDs": false
+                "installCRDs": false,
+                // kms-config in a watched namespace: its manager Role reads it.
+                "globalConfig": {"namespace": b}
             }),
             watched: vec![a.clone(), b.clone()],
             check: Box::new(|ctx, r| {
                 assert!(r.all("CustomResourceDefinition").is_empty());
                 assert!(r.find("Role", &ctx.name("global-ca-role")).is_none());
+                assert!(r.find("Role", &ctx.name("global-config-role")).is_none());
+            }),
+        },
+        Entry {
+            name: "globalConfig.create (opt-in kms-config owned by the release)",
+            values: json!({
+                "hostAPI": "https://kms.example.com/api",
+                "globalConfig": {"create": true, "namespace": ns}
+            }),
+            watched: vec![],
+            check: Box::new({
+                let ns = ns.clone();
+                move |_, r| {
+                    let config = r.get("ConfigMap", "kms-config");
+                    assert_eq!(config["metadata"]["namespace"], ns.as_str());
+                    assert_eq!(
+                        config["data"],
+                        json!({"hostAPI": "https://kms.example.com/api"})
+                    );
+                }
             }),
         },
         Entry {
@@ -1609,11 +1769,23 @@ async fn default_install_upgrade_and_uninstall_keep_crds_and_resources() {
         .get(manifest.pod_spec()["serviceAccountName"].as_str().unwrap())
         .await
         .expect("ServiceAccount");
-    let config = Api::<ConfigMap>::namespaced(client.clone(), &ns.name)
-        .get("kms-config")
-        .await
-        .expect("kms-config");
-    assert_eq!(config.data.unwrap()["hostAPI"], "https://kms.hanzo.ai/api");
+    // No kms-config is created: not in the release namespace, not in the
+    // documented one (the user creates it there).
+    for config_ns in [ns.name.as_str(), "kms-operator-system"] {
+        let config = Api::<ConfigMap>::namespaced(client.clone(), config_ns)
+            .get_opt("kms-config")
+            .await
+            .unwrap();
+        assert!(
+            config.is_none_or(|c| {
+                !c.metadata
+                    .labels
+                    .unwrap_or_default()
+                    .contains_key("helm.sh/chart")
+            }),
+            "the release created kms-config in {config_ns}"
+        );
+    }
     Api::<Role>::namespaced(client.clone(), &ns.name)
         .get(&format!("{fullname}-coordination-role"))
         .await
@@ -1763,8 +1935,20 @@ async fn scoped_install_syncs_in_its_namespace_and_is_refused_elsewhere() {
     let other = TestNamespace::new(&client, "helm-other").await;
     let kms = DevServer::start(&seed(&[("DB_PASSWORD", "s3cret"), ("API_KEY", "k-123")])).await;
 
-    // Scoped to `team`; the default KMS comes from the kms-config ConfigMap in
-    // the release namespace, which the operator does not watch otherwise.
+    // Scoped to `team`. The documented workflow, with the release namespace
+    // standing in for kms-operator-system (shared by every test): the user
+    // applies kms-config there, the chart only grants reading it (a Role for
+    // that one name; the operator does not watch the namespace otherwise).
+    // The chart's own hostAPI, a dead port, is the default below it.
+    let config: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "kms-config"},
+        "data": {"hostAPI": kms.api()}
+    }))
+    .unwrap();
+    Api::<ConfigMap>::namespaced(client.clone(), &home.name)
+        .create(&PostParams::default(), &config)
+        .await
+        .expect("the user's kms-config");
     let name = home.name.clone();
     let mut release = Release::install(
         &name,
@@ -1773,10 +1957,15 @@ async fn scoped_install_syncs_in_its_namespace_and_is_refused_elsewhere() {
             "installCRDs": false,
             "scopedRBAC": true,
             "scopedNamespaces": [team.name],
-            "hostAPI": kms.api(),
+            "hostAPI": "http://127.0.0.1:9/api",
+            "globalConfig": {"namespace": home.name},
             "replicaCount": 1
         }),
         &[],
+    );
+    assert!(
+        release.manifest().find("ConfigMap", "kms-config").is_none(),
+        "the chart renders a kms-config of its own"
     );
     release.armed = true;
     let manifest = release.manifest();
@@ -1862,6 +2051,41 @@ async fn scoped_install_syncs_in_its_namespace_and_is_refused_elsewhere() {
         synced.is_some(),
         "not synced in the watched namespace; operator log:\n{}",
         op.log()
+    );
+    // The status names where the host came from; the user's ConfigMap is
+    // untouched (the install did not take it over).
+    let endpoint = wait_for(Duration::from_secs(10), || async {
+        let o = Api::<DynamicObject>::namespaced_with(
+            client.clone(),
+            &team.name,
+            &kms_secret_resource(),
+        )
+        .get("app")
+        .await
+        .ok()?;
+        let conditions = o.data["status"]["conditions"].as_array()?.clone();
+        conditions
+            .iter()
+            .find(|c| c["type"] == "secrets.hanzo.ai/Endpoint")
+            .and_then(|c| c["message"].as_str().map(str::to_owned))
+    })
+    .await
+    .unwrap_or_default();
+    assert!(
+        endpoint.contains(&format!("from kms-config ({}/kms-config)", home.name)),
+        "{endpoint}"
+    );
+    let config = Api::<ConfigMap>::namespaced(client.clone(), &home.name)
+        .get("kms-config")
+        .await
+        .unwrap();
+    assert!(
+        !config
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .contains_key("app.kubernetes.io/managed-by"),
+        "the release took the user's kms-config over"
     );
 
     // Ready: the watches (including kms-config through its named-resource

@@ -32,7 +32,7 @@ fn extras_seed(secrets: &[(&str, &str)], ns: &str) -> String {
 }
 
 /// Secret `kms-credentials` of `ns`: the seed's universal-auth identity.
-async fn universal_credentials(client: &Client, ns: &str) {
+pub(crate) async fn universal_credentials(client: &Client, ns: &str) {
     create_secret(
         client,
         ns,
@@ -516,7 +516,10 @@ async fn instant_updates_follow_changes_within_two_seconds() {
 }
 
 /// A CA and a certificate it signs for 127.0.0.1 and localhost (PEM).
-fn certificates(dir: &TempDir, name: &str) -> (String, std::path::PathBuf, std::path::PathBuf) {
+pub(crate) fn certificates(
+    dir: &TempDir,
+    name: &str,
+) -> (String, std::path::PathBuf, std::path::PathBuf) {
     use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, SanType};
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);

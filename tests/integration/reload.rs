@@ -358,3 +358,211 @@ async fn workloads_roll_exactly_when_a_secret_they_use_changes() {
             .contains("Secret s1")
     );
 }
+
+/// A Deployment as the Go operators leave it: opted in with `opt_in` (one
+/// of their annotation spellings), stamped (metadata and pod template) with
+/// `stamps`, using the Secrets `uses` through `envFrom`.
+async fn go_deployment(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    opt_in: &str,
+    stamps: &[(&str, &str)],
+    uses: &[&str],
+) {
+    let mut annotations = serde_json::Map::new();
+    annotations.insert(opt_in.into(), json!("true"));
+    let mut template = serde_json::Map::new();
+    for (k, v) in stamps {
+        annotations.insert((*k).into(), json!(v));
+        template.insert((*k).into(), json!(v));
+    }
+    let env_from: Vec<Value> = uses
+        .iter()
+        .map(|s| json!({"secretRef": {"name": s}}))
+        .collect();
+    let d: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}, "annotations": template},
+                "spec": {"containers": [{"name": "app", "image": "example.invalid/app:1", "envFrom": env_from}]}
+            }
+        }
+    }))
+    .unwrap();
+    Api::<Deployment>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &d)
+        .await
+        .expect("Deployment");
+}
+
+/// What a workload records for `secret` under our stamp key.
+async fn recorded(client: &Client, ns: &str, name: &str, secret: &str) -> Option<String> {
+    let d = Api::<Deployment>::namespaced(client.clone(), ns)
+        .get(name)
+        .await
+        .ok()?;
+    d.metadata
+        .annotations?
+        .get(&format!("secrets.hanzo.ai/managed-secret.{secret}"))
+        .cloned()
+}
+
+#[tokio::test]
+async fn the_go_operators_annotations_and_stamps_are_understood() {
+    use k8s_openapi::api::core::v1::Secret;
+    use kms_operator::controllers::target::go_version_of;
+
+    let client = harness::client().await;
+    let ns = TestNamespace::new(&client, "reload-go").await;
+    let kms = DevServer::start(&seed()).await;
+    let creds: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "creds"}, "stringData": {"clientId": CLIENT_ID, "clientSecret": CLIENT_SECRET}
+    }))
+    .unwrap();
+    let secrets = Api::<Secret>::namespaced(client.clone(), &ns.name);
+    secrets
+        .create(&PostParams::default(), &creds)
+        .await
+        .unwrap();
+
+    // Secrets the Go operator wrote with the KMS's current data: one with
+    // its older version format (a hash of its fetched list, which only the
+    // annotation knows), one with the newer (a CRC of the data).
+    let data = [("A", "a1"), ("B", "b1")];
+    let bytes: std::collections::BTreeMap<String, Vec<u8>> = data
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), v.as_bytes().to_vec()))
+        .collect();
+    let old_format = "W/\"secrets-180-5E2A9C11\"";
+    let new_format = go_version_of(&bytes);
+    for (name, version) in [("go-old", old_format), ("go-new", new_format.as_str())] {
+        let s: Secret = serde_json::from_value(json!({
+            "metadata": {"name": name, "annotations": {"secrets.hanzo.ai/version": version}},
+            "stringData": {"A": "a1", "B": "b1"}
+        }))
+        .unwrap();
+        secrets.create(&PostParams::default(), &s).await.unwrap();
+    }
+    // Workloads the Go operator stamped for that data (the seed documents'
+    // group: the same stamp key as ours), and one opted in with upstream
+    // Infisical's annotation, never stamped.
+    go_deployment(
+        &client,
+        &ns.name,
+        "stamped-old",
+        "secrets.hanzo.ai/auto-reload",
+        &[("secrets.hanzo.ai/managed-secret.go-old", old_format)],
+        &["go-old"],
+    )
+    .await;
+    go_deployment(
+        &client,
+        &ns.name,
+        "stamped-new",
+        "kms.hanzo.ai/auto-reload",
+        &[("secrets.hanzo.ai/managed-secret.go-new", &new_format)],
+        &["go-new"],
+    )
+    .await;
+    go_deployment(
+        &client,
+        &ns.name,
+        "infisical",
+        "secrets.infisical.com/auto-reload",
+        &[],
+        &["inf"],
+    )
+    .await;
+
+    let (rollouts, watch) = Rollouts::watch(&client, &ns.name);
+    let _op = Operator::start(&ns.name, &[&ns.name], &["--reload-debounce", "2"]).await;
+    // kms-operator takes the Secrets over (their Go version annotation lets
+    // it) and writes the same data.
+    kms_secret(&client, &ns.name, "old", &kms.api(), "go-old", None).await;
+    kms_secret(&client, &ns.name, "new", &kms.api(), "go-new", None).await;
+    kms_secret(&client, &ns.name, "inf", &kms.api(), "inf", None).await;
+
+    // Our versions are recorded in place of the Go stamps, without a
+    // rollout.
+    let names = ["stamped-old", "stamped-new", "infisical"];
+    let taken_over = wait_for(Duration::from_secs(30), || async {
+        for (workload, secret) in [
+            ("stamped-old", "go-old"),
+            ("stamped-new", "go-new"),
+            ("infisical", "inf"),
+        ] {
+            let s = secrets.get(secret).await.ok()?;
+            let ours = s
+                .metadata
+                .annotations?
+                .get("secrets.hanzo.ai/version")?
+                .clone();
+            if ours.starts_with("W/")
+                || recorded(&client, &ns.name, workload, secret).await? != ours
+            {
+                return None;
+            }
+        }
+        Some(())
+    })
+    .await;
+    assert!(
+        taken_over.is_some(),
+        "our versions not recorded; rollouts {:?}; stamped-old records {:?}",
+        rollouts.counts(&names),
+        recorded(&client, &ns.name, "stamped-old", "go-old").await
+    );
+    let adopted = secrets.get("go-old").await.unwrap();
+    let bound = adopted
+        .metadata
+        .annotations
+        .unwrap_or_default()
+        .get("secrets.hanzo.ai/go-versions")
+        .cloned()
+        .unwrap_or_default();
+    assert!(bound.ends_with(old_format), "go-versions: {bound:?}");
+    holds_for(Duration::from_secs(8), || async {
+        rollouts.counts(&names) == [0, 0, 0]
+    })
+    .await
+    .unwrap_or_else(|when| {
+        panic!(
+            "a workload stamped by the Go operator rolled at the hand-over {when}: {:?}",
+            rollouts.counts(&names)
+        )
+    });
+
+    // A real change rolls each of them once, the Infisical-annotated one
+    // included.
+    kms.set_secret("demo", "dev", "/", "A", "a2").await;
+    for cr in ["old", "new", "inf"] {
+        poke(&client, &ns.name, cr, "6s").await;
+    }
+    let rolled = wait_for(Duration::from_secs(30), || async {
+        (rollouts.counts(&names) == [1, 1, 1]).then_some(())
+    })
+    .await;
+    assert!(
+        rolled.is_some(),
+        "not one rollout each after a real change: {:?}",
+        rollouts.counts(&names)
+    );
+    // The binding is gone with the data it stood for.
+    let changed = secrets.get("go-old").await.unwrap();
+    assert!(
+        !changed
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key("secrets.hanzo.ai/go-versions")
+    );
+    holds_for(Duration::from_secs(6), || async {
+        rollouts.counts(&names) == [1, 1, 1]
+    })
+    .await
+    .unwrap_or_else(|when| panic!("more rollouts {when}: {:?}", rollouts.counts(&names)));
+    watch.abort();
+}

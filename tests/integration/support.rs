@@ -218,7 +218,11 @@ impl Operator {
     ) -> Self {
         let mut launch = Launch::new(binary())
             .env("KUBECONFIG", crate::harness::kubeconfig())
-            .env("RUST_LOG", "info,kms_operator=debug");
+            .env("RUST_LOG", "info,kms_operator=debug")
+            // Each test's kms-config lives in its own namespace (the pod
+            // namespace), not in the shared kms-operator-system; a test that
+            // wants the operator's default removes this.
+            .env("KMS_OPERATOR_GLOBAL_CONFIG_NAMESPACE", pod_namespace);
         // The test's environment wins (a KUBECONFIG of its own, say).
         for (name, value) in env {
             launch = match value {

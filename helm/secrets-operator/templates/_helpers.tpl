@@ -168,6 +168,13 @@ Name of the global configuration ConfigMap (fixed: the operator reads it).
 {{- define "secrets-operator.globalConfigName" -}}kms-config{{- end }}
 
 {{/*
+Namespace of the global configuration ConfigMap (globalConfig.namespace).
+*/}}
+{{- define "secrets-operator.globalConfigNamespace" -}}
+{{- required "globalConfig.namespace must not be empty" (trim .Values.globalConfig.namespace) }}
+{{- end }}
+
+{{/*
 Namespace of the global CA Secret.
 */}}
 {{- define "secrets-operator.caNamespace" -}}

@@ -34,7 +34,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::EventType;
 use kube::runtime::watcher;
-use kube::{Client, Resource, ResourceExt};
+use kube::{Client, ResourceExt};
 use secrecy::SecretString;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -42,7 +42,7 @@ use tokio_util::sync::CancellationToken;
 use self::pending::{Pending, Settle};
 use self::plan::{Decision, LeaseView};
 use super::apply::{self, ensure_owner};
-use super::auth::generic_identity;
+use super::auth::{generic_identity, generic_identity_with_source};
 use super::conditions::{self, Status};
 use super::context::Context;
 use super::error::SyncError;
@@ -321,7 +321,7 @@ impl Controller {
         let me = owner_id(&ns, &cr.name_any());
         let uid = cr.uid().unwrap_or_default();
         let target = target_of(cr, ctx.settings.allow_cross_namespace_refs)?;
-        let identity = generic_identity(
+        let (identity, endpoint) = generic_identity_with_source(
             ctx,
             &ns,
             cr.spec.host_api.as_deref(),
@@ -357,7 +357,7 @@ impl Controller {
             .get(ADOPT_EXISTING_ANNOTATION)
             .map(String::as_str)
             == Some("true");
-        let c = claim(observed.as_ref(), &me, adopt, |_| true);
+        let c = claim(observed.as_ref(), &me, cr.uid().as_deref(), adopt, |_| true);
         let what = format!("Secret {}/{}", target.namespace, target.name);
         if let Some(refused) = c.refusal(&what, "KmsDynamicSecret") {
             return Err(refused);
@@ -369,6 +369,40 @@ impl Controller {
                 .is_some_and(|v| v.starts_with(&format!("{}-", l.id))),
             _ => false,
         };
+        // A Secret the Go operator wrote for the lease in this resource's
+        // status (its version is `<leaseId>-<leaseVersion>` too; owned by
+        // this resource's uid, or only marked by that version): it holds
+        // the current lease. Adopt it as it is, so the hand-over creates no
+        // lease and changes no data (docs/migration.md).
+        let go_held = match (&status.lease, &observed, &c) {
+            (Some(l), Some(o), Claim::Ours | Claim::Adoptable)
+                if !o.annotations.contains_key(super::target::OWNER_ANNOTATION) =>
+            {
+                super::target::LEGACY_VERSION_ANNOTATIONS
+                    .iter()
+                    .filter_map(|k| o.annotations.get(*k))
+                    .find(|v| v.starts_with(&format!("{}-", l.id)))
+                    .cloned()
+                    .map(|v| (o.data.clone(), v))
+            }
+            _ => None,
+        };
+        let holds_current = holds_current || go_held.is_some();
+        if let Some((data, version)) = go_held {
+            self.write_secret(
+                ctx,
+                cr,
+                &me,
+                &target,
+                observed.as_ref(),
+                &c,
+                data,
+                &version,
+                shard,
+                cancel,
+            )
+            .await?;
+        }
 
         // A lease created and never recorded (the process died before its
         // status write) is revoked; retired leases whose grace is over go;
@@ -431,6 +465,15 @@ impl Controller {
                 &target.name,
             )
             .len();
+        conditions::set(
+            &mut status.conditions,
+            ct::ENDPOINT,
+            Status::True,
+            "Resolved",
+            &conditions::bounded(&endpoint.describe()),
+            cr.metadata.generation,
+            &step.condition_now,
+        );
         let status = active_status(
             status,
             cr.metadata.generation,
@@ -489,11 +532,7 @@ impl Controller {
             data,
             meta,
             owner_reference: (target.creation_policy == CreationPolicy::Owner)
-                .then(|| {
-                    let mut r = cr.controller_owner_ref(&())?;
-                    r.block_owner_deletion = Some(true);
-                    Some(r)
-                })
+                .then(|| ctx.served.owner_ref(cr))
                 .flatten(),
             secret_type: target.secret_type.clone(),
         };
@@ -1230,7 +1269,7 @@ fn active_status(
 }
 
 async fn event(ctx: &Context, cr: &KmsDynamicSecret, type_: EventType, reason: &str, note: &str) {
-    ctx.publish(&cr.object_ref(&()), "Lease", type_, reason, note)
+    ctx.publish(&ctx.served.object_ref(cr), "Lease", type_, reason, note)
         .await;
 }
 

@@ -387,7 +387,7 @@ impl Controller {
 
         // Log in.
         let auth = cr.spec.authentication.clone().unwrap_or_default();
-        let identity = super::auth::generic_identity(
+        let (identity, choice) = super::auth::generic_identity_with_source(
             ctx,
             &ns,
             cr.spec.host_api.as_deref(),
@@ -395,6 +395,7 @@ impl Controller {
             &auth,
         )
         .await?;
+        report.endpoint = Some(choice.describe());
         tokio::select! {
             r = ctx.kms.token(&identity) => { r.map_err(SyncError::Auth)?; }
             () = cancel.cancelled() => return Err(SyncError::NotOwner),

@@ -11,10 +11,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::EventType;
-use kube::{Resource, ResourceExt};
-use serde_json::json;
 
 use super::plan::{Op, key_list};
 use super::write::{Applied, Cause};
@@ -33,6 +32,8 @@ pub struct Report {
     pub interval: Option<Duration>,
     /// The login method, once a token was obtained.
     pub strategy: Option<&'static str>,
+    /// Where the endpoint's host and CA came from, once resolved.
+    pub endpoint: Option<String>,
     /// Why the reconcile stopped before writing (or could not finish).
     pub error: Option<SyncError>,
     /// The diff and its writes, when they ran.
@@ -246,6 +247,17 @@ pub fn next_status(
 ) -> KmsPushSecretStatus {
     let mut status = old.clone();
     let c = &mut status.conditions;
+    if let Some(endpoint) = &report.endpoint {
+        conditions::set(
+            c,
+            ct::ENDPOINT,
+            Status::True,
+            "Resolved",
+            &conditions::bounded(endpoint),
+            generation,
+            now,
+        );
+    }
     if let Some(strategy) = report.strategy {
         conditions::set(
             c,
@@ -367,11 +379,7 @@ pub async fn write(
         .patch_status(
             &cr.name_any(),
             &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(json!({
-                "apiVersion": "secrets.hanzo.ai/v1alpha1",
-                "kind": "KmsPushSecret",
-                "status": status,
-            })),
+            &Patch::Apply(ctx.served.status_apply::<KmsPushSecret>(status)),
         )
         .await
         .map_err(|e| SyncError::kube("writing the status", e))?;
@@ -395,7 +403,7 @@ pub async fn publish(
     reason: &str,
     note: &str,
 ) {
-    ctx.publish(&cr.object_ref(&()), "Push", type_, reason, note)
+    ctx.publish(&ctx.served.object_ref(cr), "Push", type_, reason, note)
         .await;
 }
 
@@ -494,6 +502,33 @@ mod tests {
             report.next(SystemTime::now()).unwrap(),
             Action::Done,
             "no resyncInterval: event-driven only"
+        );
+    }
+
+    #[test]
+    fn the_endpoint_and_its_sources_are_reported_once_resolved() {
+        let none = next_status(
+            &KmsPushSecretStatus::default(),
+            &Report::default(),
+            Some(1),
+            0,
+            &t(),
+        );
+        assert!(conditions::get(&none.conditions, ct::ENDPOINT).is_none());
+        let report = Report {
+            endpoint: Some(
+                "hostAPI https://kms.example/api from kms-config (kms-operator-system/kms-config); \
+                 CA: system roots"
+                    .to_owned(),
+            ),
+            ..Report::default()
+        };
+        let s = next_status(&KmsPushSecretStatus::default(), &report, Some(2), 0, &t());
+        let c = cond(&s, ct::ENDPOINT);
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "Resolved"));
+        assert!(
+            c.message
+                .contains("from kms-config (kms-operator-system/kms-config)")
         );
     }
 

@@ -28,10 +28,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::EventType;
-use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -47,8 +47,8 @@ use super::queue::Queue;
 use super::registry::OwnerId;
 use super::stores::Scoped;
 use super::target::{
-    ADOPT_EXISTING_ANNOTATION, Claim, Desired, OWNER_ANNOTATION, Observed, TargetKind, claim,
-    desired_meta, diff, version_of,
+    ADOPT_EXISTING_ANNOTATION, Claim, Desired, GO_VERSIONS_ANNOTATION, OWNER_ANNOTATION, Observed,
+    TargetKind, claim, desired_meta, diff, go_versions, version_of,
 };
 use super::workers::{Action, Reconciler};
 use super::written::WrittenStatus;
@@ -235,12 +235,6 @@ fn owner_lists(ctx: &Context, this: &Controller, owner: &str, t: &Target) -> boo
         .unwrap_or(false)
 }
 
-fn owner_reference(cr: &KmsSecret) -> Option<OwnerReference> {
-    let mut r = cr.controller_owner_ref(&())?;
-    r.block_owner_deletion = Some(true);
-    Some(r)
-}
-
 /// The record of the last sync: from memory; else from the persistent
 /// cache, if it matches the targets as they are now (same generation, same
 /// data by keyed hash); else derived from the status (the targets' version
@@ -363,6 +357,8 @@ struct Progress {
     logged_in: Option<&'static str>,
     /// An instant-update event made this sync due.
     took_event: bool,
+    /// Where the endpoint's host and CA came from, when it was resolved.
+    endpoint: Option<String>,
 }
 
 async fn sync(
@@ -396,12 +392,16 @@ async fn sync(
     let fresh = instant && this.instant.take_fresh(&key);
     progress.took_event = fresh;
     let newly_listening = instant && !this.instant.is_registered(&key);
+    // The global configuration changed since the endpoint was resolved:
+    // check now, against the endpoint it names now.
+    let epoch = ctx.global_epoch();
+    let endpoint_stale = this.endpoint_stale(cr, epoch);
     let generation = cr.metadata.generation.unwrap_or(0);
     let decision = plan::decide(
         record.as_ref(),
         generation,
         all_intact,
-        fresh || newly_listening,
+        fresh || newly_listening || endpoint_stale,
         now,
     );
 
@@ -410,7 +410,7 @@ async fn sync(
         None
     } else {
         let AuthChoice { method, scope } = plan::auth_choice(&cr.spec, &ns, allow_cross)?;
-        let identity = super::auth::identity(
+        let (identity, choice) = super::auth::identity_with_source(
             ctx,
             &ns,
             cr.spec.host_api.as_deref(),
@@ -418,6 +418,8 @@ async fn sync(
             &method,
         )
         .await?;
+        this.endpoint_resolved(cr, epoch);
+        progress.endpoint = Some(choice.describe());
         Some((identity, scope))
     };
     let stream = match (&login, instant) {
@@ -607,7 +609,7 @@ fn claim_of(
         .get(ADOPT_EXISTING_ANNOTATION)
         .map(String::as_str)
         == Some("true");
-    let c = claim(o, me, adopt_existing, |owner| {
+    let c = claim(o, me, cr.uid().as_deref(), adopt_existing, |owner| {
         owner_lists(ctx, this, owner, t)
     });
     let what = format!("{} {}/{}", t.kind.as_str(), t.namespace, t.name);
@@ -706,7 +708,7 @@ fn desired_targets(
                     && o.annotations.get(OWNER_ANNOTATION).map(String::as_str) == Some(me)
             });
         let template_meta = t.template.as_ref().and_then(|tpl| tpl.metadata.as_ref());
-        let meta = desired_meta(
+        let mut meta = desired_meta(
             cr.labels(),
             cr.annotations(),
             template_meta,
@@ -714,6 +716,13 @@ fn desired_targets(
             &version,
             created_by_us,
         );
+        // Taken over from a Go operator without a data change: its version
+        // stays known, so that workloads it stamped do not roll.
+        meta.annotations.remove(GO_VERSIONS_ANNOTATION);
+        if let Some(go) = go_versions(o.as_ref(), &data, &version) {
+            meta.annotations
+                .insert(GO_VERSIONS_ANNOTATION.to_owned(), go);
+        }
         desired_all.push(Desired {
             kind: t.kind,
             namespace: t.namespace.clone(),
@@ -721,7 +730,7 @@ fn desired_targets(
             data,
             meta,
             owner_reference: (t.creation_policy == CreationPolicy::Owner)
-                .then(|| owner_reference(cr))
+                .then(|| ctx.served.owner_ref(cr))
                 .flatten(),
             secret_type: t.secret_type.clone(),
         });
@@ -819,6 +828,17 @@ fn next_status(
     let c = &mut status.conditions;
     // A login that worked is reported whatever happened after it (a
     // template error, a KMS refusal of the folder).
+    if let Some(endpoint) = &progress.endpoint {
+        conditions::set(
+            c,
+            ct::ENDPOINT,
+            Status::True,
+            "Resolved",
+            &conditions::bounded(endpoint),
+            generation,
+            now,
+        );
+    }
     if let Some(strategy) = progress.logged_in {
         conditions::set(
             c,
@@ -976,11 +996,7 @@ async fn write_status(
         .patch_status(
             &cr.name_any(),
             &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(json!({
-                "apiVersion": "secrets.hanzo.ai/v1alpha1",
-                "kind": "KmsSecret",
-                "status": status,
-            })),
+            &Patch::Apply(ctx.served.status_apply::<KmsSecret>(&status)),
         )
         .await
         .map_err(|e| SyncError::kube("writing the status", e))?;
@@ -995,7 +1011,7 @@ async fn write_status(
             EventType::Warning
         };
         ctx.publish(
-            &cr.object_ref(&()),
+            &ctx.served.object_ref(cr),
             "Sync",
             type_,
             &ready.reason,
@@ -1037,6 +1053,9 @@ pub struct Controller {
     /// Instant-update streams of the KmsSecrets that ask for them.
     instant: InstantUpdates,
     records: Mutex<HashMap<String, SyncRecord>>,
+    /// The count of global configuration changes at which each resource
+    /// (by UID) last resolved its endpoint.
+    endpoint_epochs: Mutex<HashMap<String, u64>>,
     /// The statuses it wrote that the watch may not show yet.
     written: WrittenStatus<KmsSecretStatus>,
 }
@@ -1054,7 +1073,38 @@ impl Controller {
             store,
             queue,
             records: Mutex::new(HashMap::new()),
+            endpoint_epochs: Mutex::new(HashMap::new()),
             written: WrittenStatus::default(),
+        }
+    }
+
+    /// Whether the endpoint a resource last resolved may be out of date: the
+    /// global configuration changed since (`epoch` is the current count of
+    /// its changes; the first load makes it 1).
+    fn endpoint_stale(&self, cr: &KmsSecret, epoch: u64) -> bool {
+        use super::registry::HostApi;
+        if !cr.uses_global_config() {
+            return false;
+        }
+        let uid = cr.uid().unwrap_or_default();
+        match self
+            .endpoint_epochs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&uid)
+        {
+            Some(e) => *e != epoch,
+            None => epoch > 1,
+        }
+    }
+
+    /// A resource resolved its endpoint at `epoch`.
+    fn endpoint_resolved(&self, cr: &KmsSecret, epoch: u64) {
+        if let Some(uid) = cr.uid() {
+            self.endpoint_epochs
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(uid, epoch);
         }
     }
 
@@ -1118,6 +1168,10 @@ impl Controller {
             .filter_map(|o| o.metadata.uid.clone())
             .collect();
         self.records
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|uid, _| live.contains(uid));
+        self.endpoint_epochs
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .retain(|uid, _| live.contains(uid));
@@ -1212,8 +1266,17 @@ mod tests {
         let progress = Progress {
             logged_in: Some("universal"),
             took_event: false,
+            endpoint: Some("hostAPI https://kms.example/api from spec; CA: system roots".into()),
         };
         let ok = next_status(&kms_secret(None), 5, &Ok(synced), &progress, 2, &now);
+        assert_eq!(
+            condition(&ok, ct::ENDPOINT),
+            (
+                "True",
+                "Resolved",
+                "hostAPI https://kms.example/api from spec; CA: system roots"
+            )
+        );
         assert_eq!(
             condition(&ok, ct::READY),
             ("True", "Synced", "Synced 3 secrets")

@@ -1,6 +1,8 @@
 //! Auto-reload: roll Deployments, StatefulSets and DaemonSets that opted in
-//! (`secrets.hanzo.ai/auto-reload: "true"`) when a managed Secret or ConfigMap
-//! they use really changed.
+//! (`secrets.hanzo.ai/auto-reload: "true"`, or the Go operators' spellings
+//! `secrets.infisical.com/auto-reload` and `kms.hanzo.ai/auto-reload`, which
+//! are honoured the same way) when a managed Secret or ConfigMap they use
+//! really changed.
 //!
 //! - **Consumers** are found in the pod template: `env[].valueFrom`
 //!   (`secretKeyRef`, `configMapKeyRef`), `envFrom[]`, `volumes[]` (`secret`,
@@ -16,6 +18,13 @@
 //!   sets the same key on the pod template as well. The first time a workload
 //!   is seen with a consumed object, the version is only recorded: opting in
 //!   does not roll.
+//! - **Go operators' stamps.** The Go operators stamp the same key (with the
+//!   seed documents' group) with their own version format `W/"secrets-…"`. A
+//!   stamp in that format counts as current when it stands for the object's
+//!   current data (recomputed from the data, or bound by the Secret's
+//!   `secrets.hanzo.ai/go-versions` at the hand-over), so a workload the Go
+//!   operator stamped does not roll when kms-operator takes over; it rolls at
+//!   the first real change.
 //! - **Debounce and budget.** A change queues the consumers after a short
 //!   delay, so several objects changing together cause one rollout; rollouts
 //!   started per second are limited cluster-wide (shared by live replicas).
@@ -31,6 +40,21 @@ use k8s_openapi::api::core::v1::{Container, PodSpec};
 
 /// Opt-in annotation on a workload.
 pub const AUTO_RELOAD_ANNOTATION: &str = "secrets.hanzo.ai/auto-reload";
+/// Every opt-in annotation honoured: ours, upstream Infisical's and the Hanzo
+/// Go operator's (at its HEAD).
+pub const AUTO_RELOAD_ANNOTATIONS: [&str; 3] = [
+    AUTO_RELOAD_ANNOTATION,
+    "secrets.infisical.com/auto-reload",
+    "kms.hanzo.ai/auto-reload",
+];
+
+/// Whether a workload opted in: one of [`AUTO_RELOAD_ANNOTATIONS`] is
+/// exactly `"true"`.
+pub fn opted_in(annotations: &BTreeMap<String, String>) -> bool {
+    AUTO_RELOAD_ANNOTATIONS
+        .iter()
+        .any(|k| annotations.get(*k).map(String::as_str) == Some("true"))
+}
 /// Prefix of the stamp of a Secret.
 pub const SECRET_STAMP_PREFIX: &str = "secrets.hanzo.ai/managed-secret.";
 /// Prefix of the stamp of a ConfigMap.
@@ -178,30 +202,53 @@ impl StampPatch {
     }
 }
 
+/// A managed object's current version, as auto-reload compares it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Current {
+    /// The object, for the Event (`Secret app`).
+    pub object: String,
+    /// Its version (`secrets.hanzo.ai/version`).
+    pub version: String,
+    /// The Go operators' versions that stand for the same data
+    /// ([`crate::controllers::target::go_equivalents`]).
+    pub equivalent: BTreeSet<String>,
+}
+
 /// Decide the stamps of a workload: `versions` maps stamp keys of the managed
 /// objects it uses to their current version. A key the workload has not
 /// recorded yet is recorded without rolling; a recorded key with another
-/// version rolls.
+/// version rolls, unless it is a Go operator's version of the same data
+/// (then it is only recorded).
 pub fn plan_stamps(
     recorded: &BTreeMap<String, String>,
     template: &BTreeMap<String, String>,
-    versions: &BTreeMap<String, (String, String)>,
+    versions: &BTreeMap<String, Current>,
 ) -> StampPatch {
     let mut patch = StampPatch::default();
-    for (key, (object, version)) in versions {
+    for (key, current) in versions {
+        let version = &current.version;
         match recorded.get(key) {
             None => {
+                patch.metadata.insert(key.clone(), version.clone());
+            }
+            Some(v) if v != version && current.equivalent.contains(v) => {
                 patch.metadata.insert(key.clone(), version.clone());
             }
             Some(v) if v != version => {
                 patch.metadata.insert(key.clone(), version.clone());
                 patch.template.insert(key.clone(), version.clone());
-                patch.changed.push(object.clone());
+                patch.changed.push(current.object.clone());
             }
             Some(_) => {
                 // Recorded and current; a template that lags (an earlier
-                // rollout was interrupted) is brought in line.
-                if template.get(key).is_some_and(|t| t != version) {
+                // rollout was interrupted) is brought in line. A Go
+                // operator's stamp on the template is its last rollout, not
+                // an interrupted one of ours: it stays until a real change.
+                if template.get(key).is_some_and(|t| {
+                    t != version
+                        && !current.equivalent.contains(t)
+                        && !crate::controllers::target::is_go_version(t)
+                }) {
                     patch.template.insert(key.clone(), version.clone());
                 }
             }
@@ -348,11 +395,64 @@ mod tests {
             .collect()
     }
 
-    fn versions(pairs: &[(&str, &str)]) -> BTreeMap<String, (String, String)> {
+    fn versions(pairs: &[(&str, &str)]) -> BTreeMap<String, Current> {
         pairs
             .iter()
-            .map(|(k, v)| ((*k).to_owned(), (format!("Secret {k}"), (*v).to_owned())))
+            .map(|(k, v)| {
+                (
+                    (*k).to_owned(),
+                    Current {
+                        object: format!("Secret {k}"),
+                        version: (*v).to_owned(),
+                        equivalent: BTreeSet::new(),
+                    },
+                )
+            })
             .collect()
+    }
+
+    #[test]
+    fn the_go_operators_opt_in_annotations_are_honoured() {
+        for key in AUTO_RELOAD_ANNOTATIONS {
+            assert!(opted_in(&map(&[(key, "true")])), "{key}");
+            assert!(!opted_in(&map(&[(key, "True")])), "{key}");
+            assert!(!opted_in(&map(&[(key, "false")])), "{key}");
+        }
+        assert!(!opted_in(&map(&[(
+            "secrets.example.com/auto-reload",
+            "true"
+        )])));
+    }
+
+    #[test]
+    fn a_go_stamp_of_the_current_data_is_recorded_without_rolling() {
+        let go = "W/\"secrets-8-CA1AC0BD\"";
+        let mut current = versions(&[("s.a", "v1")]);
+        current
+            .get_mut("s.a")
+            .unwrap()
+            .equivalent
+            .insert(go.to_owned());
+        // Stamped by the Go operator (metadata and template) for this data.
+        let stamped = map(&[("s.a", go)]);
+        let p = plan_stamps(&stamped, &stamped, &current);
+        assert_eq!(p.metadata, map(&[("s.a", "v1")]));
+        assert!(p.template.is_empty() && p.changed.is_empty(), "{p:?}");
+        // Then: recorded; the Go stamp on the template does not count as a
+        // lagging rollout.
+        let after = plan_stamps(&map(&[("s.a", "v1")]), &stamped, &current);
+        assert!(after.is_empty(), "{after:?}");
+        // A Go stamp of other data (changed meanwhile) rolls.
+        let stale = map(&[("s.a", "W/\"secrets-8-00000000\"")]);
+        let p = plan_stamps(&stale, &stale, &current);
+        assert_eq!(p.template, map(&[("s.a", "v1")]));
+        // The first real change rolls and replaces the Go stamp.
+        let p = plan_stamps(
+            &map(&[("s.a", "v1")]),
+            &stamped,
+            &versions(&[("s.a", "v2")]),
+        );
+        assert_eq!(p.template, map(&[("s.a", "v2")]));
     }
 
     #[test]

@@ -15,13 +15,15 @@ use serde_json::json;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::{ConsumerIndex, Source, WorkloadKey, WorkloadKind, plan_stamps, stamp_key};
+use super::{ConsumerIndex, Current, Source, WorkloadKey, WorkloadKind, plan_stamps, stamp_key};
 use crate::controllers::context::Context;
 use crate::controllers::error::SyncError;
 use crate::controllers::queue::Queue;
 use crate::controllers::registry::{Kind, WorkQueue};
 use crate::controllers::stores::Scoped;
-use crate::controllers::target::{MANAGED_LABEL, VERSION_ANNOTATION};
+use crate::controllers::target::{
+    self as target, MANAGED_LABEL, VERSION_ANNOTATION, go_equivalents,
+};
 use crate::controllers::workers::{Action, Reconciler, run_workers};
 use crate::kms::limiter::Limiter;
 use crate::sharding::Ownership;
@@ -80,22 +82,27 @@ fn observe(reloader: &Reloader, key: &WorkloadKey) -> Option<Observed> {
     })
 }
 
-/// The current version of a managed object, if the operator manages it.
-fn managed_version(ctx: &Context, ns: &str, source: Source, name: &str) -> Option<String> {
-    let (labels, annotations) = match source {
-        Source::Secret => {
-            let s = ctx.secrets.get(Some(ns), name)?;
-            (s.labels().clone(), s.annotations().clone())
-        }
-        Source::ConfigMap => {
-            let c = ctx.config_maps.get(Some(ns), name)?;
-            (c.labels().clone(), c.annotations().clone())
-        }
+/// The current version of a managed object, if the operator manages it,
+/// with the Go operators' versions of the same data.
+fn managed_version(ctx: &Context, ns: &str, source: Source, name: &str) -> Option<Current> {
+    let (kind, observed) = match source {
+        Source::Secret => (
+            "Secret",
+            target::Observed::from_secret(ctx.secrets.get(Some(ns), name)?.as_ref()),
+        ),
+        Source::ConfigMap => (
+            "ConfigMap",
+            target::Observed::from_config_map(ctx.config_maps.get(Some(ns), name)?.as_ref()),
+        ),
     };
-    if labels.get(MANAGED_LABEL).map(String::as_str) != Some("true") {
+    if observed.labels.get(MANAGED_LABEL).map(String::as_str) != Some("true") {
         return None;
     }
-    annotations.get(VERSION_ANNOTATION).cloned()
+    Some(Current {
+        object: format!("{kind} {name}"),
+        version: observed.annotations.get(VERSION_ANNOTATION)?.clone(),
+        equivalent: go_equivalents(&observed.annotations, &observed.data),
+    })
 }
 
 /// Reload as a registered kind: its queue of workloads and its
@@ -181,10 +188,7 @@ impl<T: Resource> ResourceLike for T {
         self.name_any()
     }
     fn opted_in(&self) -> bool {
-        self.annotations()
-            .get(super::AUTO_RELOAD_ANNOTATION)
-            .map(String::as_str)
-            == Some("true")
+        super::opted_in(self.annotations())
     }
 }
 
@@ -213,22 +217,14 @@ pub async fn reconcile(
         reloader.index.remove(key);
         return Ok(Action::Done);
     };
-    if o.annotations
-        .get(super::AUTO_RELOAD_ANNOTATION)
-        .map(String::as_str)
-        != Some("true")
-    {
+    if !super::opted_in(&o.annotations) {
         return Ok(Action::Done);
     }
     let uses = reloader.index.uses(key);
     let mut versions = BTreeMap::new();
     for (source, name) in &uses {
-        if let Some(v) = managed_version(ctx, &key.namespace, *source, name) {
-            let kind = match source {
-                Source::Secret => "Secret",
-                Source::ConfigMap => "ConfigMap",
-            };
-            versions.insert(stamp_key(*source, name), (format!("{kind} {name}"), v));
+        if let Some(current) = managed_version(ctx, &key.namespace, *source, name) {
+            versions.insert(stamp_key(*source, name), current);
         }
     }
     let template = o

@@ -1,0 +1,257 @@
+//! The kind spellings the cluster serves for our three resources.
+//!
+//! Our types spell the kinds `KmsSecret`, `KmsPushSecret` and
+//! `KmsDynamicSecret`. The Hanzo Go operator's CRDs have the same names
+//! (`kmssecrets.secrets.hanzo.ai`, …) but spell them `KMSSecret`,
+//! `KMSPushSecret` and `KMSDynamicSecret`, and a CRD's `spec.names.kind` is
+//! immutable once it is established: a cluster taken over in place from the
+//! Go operator (docs/migration.md) keeps serving the Go spelling. The API
+//! server then rejects any body whose `kind` differs (`kind: Invalid value:
+//! "KmsSecret": must be KMSSecret`), and the garbage collector cannot resolve
+//! an owner reference of a kind it does not serve (an owned Secret would
+//! never be collected).
+//!
+//! Reading is unaffected (kube's derived types ignore `kind` when they
+//! decode, and every URL uses the plural), so only what the operator
+//! *writes* carries the kind: server-side-apply bodies, owner references
+//! and the `involvedObject` of Events. At start the operator reads the
+//! served kinds once from API discovery (`GET /apis/secrets.hanzo.ai/v1alpha1`,
+//! which every authenticated client may read) and every write takes its kind
+//! from [`ServedKinds`]. When a resource is not served at all the operator
+//! refuses to start ([`ServedError`]): guessing a spelling would only move
+//! the failure to the first write.
+
+use std::borrow::Cow;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{APIResourceList, OwnerReference};
+use kube::{Client, Resource};
+use serde_json::{Value, json};
+
+use super::{GROUP, KmsDynamicSecret, KmsPushSecret, KmsSecret, VERSION};
+
+/// How long discovery is retried at start (a CRD applied just before the
+/// operator starts may take a moment to be served).
+const DISCOVERY_PATIENCE: Duration = Duration::from_secs(30);
+
+/// Why the served kinds could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ServedError {
+    /// Discovery of the group failed (not served at all, or the API server
+    /// is unreachable).
+    #[error(
+        "could not read the API group {GROUP}/{VERSION} from the API server ({0}); are the CRDs \
+         installed? (crds/ or the chart with installCRDs=true)"
+    )]
+    Discovery(String),
+    /// The group is served but one of our resources is not.
+    #[error(
+        "the API server does not serve {plural}.{GROUP}/{VERSION}; install the CRDs (crds/ or the \
+         chart with installCRDs=true)"
+    )]
+    Missing {
+        /// The resource's plural.
+        plural: String,
+    },
+}
+
+/// The kinds, as the cluster serves them, of `kmssecrets`, `kmspushsecrets`
+/// and `kmsdynamicsecrets`. [`Default`] is our own spelling (for tests and
+/// for code that runs without a cluster).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServedKinds {
+    kms_secret: String,
+    kms_push_secret: String,
+    kms_dynamic_secret: String,
+}
+
+impl Default for ServedKinds {
+    fn default() -> Self {
+        Self {
+            kms_secret: KmsSecret::kind(&()).into_owned(),
+            kms_push_secret: KmsPushSecret::kind(&()).into_owned(),
+            kms_dynamic_secret: KmsDynamicSecret::kind(&()).into_owned(),
+        }
+    }
+}
+
+impl ServedKinds {
+    /// Read the served kinds from API discovery, retrying for a while when
+    /// the group or one of the resources is not served yet.
+    pub async fn discover(client: &Client) -> Result<Self, ServedError> {
+        let deadline = tokio::time::Instant::now() + DISCOVERY_PATIENCE;
+        loop {
+            let result = client
+                .list_api_group_resources(&format!("{GROUP}/{VERSION}"))
+                .await
+                .map_err(|e| ServedError::Discovery(e.to_string()))
+                .and_then(|list| Self::from_resources(&list));
+            match result {
+                Ok(kinds) => return Ok(kinds),
+                Err(e) if tokio::time::Instant::now() >= deadline => return Err(e),
+                Err(e) => {
+                    tracing::warn!(error = %e, "the custom resources are not served yet; retrying");
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                }
+            }
+        }
+    }
+
+    /// The kinds in a discovery document of `secrets.hanzo.ai/v1alpha1`.
+    pub fn from_resources(list: &APIResourceList) -> Result<Self, ServedError> {
+        let kind = |plural: Cow<'_, str>| {
+            list.resources
+                .iter()
+                .find(|r| r.name == plural)
+                .map(|r| r.kind.clone())
+                .ok_or_else(|| ServedError::Missing {
+                    plural: plural.into_owned(),
+                })
+        };
+        Ok(Self {
+            kms_secret: kind(KmsSecret::plural(&()))?,
+            kms_push_secret: kind(KmsPushSecret::plural(&()))?,
+            kms_dynamic_secret: kind(KmsDynamicSecret::plural(&()))?,
+        })
+    }
+
+    /// Whether any kind is spelled other than ours (a cluster taken over
+    /// from the Go operator).
+    pub fn is_legacy(&self) -> bool {
+        *self != Self::default()
+    }
+
+    /// The served kind of `K` (one of our three resources; any other type's
+    /// own kind).
+    pub fn kind_of<K: Resource<DynamicType = ()>>(&self) -> Cow<'_, str> {
+        let ours = K::kind(&());
+        if ours == KmsSecret::kind(&()) {
+            Cow::Borrowed(&self.kms_secret)
+        } else if ours == KmsPushSecret::kind(&()) {
+            Cow::Borrowed(&self.kms_push_secret)
+        } else if ours == KmsDynamicSecret::kind(&()) {
+            Cow::Borrowed(&self.kms_dynamic_secret)
+        } else {
+            ours
+        }
+    }
+
+    /// A server-side-apply body of `K`'s status subresource.
+    pub fn status_apply<K: Resource<DynamicType = ()>>(
+        &self,
+        status: &impl serde::Serialize,
+    ) -> Value {
+        json!({
+            "apiVersion": K::api_version(&()),
+            "kind": self.kind_of::<K>(),
+            "status": status,
+        })
+    }
+
+    /// A controller owner reference to `object` (blocking its owner's
+    /// deletion), with the served kind.
+    pub fn owner_ref<K: Resource<DynamicType = ()>>(&self, object: &K) -> Option<OwnerReference> {
+        let mut r = object.controller_owner_ref(&())?;
+        r.kind = self.kind_of::<K>().into_owned();
+        r.block_owner_deletion = Some(true);
+        Some(r)
+    }
+
+    /// A reference to `object` for Events, with the served kind (so that
+    /// `kubectl describe` finds them).
+    pub fn object_ref<K: Resource<DynamicType = ()>>(&self, object: &K) -> ObjectReference {
+        let mut r = object.object_ref(&());
+        r.kind = Some(self.kind_of::<K>().into_owned());
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(kinds: &[(&str, &str)]) -> APIResourceList {
+        serde_json::from_value(json!({
+            "groupVersion": "secrets.hanzo.ai/v1alpha1",
+            "resources": kinds.iter().map(|(name, kind)| json!({
+                "name": name, "kind": kind, "namespaced": true, "singularName": "",
+                "verbs": ["get", "list"]
+            })).collect::<Vec<_>>()
+        }))
+        .unwrap()
+    }
+
+    fn go_operator() -> APIResourceList {
+        list(&[
+            ("kmssecrets", "KMSSecret"),
+            ("kmssecrets/status", "KMSSecret"),
+            ("kmspushsecrets", "KMSPushSecret"),
+            ("kmsdynamicsecrets", "KMSDynamicSecret"),
+            ("clustergenerators", "ClusterGenerator"),
+        ])
+    }
+
+    fn secret() -> KmsSecret {
+        serde_json::from_value(json!({
+            "apiVersion": "secrets.hanzo.ai/v1alpha1", "kind": "KMSSecret",
+            "metadata": {"name": "app", "namespace": "ns", "uid": "u-1"},
+            "spec": {}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn our_crds_serve_our_spelling() {
+        let ours = list(&[
+            ("kmssecrets", "KmsSecret"),
+            ("kmspushsecrets", "KmsPushSecret"),
+            ("kmsdynamicsecrets", "KmsDynamicSecret"),
+        ]);
+        let kinds = ServedKinds::from_resources(&ours).unwrap();
+        assert_eq!(kinds, ServedKinds::default());
+        assert!(!kinds.is_legacy());
+    }
+
+    #[test]
+    fn the_go_operators_crds_give_every_write_its_spelling() {
+        let kinds = ServedKinds::from_resources(&go_operator()).unwrap();
+        assert!(kinds.is_legacy());
+        assert_eq!(kinds.kind_of::<KmsSecret>(), "KMSSecret");
+        assert_eq!(kinds.kind_of::<KmsPushSecret>(), "KMSPushSecret");
+        assert_eq!(kinds.kind_of::<KmsDynamicSecret>(), "KMSDynamicSecret");
+        // Other types keep their own.
+        assert_eq!(
+            kinds.kind_of::<k8s_openapi::api::core::v1::Secret>(),
+            "Secret"
+        );
+
+        let body = kinds.status_apply::<KmsSecret>(&json!({"conditions": []}));
+        assert_eq!(body["kind"], "KMSSecret");
+        assert_eq!(body["apiVersion"], "secrets.hanzo.ai/v1alpha1");
+
+        let owner = kinds.owner_ref(&secret()).unwrap();
+        assert_eq!(owner.kind, "KMSSecret");
+        assert_eq!(owner.uid, "u-1");
+        assert_eq!(owner.controller, Some(true));
+        assert_eq!(owner.block_owner_deletion, Some(true));
+
+        let reference = kinds.object_ref(&secret());
+        assert_eq!(reference.kind.as_deref(), Some("KMSSecret"));
+        assert_eq!(reference.name.as_deref(), Some("app"));
+    }
+
+    #[test]
+    fn a_resource_not_served_is_named() {
+        let partial = list(&[
+            ("kmssecrets", "KMSSecret"),
+            ("kmspushsecrets", "KMSPushSecret"),
+        ]);
+        let e = ServedKinds::from_resources(&partial).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("does not serve kmsdynamicsecrets.secrets.hanzo.ai/v1alpha1"),
+            "{e}"
+        );
+    }
+}
