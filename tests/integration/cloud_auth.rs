@@ -473,7 +473,7 @@ async fn missing_aws_credentials_name_the_sources_tried() {
     )
     .await;
     let want = format!(
-        "no AWS credentials: tried environment (AWS_ACCESS_KEY_ID unset), web identity (AWS_WEB_IDENTITY_TOKEN_FILE unset), instance metadata at {imds} (connection refused)"
+        "no AWS credentials: tried environment (AWS_ACCESS_KEY_ID unset), web identity (AWS_WEB_IDENTITY_TOKEN_FILE unset), container credentials (AWS_CONTAINER_CREDENTIALS_FULL_URI unset), instance metadata at {imds} (connection refused)"
     );
     assert!(message.contains(&want), "{message}");
     assert!(message.contains("AWS_IAM_MACHINE_IDENTITY"), "{message}");
