@@ -1443,6 +1443,11 @@ fn monitoring_checks(ctx: &Ctx, r: &Rendered) {
 async fn values_matrix_renders_as_designed_and_the_api_server_accepts_it() {
     let client = harness::client().await;
     kms_testkit::monitoring::install_crds(&client).await;
+    // The documented namespace of `kms-config`, which users create (scoped
+    // entries grant read access there, so it must exist for the dry run).
+    kms_testkit::testenv::create_namespace(&client, "kms-operator-system", &[])
+        .await
+        .expect("create kms-operator-system");
     let home = TestNamespace::new(&client, "helm-matrix").await;
     let a = TestNamespace::new(&client, "helm-matrix-a").await;
     let b = TestNamespace::new(&client, "helm-matrix-b").await;
