@@ -1068,6 +1068,9 @@ async fn s8_persistent_cache_and_scoped_install_restart_for_free() {
         .unwrap();
         pv_api.create(&PostParams::default(), &pv).await.unwrap();
     }
+    // The documented namespace of `kms-config`, which users create: a
+    // scoped install grants read access there (it may exist already).
+    let _ = run("kubectl", &["create", "namespace", "kms-operator-system"]);
     install(
         "kms-scoped",
         "dev",
