@@ -1157,6 +1157,7 @@ async fn s8_persistent_cache_and_scoped_install_restart_for_free() {
             (logins, fetches)
         );
     }
+    resync_without_login(&client, &kms, ns, &names, (logins, fetches)).await;
     // The claims are bound to the static volumes.
     for p in pvcs.list(&ListParams::default()).await.unwrap().items {
         let phase = p.status.and_then(|s| s.phase);
@@ -1205,6 +1206,35 @@ async fn s8_persistent_cache_and_scoped_install_restart_for_free() {
 /// Wait until the KmsSecrets `names` of `ns` are Ready and the KMS has
 /// seen no login and no fetch for 5 s (every status written, nothing due);
 /// the two counts then.
+/// After restarts: a spec change makes each of `names` (KmsSecrets writing
+/// `<name>-out`, made with [`kms_secret`]) sync again, and the restarted
+/// processes fetch with the access tokens they read back from their cache,
+/// so nobody logs in. (Without the cache they would: the due times alone
+/// come from the statuses.) `before` are the (logins, fetches) counted
+/// before the restarts.
+async fn resync_without_login(
+    client: &kube::Client,
+    kms: &Kms,
+    ns: &str,
+    names: &[String],
+    before: (u64, u64),
+) {
+    for name in names {
+        kms_secret(client, ns, name, &format!("{name}-out"), "Owner", "59m").await;
+    }
+    wait_for(Duration::from_secs(60), || async {
+        (kms.count("GET /api/v3/secrets/raw").await > before.1).then_some(())
+    })
+    .await
+    .expect("no fetch after the spec change");
+    let _ = settle(client, kms, ns, names).await;
+    assert_eq!(
+        kms.count("POST /api/v1/auth/universal-auth/login").await,
+        before.0,
+        "the restarted replicas logged in again: the access tokens were not read from the cache"
+    );
+}
+
 async fn settle(client: &kube::Client, kms: &Kms, ns: &str, names: &[String]) -> (u64, u64) {
     let requests = || async {
         (
@@ -1756,7 +1786,6 @@ spec:
 /// its cache survives a restart of the container: no login and no fetch
 /// for resources that are not due.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "new; not yet run on a node: `cargo test --test node -- --ignored s10`"]
 async fn s10_openshift_arbitrary_uid_restricted_namespace_cache_works() {
     const UID: i64 = 1_000_680_000;
     let started = Instant::now();
@@ -1764,6 +1793,24 @@ async fn s10_openshift_arbitrary_uid_restricted_namespace_cache_works() {
     let kms = Kms::deploy_fresh(&client, &seed(&[("A", "1"), ("B", "x")])).await;
     uninstall(RELEASE);
     uninstall("kms-scoped");
+    // The label goes again however the scenario ends: the next scenarios
+    // install into this namespace without the switch.
+    struct Unrestrict;
+    impl Drop for Unrestrict {
+        fn drop(&mut self) {
+            let _ = run(
+                "kubectl",
+                &[
+                    "label",
+                    "namespace",
+                    RELEASE_NS,
+                    "pod-security.kubernetes.io/enforce-",
+                ],
+            );
+        }
+    }
+    let _unrestrict = Unrestrict;
+    namespace(&client, RELEASE_NS).await;
     ok(
         "kubectl",
         &[
@@ -1774,8 +1821,11 @@ async fn s10_openshift_arbitrary_uid_restricted_namespace_cache_works() {
             "--overwrite",
         ],
     );
-    install(RELEASE, "dev", &["openshift=true"]);
-    // What restricted-v2 adds to every pod of the namespace.
+    // No replica yet: the SCC assigns the IDs when a pod is admitted, so the
+    // pods must be created with them (the key file of the cache is readable
+    // by the fsGroup only; without one the container cannot start).
+    install(RELEASE, "dev", &["openshift=true", "replicaCount=0"]);
+    // What restricted-v2 adds to every pod of the namespace, and the replicas.
     ok(
         "kubectl",
         &[
@@ -1789,6 +1839,7 @@ async fn s10_openshift_arbitrary_uid_restricted_namespace_cache_works() {
             &json!([
                 {"op": "add", "path": "/spec/template/spec/securityContext/fsGroup", "value": UID},
                 {"op": "add", "path": "/spec/template/spec/containers/0/securityContext/runAsUser", "value": UID},
+                {"op": "replace", "path": "/spec/replicas", "value": 3},
             ])
             .to_string(),
         ],
@@ -1906,18 +1957,45 @@ async fn s10_openshift_arbitrary_uid_restricted_namespace_cache_works() {
             counts
         );
     }
+    // The cache on disk belongs to the assigned UID (its directory, the
+    // emptyDir, to the fsGroup; the files take the process's group, 0, as
+    // on OpenShift).
+    let mut files = 0;
+    for name in &pod_names {
+        let pid = kms_testkit::node::operator_process(RELEASE_NS, name).unwrap();
+        let dir = format!("/proc/{pid}/root/var/cache/kms-operator");
+        for entry in walk(std::path::Path::new(&dir)) {
+            use std::os::unix::fs::MetadataExt;
+            let meta = std::fs::metadata(&entry).unwrap();
+            if meta.is_file() {
+                files += 1;
+                assert_eq!(
+                    meta.uid(),
+                    UID as u32,
+                    "{name}: {} is not the assigned UID's",
+                    entry.display()
+                );
+            }
+        }
+    }
+    assert!(files > 0, "no cache file in any pod");
+    resync_without_login(&client, &kms, ns, &names, counts).await;
     uninstall(RELEASE);
-    ok(
-        "kubectl",
-        &[
-            "label",
-            "namespace",
-            RELEASE_NS,
-            "pod-security.kubernetes.io/enforce-",
-        ],
-    );
     report(
         "s10 openshift: arbitrary UID, restricted namespace",
         started.elapsed(),
     );
+}
+
+/// Every path below `dir` (files and directories), depth first.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        }
+        out.push(path);
+    }
+    out
 }
