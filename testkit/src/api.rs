@@ -75,3 +75,30 @@ pub async fn set_secret(
     anyhow::ensure!(status.is_success(), "{what} {key}: {status}");
     Ok(())
 }
+
+/// The secrets of `folder` as the KMS lists them (`GET /v3/secrets/raw`):
+/// each secret's JSON object (`secretKey`, `secretValue`, `secretComment`, …).
+pub async fn list_secrets(
+    http: &reqwest::Client,
+    api: &str,
+    token: &str,
+    folder: Folder<'_>,
+) -> anyhow::Result<Vec<Value>> {
+    let body: Value = http
+        .get(format!("{api}/v3/secrets/raw"))
+        .query(&[
+            ("workspaceSlug", folder.project),
+            ("environment", folder.environment),
+            ("secretPath", folder.path),
+        ])
+        .bearer_auth(token)
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    match body["secrets"].as_array() {
+        Some(secrets) => Ok(secrets.clone()),
+        None => anyhow::bail!("list {}: no secrets in the answer", folder.path),
+    }
+}

@@ -315,37 +315,16 @@ async fn wait_secret(client: &Client, ns: &str, name: &str, want: &BTreeMap<Stri
 
 /// The dev KMS folder `/` of `demo`/`prod`: key → value.
 async fn kms_prod(kms: &DevServer) -> BTreeMap<String, String> {
-    let http = reqwest::Client::new();
-    let token = kms_testkit::api::login(&http, &kms.api(), CLIENT_ID, CLIENT_SECRET)
+    kms.list_secrets("demo", "prod", "/")
         .await
-        .expect("login");
-    let body: Value = http
-        .get(format!("{}/v3/secrets/raw", kms.api()))
-        .query(&[
-            ("workspaceSlug", "demo"),
-            ("environment", "prod"),
-            ("secretPath", "/"),
-        ])
-        .bearer_auth(token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    body["secrets"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|s| {
-                    (
-                        s["secretKey"].as_str().unwrap_or_default().to_owned(),
-                        s["secretValue"].as_str().unwrap_or_default().to_owned(),
-                    )
-                })
-                .collect()
+        .iter()
+        .map(|s| {
+            (
+                s["secretKey"].as_str().unwrap_or_default().to_owned(),
+                s["secretValue"].as_str().unwrap_or_default().to_owned(),
+            )
         })
-        .unwrap_or_default()
+        .collect()
 }
 
 fn dynamic_api(client: &Client, ns: &str) -> Api<DynamicObject> {

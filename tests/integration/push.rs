@@ -11,7 +11,7 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use crate::harness::{self, TestNamespace, holds_for, wait_event, wait_for};
-use crate::support::{CLIENT_ID, CLIENT_SECRET, DevServer, Operator, create_credentials, seed};
+use crate::support::{CLIENT_SECRET, DevServer, Operator, create_credentials, seed};
 
 const LIST: &str = "GET /api/v3/secrets/raw";
 const WRITES: [&str; 6] = [
@@ -110,27 +110,8 @@ async fn patch_cr(client: &Client, ns: &str, name: &str, patch: Value) {
 /// The dev KMS folder `/` of `demo`/`dev`: key → (value, comment). Counted
 /// in the dev server's stats.
 async fn kms_folder(kms: &DevServer) -> BTreeMap<String, (String, String)> {
-    let http = reqwest::Client::new();
-    let token = kms_testkit::api::login(&http, &kms.api(), CLIENT_ID, CLIENT_SECRET)
+    kms.list_secrets("demo", "dev", "/")
         .await
-        .expect("login");
-    let body: Value = http
-        .get(format!("{}/v3/secrets/raw", kms.api()))
-        .query(&[
-            ("workspaceSlug", "demo"),
-            ("environment", "dev"),
-            ("secretPath", "/"),
-        ])
-        .bearer_auth(token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    body["secrets"]
-        .as_array()
-        .expect("secrets")
         .iter()
         .map(|s| {
             (
@@ -667,11 +648,22 @@ async fn generated_values_are_made_once_and_survive_resyncs_and_restarts() {
         regex::Regex::new("^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
             .unwrap();
     assert!(re.is_match(&uuid), "{uuid}");
-    let cr = push_api(&client, &ns.name).get("gen").await.unwrap();
-    assert_eq!(
-        cr.data["status"]["generatedSecrets"]["DB_PASSWORD"]["generator"],
-        format!("Password/{pw}")
-    );
+    // The status records the generator (written after the push, so waited
+    // for: the KMS can hold the keys a moment before the status does).
+    let want = format!("Password/{pw}");
+    let recorded = wait_for(Duration::from_secs(30), || async {
+        let cr = push_api(&client, &ns.name).get("gen").await.ok()?;
+        let got = cr.data["status"]["generatedSecrets"]["DB_PASSWORD"]["generator"].clone();
+        (got == want.as_str()).then_some(())
+    })
+    .await;
+    if recorded.is_none() {
+        let cr = push_api(&client, &ns.name).get("gen").await.unwrap();
+        panic!(
+            "the status does not record {want}: {}",
+            cr.data["status"]["generatedSecrets"]
+        );
+    }
 
     // Two resyncs later (two more lists; the test itself reads the KMS
     // only after the restart), and after a restart, the values are the

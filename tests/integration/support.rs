@@ -142,6 +142,20 @@ impl DevServer {
             .unwrap();
     }
 
+    /// The secrets of a folder as the API lists them (counted in the
+    /// stats): each secret's JSON object.
+    pub async fn list_secrets(&self, project: &str, env: &str, path: &str) -> Vec<Value> {
+        let token = self.token().await;
+        let folder = kms_testkit::api::Folder {
+            project,
+            environment: env,
+            path,
+        };
+        kms_testkit::api::list_secrets(self.http(), &self.api(), &token, folder)
+            .await
+            .unwrap()
+    }
+
     /// Delete a secret through the API.
     pub async fn delete_secret(&self, project: &str, env: &str, path: &str, key: &str) {
         let token = self.token().await;
