@@ -104,6 +104,15 @@ pub async fn run_workers<K, R>(
                     }
                 }
                 queue.done(&key);
+                // Give the other tasks their turn. A reconcile with nothing
+                // to do (not due, already in step) completes without waiting
+                // on anything, so without this a worker would run through
+                // thousands of queued keys (a full pass of a gained shard)
+                // without ever returning to the runtime: with every runtime
+                // thread in such a loop, nothing else runs — not the shard
+                // Lease renewals, which then miss their deadline, lose the
+                // shards and, re-acquired, start the next full pass.
+                tokio::task::yield_now().await;
             }
         }));
     }
@@ -186,5 +195,55 @@ mod tests {
         ));
         let d = retry_delay(&q, &key, &limited, max, || None);
         assert!(d >= Duration::from_secs(30), "{d:?}");
+    }
+
+    /// A reconcile that has nothing to wait for: busy for `each`, then done.
+    struct NothingToWait(std::sync::atomic::AtomicUsize, Duration);
+
+    impl Reconciler<String> for NothingToWait {
+        fn reconcile<'a>(
+            &'a self,
+            _ctx: &'a Context,
+            _key: &'a String,
+            _shard: u32,
+            _cancel: &'a CancellationToken,
+        ) -> futures::future::BoxFuture<'a, Result<Action, SyncError>> {
+            let until = std::time::Instant::now() + self.1;
+            while std::time::Instant::now() < until {
+                std::hint::spin_loop();
+            }
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Box::pin(async { Ok(Action::Done) })
+        }
+    }
+
+    /// Workers that find a long queue of keys with nothing to do still let
+    /// the other tasks of their runtime thread run (here one thread, as when
+    /// every runtime thread is a busy worker): a timer set for 5 ms fires
+    /// long before 2,000 keys of 50 µs each (100 ms) are through. Without
+    /// the yield after each key, the timer waits for the whole queue.
+    #[tokio::test(flavor = "current_thread")]
+    async fn workers_with_nothing_to_wait_for_leave_other_tasks_their_turn() {
+        let mut ctx = Context::test();
+        ctx.settings.workers = 2;
+        let ctx = Arc::new(ctx);
+        let queue: Arc<Queue<String>> = Arc::new(Queue::new());
+        const KEYS: usize = 2000;
+        for i in 0..KEYS {
+            queue.add(format!("ns/key-{i}"), 0);
+        }
+        let reconciler = Arc::new(NothingToWait(
+            std::sync::atomic::AtomicUsize::new(0),
+            Duration::from_micros(50),
+        ));
+        let workers = tokio::spawn(run_workers(ctx, queue.clone(), "test", reconciler.clone()));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let done_when_the_timer_fired = reconciler.0.load(std::sync::atomic::Ordering::SeqCst);
+        queue.close();
+        workers.await.unwrap();
+        assert!(
+            done_when_the_timer_fired < KEYS / 2,
+            "the timer ran only after {done_when_the_timer_fired} of {KEYS} keys"
+        );
     }
 }
