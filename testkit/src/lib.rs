@@ -6,7 +6,8 @@
 //! ([`api`]), the local control plane of `tests/testenv` and clients for it
 //! ([`testenv`]), its node seen from this machine ([`node`]), signals to
 //! processes ([`signal`]), stand-ins for the Prometheus Operator's CRDs
-//! ([`monitoring`]), and waits on conditions ([`wait`]).
+//! ([`monitoring`]), waits on conditions ([`wait`]), and the files below a
+//! directory ([`files_below`], to inspect a cache on disk).
 
 pub mod api;
 pub mod devserver;
@@ -26,4 +27,19 @@ pub fn signal(pid: u32, sig: &str) {
         .arg(pid.to_string())
         .stderr(Stdio::null())
         .status();
+}
+
+/// Every file below `dir`, depth first (an unreadable directory counts as
+/// empty).
+pub fn files_below(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(files_below(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
 }

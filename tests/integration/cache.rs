@@ -165,7 +165,7 @@ async fn a_restart_costs_the_kms_nothing() {
     );
 
     // The cache files hold no secret value and no credential in clear text.
-    for entry in walk(&cache) {
+    for entry in kms_testkit::files_below(&cache) {
         let bytes = std::fs::read(&entry).unwrap();
         for needle in ["top-secret-value-1", CLIENT_SECRET] {
             assert!(
@@ -175,19 +175,6 @@ async fn a_restart_costs_the_kms_nothing() {
             );
         }
     }
-}
-
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
 }
 
 #[tokio::test]
@@ -221,7 +208,7 @@ async fn a_lost_or_corrupt_cache_is_a_miss() {
     op.stop();
 
     // Corrupt cache: one warning, rebuilt, and new work still converges.
-    for f in walk(&cache) {
+    for f in kms_testkit::files_below(&cache) {
         if f.file_name().is_some_and(|n| n != "LOCK") {
             std::fs::write(&f, vec![0xAB; 4096]).unwrap();
         }

@@ -1206,35 +1206,6 @@ async fn s8_persistent_cache_and_scoped_install_restart_for_free() {
 /// Wait until the KmsSecrets `names` of `ns` are Ready and the KMS has
 /// seen no login and no fetch for 5 s (every status written, nothing due);
 /// the two counts then.
-/// After restarts: a spec change makes each of `names` (KmsSecrets writing
-/// `<name>-out`, made with [`kms_secret`]) sync again, and the restarted
-/// processes fetch with the access tokens they read back from their cache,
-/// so nobody logs in. (Without the cache they would: the due times alone
-/// come from the statuses.) `before` are the (logins, fetches) counted
-/// before the restarts.
-async fn resync_without_login(
-    client: &kube::Client,
-    kms: &Kms,
-    ns: &str,
-    names: &[String],
-    before: (u64, u64),
-) {
-    for name in names {
-        kms_secret(client, ns, name, &format!("{name}-out"), "Owner", "59m").await;
-    }
-    wait_for(Duration::from_secs(60), || async {
-        (kms.count("GET /api/v3/secrets/raw").await > before.1).then_some(())
-    })
-    .await
-    .expect("no fetch after the spec change");
-    let _ = settle(client, kms, ns, names).await;
-    assert_eq!(
-        kms.count("POST /api/v1/auth/universal-auth/login").await,
-        before.0,
-        "the restarted replicas logged in again: the access tokens were not read from the cache"
-    );
-}
-
 async fn settle(client: &kube::Client, kms: &Kms, ns: &str, names: &[String]) -> (u64, u64) {
     let requests = || async {
         (
@@ -1265,6 +1236,35 @@ async fn settle(client: &kube::Client, kms: &Kms, ns: &str, names: &[String]) ->
         Some(counts) => counts,
         None => panic!("the resources did not settle: {:?}", requests().await),
     }
+}
+
+/// After restarts: a spec change makes each of `names` (KmsSecrets writing
+/// `<name>-out`, made with [`kms_secret`]) sync again, and the restarted
+/// processes fetch with the access tokens they read back from their cache,
+/// so nobody logs in. (Without the cache they would: the due times alone
+/// come from the statuses.) `before` are the (logins, fetches) counted
+/// before the restarts.
+async fn resync_without_login(
+    client: &kube::Client,
+    kms: &Kms,
+    ns: &str,
+    names: &[String],
+    before: (u64, u64),
+) {
+    for name in names {
+        kms_secret(client, ns, name, &format!("{name}-out"), "Owner", "59m").await;
+    }
+    wait_for(Duration::from_secs(60), || async {
+        (kms.count("GET /api/v3/secrets/raw").await > before.1).then_some(())
+    })
+    .await
+    .expect("no fetch after the spec change");
+    let _ = settle(client, kms, ns, names).await;
+    assert_eq!(
+        kms.count("POST /api/v1/auth/universal-auth/login").await,
+        before.0,
+        "the restarted replicas logged in again: the access tokens were not read from the cache"
+    );
 }
 
 /// An object of the cluster as JSON (`kubectl get -o json`).
@@ -1784,7 +1784,8 @@ spec:
 /// namespace's range (1000680000) — patched in as its admission would.
 /// The operator runs as that UID on a read-only root filesystem, syncs, and
 /// its cache survives a restart of the container: no login and no fetch
-/// for resources that are not due.
+/// for resources that are not due, and a spec change then syncs them with
+/// the access tokens read back from the cache.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s10_openshift_arbitrary_uid_restricted_namespace_cache_works() {
     const UID: i64 = 1_000_680_000;
@@ -1964,18 +1965,15 @@ async fn s10_openshift_arbitrary_uid_restricted_namespace_cache_works() {
     for name in &pod_names {
         let pid = kms_testkit::node::operator_process(RELEASE_NS, name).unwrap();
         let dir = format!("/proc/{pid}/root/var/cache/kms-operator");
-        for entry in walk(std::path::Path::new(&dir)) {
+        for entry in kms_testkit::files_below(std::path::Path::new(&dir)) {
             use std::os::unix::fs::MetadataExt;
-            let meta = std::fs::metadata(&entry).unwrap();
-            if meta.is_file() {
-                files += 1;
-                assert_eq!(
-                    meta.uid(),
-                    UID as u32,
-                    "{name}: {} is not the assigned UID's",
-                    entry.display()
-                );
-            }
+            files += 1;
+            assert_eq!(
+                std::fs::metadata(&entry).unwrap().uid(),
+                UID as u32,
+                "{name}: {} is not the assigned UID's",
+                entry.display()
+            );
         }
     }
     assert!(files > 0, "no cache file in any pod");
@@ -1985,17 +1983,4 @@ async fn s10_openshift_arbitrary_uid_restricted_namespace_cache_works() {
         "s10 openshift: arbitrary UID, restricted namespace",
         started.elapsed(),
     );
-}
-
-/// Every path below `dir` (files and directories), depth first.
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            out.extend(walk(&path));
-        }
-        out.push(path);
-    }
-    out
 }
