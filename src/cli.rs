@@ -63,6 +63,18 @@ pub struct RunArgs {
     /// the same value.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=256), env = "KMS_OPERATOR_SHARDS")]
     pub shards: u32,
+    /// What each replica caches: `shard` (the default) caches and watches
+    /// only the resources and managed objects of the shards it owns,
+    /// selected by the `secrets.hanzo.ai/shard` label it puts on them;
+    /// `cluster` caches every watched object on every replica and labels
+    /// nothing.
+    #[arg(
+        long,
+        value_enum,
+        default_value_t = WatchScope::Shard,
+        env = "KMS_OPERATOR_WATCH_SCOPE"
+    )]
+    pub watch_scope: WatchScope,
     /// This replica's identity in Leases (default: the hostname).
     #[arg(long, env = "KMS_OPERATOR_POD_NAME")]
     pub pod_name: Option<String>,
@@ -262,6 +274,15 @@ pub struct MigrateArgs {
     /// With `--from-cluster`: only this namespace (default: all).
     #[arg(long, requires = "from_cluster", env = "KMS_OPERATOR_NAMESPACE")]
     pub namespace: Option<String>,
+}
+
+/// What a replica caches (`--watch-scope`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum WatchScope {
+    /// The objects of the shards it owns.
+    Shard,
+    /// Every watched object.
+    Cluster,
 }
 
 /// Output format of `kms-operator status`.

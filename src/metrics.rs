@@ -123,6 +123,8 @@ pub struct Metrics {
     pub queue_oldest: prometheus::GaugeVec,
     /// `kms_operator_managed_objects{controller,shard}`.
     pub managed_objects: IntGaugeVec,
+    /// `kms_operator_cached_objects{kind,shard}`.
+    pub cached_objects: IntGaugeVec,
     /// `kms_operator_kms_requests_total{endpoint,code}`.
     pub kms_requests: IntCounterVec,
     /// `kms_operator_kms_request_duration_seconds{endpoint}`.
@@ -211,6 +213,12 @@ impl Metrics {
                 "kms_operator_managed_objects",
                 "Resources owned by this replica.",
                 &["controller", "shard"],
+            ),
+            cached_objects: r.gauge_vec(
+                "kms_operator_cached_objects",
+                "Objects in this replica's watch caches, by kind and shard (shard \"all\" \
+                 with --watch-scope=cluster).",
+                &["kind", "shard"],
             ),
             kms_requests: r.counter_vec(
                 "kms_operator_kms_requests_total",

@@ -25,6 +25,7 @@ use serde_json::{Map, Value, json};
 
 use super::context::Context;
 use super::error::SyncError;
+use super::stores::{NAMESPACE_SHARD_LABEL, SHARD_LABEL, shard_label_value};
 use super::target::{
     Desired, GO_VERSIONS_ANNOTATION, MANAGED_ANNOTATIONS_ANNOTATION, MANAGED_BY_LABEL,
     MANAGED_LABEL, MANAGED_LABELS_ANNOTATION, OWNER_ANNOTATION, Observed, Removals, TargetKind,
@@ -116,7 +117,7 @@ pub async fn write(
     let metadata = ObjectMeta {
         name: Some(name.to_owned()),
         namespace: Some(ns.to_owned()),
-        labels: Some(desired.meta.labels.clone()),
+        labels: Some(with_shard_labels(ctx, &desired.meta.labels, ns, shard)),
         annotations: Some(desired.meta.annotations.clone()),
         owner_references: desired.owner_reference.clone().map(|r| vec![r]),
         resource_version,
@@ -161,6 +162,29 @@ pub async fn write(
             Ok(Observed::from_config_map(&written))
         }
     }
+}
+
+/// `labels` and the shard label of the owner's shard (`shard`): the
+/// owner's replica watches the objects it manages by it. An object in a
+/// namespace of another shard also names that one, for the replica that
+/// rolls the workloads there.
+fn with_shard_labels(
+    ctx: &Context,
+    labels: &BTreeMap<String, String>,
+    namespace: &str,
+    shard: u32,
+) -> BTreeMap<String, String> {
+    let count = ctx.gate.shard_count();
+    let mut labels = labels.clone();
+    labels.insert(SHARD_LABEL.to_owned(), shard_label_value(shard, count));
+    let own = ctx.gate.shard_of(namespace);
+    if own != shard {
+        labels.insert(
+            NAMESPACE_SHARD_LABEL.to_owned(),
+            shard_label_value(own, count),
+        );
+    }
+    labels
 }
 
 /// Write `object` (`what`, for messages): server-side apply when it was
@@ -225,7 +249,8 @@ pub async fn delete(
 
 /// Let go of an object the resource no longer lists but does not own:
 /// remove every marker of the operator — the owner and version annotations,
-/// the key trackers, the managed label and `app.kubernetes.io/managed-by` —
+/// the key trackers, the managed and shard labels and
+/// `app.kubernetes.io/managed-by` —
 /// so that it is no longer watched or claimed, and another resource may take
 /// it only with the documented opt-in (its data stays).
 pub async fn release(
@@ -237,7 +262,12 @@ pub async fn release(
 ) -> Result<(), SyncError> {
     let removals = Removals {
         data: Vec::new(),
-        labels: vec![MANAGED_LABEL.to_owned(), MANAGED_BY_LABEL.to_owned()],
+        labels: vec![
+            MANAGED_LABEL.to_owned(),
+            MANAGED_BY_LABEL.to_owned(),
+            SHARD_LABEL.to_owned(),
+            NAMESPACE_SHARD_LABEL.to_owned(),
+        ],
         annotations: [
             OWNER_ANNOTATION,
             VERSION_ANNOTATION,

@@ -18,9 +18,9 @@
 //!   probe that polled it could steal the start-up task's wake-up).
 
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Debug;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use futures::future::BoxFuture;
 use futures::{FutureExt, Stream, StreamExt};
@@ -44,7 +44,8 @@ use crate::metrics::Metrics;
 pub struct Ready(watch::Receiver<bool>);
 
 impl Ready {
-    fn new() -> (watch::Sender<bool>, Ready) {
+    /// A flag not set yet, and the sender that sets it.
+    pub fn new() -> (watch::Sender<bool>, Ready) {
         let (tx, rx) = watch::channel(false);
         (tx, Ready(rx))
     }
@@ -87,14 +88,32 @@ impl<K> Namespaced for K where
 {
 }
 
-/// Stores of one kind over the watched namespaces.
+/// One watch's store: of a namespace (or the whole cluster), and of one
+/// shard when the watch is split by shard.
+struct Part<K: Resource + Clone + 'static>
+where
+    K::DynamicType: std::hash::Hash + Eq + Clone,
+{
+    shard: Option<u32>,
+    /// The label and value a shard's watch selects by.
+    selects: Option<(&'static str, String)>,
+    namespace: Option<String>,
+    store: Store<K>,
+    ready: Ready,
+    /// The task that drives a shard's watch (stopped when the shard goes).
+    task: Option<tokio::task::AbortHandle>,
+}
+
+/// Stores of one kind over the watched namespaces, queried as one. A kind
+/// watched by shard (see [`ShardScopes`]) gains a store when a shard is
+/// gained and loses it when the shard goes; the others are fixed.
 pub struct Scoped<K: Resource + Clone + 'static>
 where
     K::DynamicType: std::hash::Hash + Eq + Clone,
 {
-    /// `(namespace, store, ready)`; a `None` namespace covers the whole
-    /// cluster.
-    stores: Vec<(Option<String>, Store<K>, Ready)>,
+    parts: Arc<RwLock<Vec<Part<K>>>>,
+    /// The watched namespaces (empty: all of them).
+    namespaces: Arc<[String]>,
 }
 
 impl<K: Resource + Clone + 'static> Clone for Scoped<K>
@@ -103,7 +122,8 @@ where
 {
     fn clone(&self) -> Self {
         Self {
-            stores: self.stores.clone(),
+            parts: self.parts.clone(),
+            namespaces: self.namespaces.clone(),
         }
     }
 }
@@ -113,48 +133,98 @@ where
     K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Default + std::hash::Hash + Eq + Clone,
 {
-    fn store_for(&self, namespace: Option<&str>) -> Option<&Store<K>> {
-        self.stores
-            .iter()
-            .find(|(ns, _, _)| ns.is_none() || ns.as_deref() == namespace)
-            .map(|(_, s, _)| s)
+    fn empty(namespaces: &[String]) -> Self {
+        Self {
+            parts: Arc::new(RwLock::new(Vec::new())),
+            namespaces: namespaces.to_vec().into(),
+        }
     }
 
-    /// The cached object, if it exists and its namespace is watched.
+    fn parts(&self) -> std::sync::RwLockReadGuard<'_, Vec<Part<K>>> {
+        self.parts.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn parts_mut(&self) -> std::sync::RwLockWriteGuard<'_, Vec<Part<K>>> {
+        self.parts.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The cached object, if it exists and this replica watches it (its
+    /// namespace is watched and, for a kind watched by shard, its shard is
+    /// this replica's).
     pub fn get(&self, namespace: Option<&str>, name: &str) -> Option<Arc<K>> {
         let mut key = ObjectRef::<K>::new(name);
         if let Some(ns) = namespace {
             key = key.within(ns);
         }
-        self.store_for(namespace)?.get(&key)
+        self.parts()
+            .iter()
+            .filter(|p| p.namespace.is_none() || p.namespace.as_deref() == namespace)
+            .find_map(|p| p.store.get(&key))
     }
 
-    /// Whether `namespace` is watched.
+    /// Whether `namespace` is watched (by this replica or another).
     pub fn covers(&self, namespace: &str) -> bool {
-        self.store_for(Some(namespace)).is_some()
+        self.namespaces.is_empty() || self.namespaces.iter().any(|n| n == namespace)
     }
 
-    /// Every cached object.
+    /// Every cached object (once: an object a watch by another label key
+    /// also has, because this replica owns both of its shards, is left out
+    /// there).
     pub fn all(&self) -> Vec<Arc<K>> {
-        self.stores.iter().flat_map(|(_, s, _)| s.state()).collect()
+        let parts = self.parts();
+        let primary: HashSet<&str> = parts
+            .iter()
+            .filter_map(|p| p.selects.as_ref())
+            .filter(|(key, _)| *key == SHARD_LABEL)
+            .map(|(_, value)| value.as_str())
+            .collect();
+        parts
+            .iter()
+            .flat_map(|p| match &p.selects {
+                Some((key, _)) if *key != SHARD_LABEL => p
+                    .store
+                    .state()
+                    .into_iter()
+                    .filter(|o| {
+                        o.meta()
+                            .labels
+                            .as_ref()
+                            .and_then(|l| l.get(SHARD_LABEL))
+                            .is_none_or(|v| !primary.contains(v.as_str()))
+                    })
+                    .collect(),
+                _ => p.store.state(),
+            })
+            .collect()
     }
 
-    /// Wait until every store has its initial list.
+    /// How many objects are cached, per shard (`None`: a watch not split by
+    /// shard).
+    pub fn counts(&self) -> BTreeMap<Option<u32>, usize> {
+        let mut out = BTreeMap::new();
+        for p in self.parts().iter() {
+            *out.entry(p.shard).or_default() += p.store.len();
+        }
+        out
+    }
+
+    /// Wait until every store there is now has its initial list.
     pub async fn wait_ready(&self) {
-        for (_, _, ready) in &self.stores {
+        let readies: Vec<Ready> = self.parts().iter().map(|p| p.ready.clone()).collect();
+        for ready in readies {
             ready.wait().await;
         }
     }
 
-    /// Whether every store has its initial list.
+    /// Whether every store there is now has its initial list.
     pub fn is_ready(&self) -> bool {
-        self.stores.iter().all(|(_, _, ready)| ready.is_ready())
+        self.parts().iter().all(|p| p.ready.is_ready())
     }
 
-    /// No store at all: no namespace is covered (unit tests).
+    /// No store at all (unit tests).
     #[cfg(test)]
     pub fn unwatched() -> Self {
-        Self { stores: Vec::new() }
+        Self::empty(&[])
     }
 }
 
@@ -395,12 +465,12 @@ impl Undecodable {
         }
     }
 
-    /// A re-list of `kind` in `scope` (every namespace when `None`) is
-    /// complete: skipped objects it did not list again are gone.
-    fn relisted(&self, kind: &str, scope: Option<&str>, listed: &HashSet<ObjectId>) {
+    /// A re-list of `kind` over `scope` is complete: skipped objects it did
+    /// not list again are gone (or no longer this replica's to report).
+    fn relisted(&self, kind: &str, scope: &Coverage, listed: &HashSet<ObjectId>) {
         let mut gone = 0;
         self.skipped_now().retain(|id, _| {
-            let in_scope = id.0 == kind && (scope.is_none() || id.1.as_deref() == scope);
+            let in_scope = id.0 == kind && scope.contains(id.1.as_deref());
             let keep = !in_scope || listed.contains(id);
             if !keep {
                 gone += 1;
@@ -413,6 +483,27 @@ impl Undecodable {
     }
 }
 
+/// The shard of a namespace.
+pub type ShardOf = Arc<dyn Fn(&str) -> u32 + Send + Sync>;
+
+/// What one watch covers: a namespace (or all), and a shard when the watch
+/// is split by shard.
+#[derive(Clone)]
+struct Coverage {
+    namespace: Option<String>,
+    shard: Option<(u32, ShardOf)>,
+}
+
+impl Coverage {
+    fn contains(&self, namespace: Option<&str>) -> bool {
+        (self.namespace.is_none() || self.namespace.as_deref() == namespace)
+            && self
+                .shard
+                .as_ref()
+                .is_none_or(|(shard, of)| of(namespace.unwrap_or_default()) == *shard)
+    }
+}
+
 /// Turn watch events of leniently decoded objects into events of `K`:
 /// undecodable objects are reported and left out; one that no longer
 /// decodes leaves the store (a delete of the copy it holds), so no
@@ -421,7 +512,7 @@ fn decoded<K, S>(
     events: S,
     reader: Store<K>,
     report: Undecodable,
-    scope: Option<String>,
+    scope: Coverage,
 ) -> impl Stream<Item = watcher::Result<Event<K>>>
 where
     K: Resource + Clone + 'static,
@@ -448,7 +539,7 @@ where
             }
             Ok(Event::InitDone) => {
                 if let Some(listed) = relisted.take() {
-                    report.relisted(&kind, scope.as_deref(), &listed);
+                    report.relisted(&kind, &scope, &listed);
                 }
                 Some(Ok(Event::InitDone))
             }
@@ -502,7 +593,7 @@ fn lenient_reflector<K>(
     api: Api<Lenient<K>>,
     config: &watcher::Config,
     report: &Undecodable,
-    scope: Option<String>,
+    scope: Coverage,
 ) -> (
     Store<K>,
     Ready,
@@ -525,13 +616,264 @@ where
     (reader, ready, mark_ready, stream)
 }
 
+/// The label the operator puts on the resources it reconciles and on the
+/// objects it writes: the shard they belong to, of how many (`5-of-16`). A
+/// replica's watches of those kinds select by it, one watch per owned shard.
+pub const SHARD_LABEL: &str = "secrets.hanzo.ai/shard";
+
+/// The label on a managed object in another namespace than its owner's:
+/// the shard of its own namespace, where the workloads that use it are
+/// rolled (auto-reload) from.
+pub const NAMESPACE_SHARD_LABEL: &str = "secrets.hanzo.ai/namespace-shard";
+
+/// The value of [`SHARD_LABEL`] for `shard` of `count` shards. A new hash
+/// version (another namespace-to-shard mapping) would make every label
+/// stale, so a version after the first is part of the value.
+pub fn shard_label_value(shard: u32, count: u32) -> String {
+    match shard::HASH_VERSION {
+        1 => format!("{shard}-of-{count}"),
+        v => format!("{shard}-of-{count}-h{v}"),
+    }
+}
+
+/// Shard labels of one installation: the shard count and the namespace to
+/// shard mapping.
+#[derive(Clone)]
+pub struct ShardLabels {
+    count: u32,
+    shard_of: ShardOf,
+}
+
+impl ShardLabels {
+    /// Labels for `count` shards, `shard_of` mapping namespaces to them.
+    pub fn new(count: u32, shard_of: ShardOf) -> Self {
+        Self { count, shard_of }
+    }
+
+    /// The shard of a namespace.
+    pub fn shard_of(&self, namespace: &str) -> u32 {
+        (self.shard_of)(namespace)
+    }
+
+    /// The label value of `shard`.
+    pub fn value(&self, shard: u32) -> String {
+        shard_label_value(shard, self.count)
+    }
+
+    /// The label value of the shard of `namespace`.
+    pub fn value_of_namespace(&self, namespace: &str) -> String {
+        self.value(self.shard_of(namespace))
+    }
+
+    /// The label selector of `shard`'s objects by label `key`.
+    pub fn selector(&self, key: &str, shard: u32) -> String {
+        format!("{key}={}", self.value(shard))
+    }
+
+    /// The label selector of objects whose label is missing or stale (from
+    /// another shard count): no label value of this installation.
+    pub fn stale_selector(&self) -> String {
+        let values: Vec<String> = (0..self.count).map(|s| self.value(s)).collect();
+        format!("{SHARD_LABEL} notin ({})", values.join(","))
+    }
+}
+
+/// A kind's watch split by shard: started when a shard is gained, stopped
+/// when it goes.
+trait ShardWatch: Send + Sync {
+    /// Start watching `shard` (nothing when it is watched already); the
+    /// readiness of its stores.
+    fn start(&self, shard: u32) -> Vec<Ready>;
+    /// Stop watching `shard` and drop its stores.
+    fn stop(&self, shard: u32);
+}
+
+/// The watches split by shard: which shards are watched is decided by the
+/// caller (the operator follows the coordinator), each kind registered
+/// through [`Watches::by_shard`] follows. A shard is *wanted* from the
+/// moment it is held, *started* when its watches run and *cached* once they
+/// have listed it; only then is its work done.
+pub struct ShardScopes {
+    labels: ShardLabels,
+    watches: Mutex<Vec<Arc<dyn ShardWatch>>>,
+    /// Shards wanted; held while watches start or stop, so that a start
+    /// and a stop of one shard never interleave.
+    wanted: Mutex<HashSet<u32>>,
+    cached: Vec<std::sync::atomic::AtomicBool>,
+}
+
+impl ShardScopes {
+    /// No kind registered yet.
+    pub fn new(labels: ShardLabels) -> Arc<Self> {
+        let cached = (0..labels.count)
+            .map(|_| std::sync::atomic::AtomicBool::new(false))
+            .collect();
+        Arc::new(Self {
+            labels,
+            watches: Mutex::new(Vec::new()),
+            wanted: Mutex::new(HashSet::new()),
+            cached,
+        })
+    }
+
+    /// The labels the watches select by.
+    pub fn labels(&self) -> &ShardLabels {
+        &self.labels
+    }
+
+    fn registered(&self) -> Vec<Arc<dyn ShardWatch>> {
+        self.watches
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn wanted(&self) -> MutexGuard<'_, HashSet<u32>> {
+        self.wanted.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `shard` is held: it may be started.
+    pub fn want(&self, shard: u32) {
+        self.wanted().insert(shard);
+    }
+
+    /// Start watching `shard` in every registered kind, if it is still
+    /// wanted: the readiness of its stores.
+    pub fn start(&self, shard: u32) -> Vec<Ready> {
+        let wanted = self.wanted();
+        if !wanted.contains(&shard) {
+            return Vec::new();
+        }
+        self.registered()
+            .iter()
+            .flat_map(|w| w.start(shard))
+            .collect()
+    }
+
+    /// `shard`'s stores have their first lists: its work may run (if it is
+    /// still wanted).
+    pub fn mark_cached(&self, shard: u32) -> bool {
+        let wanted = self.wanted();
+        let yes = wanted.contains(&shard);
+        if let Some(c) = self.cached.get(shard as usize) {
+            c.store(yes, std::sync::atomic::Ordering::SeqCst);
+        }
+        yes
+    }
+
+    /// Whether `shard`'s stores are complete.
+    pub fn is_cached(&self, shard: u32) -> bool {
+        self.cached
+            .get(shard as usize)
+            .is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst))
+    }
+
+    /// Stop watching `shard` in every registered kind and drop its stores.
+    pub fn stop(&self, shard: u32) {
+        let mut wanted = self.wanted();
+        wanted.remove(&shard);
+        if let Some(c) = self.cached.get(shard as usize) {
+            c.store(false, std::sync::atomic::Ordering::SeqCst);
+        }
+        for w in self.registered() {
+            w.stop(shard);
+        }
+    }
+}
+
+/// What sees a watch's events.
+type OnEvent<K> = Arc<dyn Fn(&Event<K>) + Send + Sync>;
+
+/// The watch of kind `K` split by shard.
+struct ShardedWatch<K: Namespaced>
+where
+    K::DynamicType: std::hash::Hash + Eq + Clone,
+{
+    watches: Watches,
+    labels: ShardLabels,
+    /// The label keys selected by: one watch each.
+    keys: Vec<&'static str>,
+    config: watcher::Config,
+    on_event: OnEvent<K>,
+    scoped: Scoped<K>,
+}
+
+impl<K> ShardWatch for ShardedWatch<K>
+where
+    K: Namespaced,
+    K::DynamicType: Default + std::hash::Hash + Eq + Clone,
+{
+    fn start(&self, shard: u32) -> Vec<Ready> {
+        let mut parts = self.scoped.parts_mut();
+        let started: Vec<Ready> = parts
+            .iter()
+            .filter(|p| p.shard == Some(shard))
+            .map(|p| p.ready.clone())
+            .collect();
+        if !started.is_empty() {
+            return started;
+        }
+        let mut readies = Vec::new();
+        for key in &self.keys {
+            let mut config = self.config.clone();
+            let by_shard = self.labels.selector(key, shard);
+            config.label_selector = Some(match &config.label_selector {
+                Some(base) => format!("{base},{by_shard}"),
+                None => by_shard,
+            });
+            for (namespace, api) in self.watches.apis::<K>(Some((shard, &self.labels))) {
+                let scope = Coverage {
+                    namespace: namespace.clone(),
+                    shard: Some((shard, self.labels.shard_of.clone())),
+                };
+                let (store, ready, mark_ready, stream) =
+                    lenient_reflector(api, &config, &self.watches.report, scope);
+                let on_event = self.on_event.clone();
+                let task = tokio::spawn(drive(stream, mark_ready, namespace.clone(), move |e| {
+                    on_event(e)
+                }))
+                .abort_handle();
+                readies.push(ready.clone());
+                parts.push(Part {
+                    shard: Some(shard),
+                    selects: Some((key, self.labels.value(shard))),
+                    namespace,
+                    store,
+                    ready,
+                    task: Some(task),
+                });
+            }
+        }
+        readies
+    }
+
+    fn stop(&self, shard: u32) {
+        self.scoped.parts_mut().retain(|p| {
+            let keep = p.shard != Some(shard);
+            if !keep && let Some(task) = &p.task {
+                task.abort();
+            }
+            keep
+        });
+        // What it skipped there is the new owner's to report.
+        let kind = K::kind(&K::DynamicType::default()).into_owned();
+        let scope = Coverage {
+            namespace: None,
+            shard: Some((shard, self.labels.shard_of.clone())),
+        };
+        self.watches.report.relisted(&kind, &scope, &HashSet::new());
+    }
+}
+
 /// What every watch of a replica shares: the client, the watched
-/// namespaces (all when empty) and where undecodable objects are reported.
+/// namespaces (all when empty), where undecodable objects are reported and,
+/// for watches split by shard, the shards' scopes.
 #[derive(Clone)]
 pub struct Watches {
     client: Client,
     namespaces: Vec<String>,
     report: Undecodable,
+    by_shard: Option<Arc<ShardScopes>>,
 }
 
 impl Watches {
@@ -541,6 +883,17 @@ impl Watches {
             client,
             namespaces,
             report,
+            by_shard: None,
+        }
+    }
+
+    /// The same watches split by shard: a kind watched through them caches
+    /// only the objects labelled with a shard `scopes` has started, one
+    /// watch per shard (and watched namespace).
+    pub fn by_shard(&self, scopes: Arc<ShardScopes>) -> Self {
+        Self {
+            by_shard: Some(scopes),
+            ..self.clone()
         }
     }
 
@@ -554,9 +907,30 @@ impl Watches {
         &self.namespaces
     }
 
+    /// The APIs to watch `K` through: the whole cluster, or each watched
+    /// namespace (of `shard` only, when given).
+    fn apis<K: Namespaced>(
+        &self,
+        shard: Option<(u32, &ShardLabels)>,
+    ) -> Vec<(Option<String>, Api<Lenient<K>>)>
+    where
+        K::DynamicType: Default,
+    {
+        if self.namespaces.is_empty() {
+            return vec![(None, Api::all(self.client.clone()))];
+        }
+        self.namespaces
+            .iter()
+            .filter(|ns| shard.is_none_or(|(s, labels)| labels.shard_of(ns) == s))
+            .map(|ns| (Some(ns.clone()), Api::namespaced(self.client.clone(), ns)))
+            .collect()
+    }
+
     /// Start watching the namespaced kind `K` with the given watcher
     /// settings. Returns the stores and the futures that drive the watches;
-    /// `on_event` sees every event after the store has applied it.
+    /// `on_event` sees every event after the store has applied it. Split by
+    /// shard ([`Watches::by_shard`]), nothing is watched until a shard is
+    /// started, and the shards' watches drive themselves (no futures).
     pub fn watch<K, F>(
         &self,
         config: &watcher::Config,
@@ -567,25 +941,62 @@ impl Watches {
         K::DynamicType: Default + std::hash::Hash + Eq + Clone,
         F: Fn(&Event<K>) + Send + Sync + 'static,
     {
+        self.watch_by(config, &[SHARD_LABEL], on_event)
+    }
+
+    /// [`Watches::watch`], split by shard on each of the label `keys` (one
+    /// watch per key: an object may belong to a shard by either).
+    pub fn watch_by<K, F>(
+        &self,
+        config: &watcher::Config,
+        keys: &[&'static str],
+        on_event: F,
+    ) -> (Scoped<K>, Vec<BoxFuture<'static, ()>>)
+    where
+        K: Namespaced,
+        K::DynamicType: Default + std::hash::Hash + Eq + Clone,
+        F: Fn(&Event<K>) + Send + Sync + 'static,
+    {
         let on_event = Arc::new(on_event);
-        let apis: Vec<(Option<String>, Api<Lenient<K>>)> = if self.namespaces.is_empty() {
-            vec![(None, Api::all(self.client.clone()))]
-        } else {
-            self.namespaces
-                .iter()
-                .map(|ns| (Some(ns.clone()), Api::namespaced(self.client.clone(), ns)))
-                .collect()
-        };
-        let mut stores = Vec::new();
-        let mut drivers = Vec::new();
-        for (ns, api) in apis {
-            let (reader, ready, mark_ready, stream) =
-                lenient_reflector(api, config, &self.report, ns.clone());
-            stores.push((ns.clone(), reader, ready));
-            let on_event = on_event.clone();
-            drivers.push(drive(stream, mark_ready, ns, move |e| on_event(e)));
+        let scoped = Scoped::empty(&self.namespaces);
+        if let Some(scopes) = &self.by_shard {
+            let watch = ShardedWatch {
+                watches: self.clone(),
+                labels: scopes.labels.clone(),
+                keys: keys.to_vec(),
+                config: config.clone(),
+                on_event,
+                scoped: scoped.clone(),
+            };
+            scopes
+                .watches
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(Arc::new(watch));
+            return (scoped, Vec::new());
         }
-        (Scoped { stores }, drivers)
+        let mut drivers = Vec::new();
+        for (namespace, api) in self.apis::<K>(None) {
+            let scope = Coverage {
+                namespace: namespace.clone(),
+                shard: None,
+            };
+            let (store, ready, mark_ready, stream) =
+                lenient_reflector(api, config, &self.report, scope);
+            let on_event = on_event.clone();
+            drivers.push(drive(stream, mark_ready, namespace.clone(), move |e| {
+                on_event(e)
+            }));
+            scoped.parts_mut().push(Part {
+                shard: None,
+                selects: None,
+                namespace,
+                store,
+                ready,
+                task: None,
+            });
+        }
+        (scoped, drivers)
     }
 
     /// Start watching the cluster-scoped kind `K`: its store, readiness and
@@ -609,8 +1020,12 @@ impl Watches {
         F: FnMut(&Event<K>) + Send + 'static,
     {
         let api: Api<Lenient<K>> = Api::all(self.client.clone());
+        let scope = Coverage {
+            namespace: None,
+            shard: None,
+        };
         let (reader, ready, mark_ready, stream) =
-            lenient_reflector(api, config, &self.report, None);
+            lenient_reflector(api, config, &self.report, scope);
         (reader, ready, drive(stream, mark_ready, None, on_event))
     }
 }

@@ -363,8 +363,11 @@ pub fn desired_meta(
                 .collect(),
         ),
     };
-    // Our markers win over copied values of the same key.
+    // Our markers win over copied values of the same key; the resource's
+    // own shard label is not copied (each object gets its owner's).
     labels.remove(MANAGED_LABEL);
+    labels.remove(crate::controllers::stores::SHARD_LABEL);
+    labels.remove(crate::controllers::stores::NAMESPACE_SHARD_LABEL);
     labels.remove(MANAGED_BY_LABEL);
     for k in [
         VERSION_ANNOTATION,

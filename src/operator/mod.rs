@@ -4,8 +4,10 @@
 //! taking work, let in-flight reconciles finish, hand the shards over).
 //!
 //! - [`watches`]: the watches that route work to the kinds;
-//! - [`shards`]: draining, full passes and budgets as shards move.
+//! - [`shards`]: caches, draining, full passes and budgets as shards move;
+//! - [`shard_labels`]: the shard label on the objects watched by shard.
 
+mod shard_labels;
 mod shards;
 mod watches;
 
@@ -21,7 +23,7 @@ use kube::{Client, ResourceExt};
 use crate::api::kms_dynamic_secret::KmsDynamicSecret;
 use crate::api::kms_secret::KmsSecret;
 use crate::api::served::ServedKinds;
-use crate::cli::RunArgs;
+use crate::cli::{RunArgs, WatchScope};
 use crate::controllers::context::{Context, Settings};
 use crate::controllers::queue::Queue;
 use crate::controllers::refs::RefIndex;
@@ -79,6 +81,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if served.is_legacy() {
         tracing::info!(kinds = ?served, "the CRDs serve the Hanzo Go operator's kind spelling; writing with it");
     }
+    // A member Lease of ours that is still there means the last process of
+    // this replica died without handing over (a crash): it resumes its shards
+    // at once. Otherwise, split by shard, it waits a moment before watching
+    // what it gains (see `shards::follow_scopes`).
+    let resumed = resumed_member(&client, &args, &pod_name).await;
     let coordinator = shard::Coordinator::start(
         client.clone(),
         shard::Config {
@@ -92,17 +99,35 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     .map_err(|e| anyhow::anyhow!("sharding: {e}"))?;
     // Subscribe before anything is acquired, so no gain is missed.
     let shard_events = coordinator.events();
-    let gate: Arc<dyn Ownership> = Arc::new(coordinator.clone());
+    // Split by shard, a replica caches only what it owns, and works on a
+    // gained shard once its watches have listed it.
+    let scopes = (args.watch_scope == WatchScope::Shard).then(|| {
+        let c = coordinator.clone();
+        let shard_of: stores::ShardOf = Arc::new(move |ns: &str| c.shard_of(ns));
+        stores::ShardScopes::new(stores::ShardLabels::new(args.shards, shard_of))
+    });
+    let gate: Arc<dyn Ownership> = match &scopes {
+        Some(scopes) => Arc::new(shards::CachedGate::new(coordinator.clone(), scopes.clone())),
+        None => Arc::new(coordinator.clone()),
+    };
     let cache = open_cache(&args)?;
-    let wired = wire(
+    let mut wired = wire(
         &args,
         &client,
         &pod_name,
-        gate.clone(),
+        (gate.clone(), scopes.clone()),
         &metrics,
         cache.clone(),
         served,
     );
+    let labeler = scopes.as_ref().map(|scopes| {
+        let labeler =
+            shard_labels::Labeler::new(client.clone(), scopes.labels().clone(), gate.clone());
+        wired
+            .drivers
+            .extend(labeler.drivers(&wired.ctx.settings.namespaces));
+        labeler
+    });
     let (ctx, registry) = (wired.ctx.clone(), wired.registry.clone());
     let watch_tasks: Vec<_> = wired.drivers.into_iter().map(tokio::spawn).collect();
 
@@ -128,8 +153,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         objects = wired.kms_secrets.all().len(),
         "caches synced; starting workers"
     );
-    prune_cache(cache.as_ref(), &wired.kms_secrets);
-    let stats = tokio::spawn(report_queue(ctx.clone(), registry.clone(), wired.dynamic));
+    let prune = tokio::spawn(prune_cache(
+        client.clone(),
+        ctx.settings.namespaces.clone(),
+        cache.clone(),
+    ));
+    let stats = tokio::spawn(report_queue(
+        ctx.clone(),
+        registry.clone(),
+        wired.dynamic,
+        wired.cached,
+    ));
     let workers: Vec<_> = registry
         .kinds()
         .iter()
@@ -139,9 +173,26 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     started.store(true, Ordering::Release);
 
     shards::set_drain_hook(&coordinator, registry.clone(), ctx.clone());
-    for shard in (0..gate.shard_count()).filter(|s| gate.owns(*s)) {
-        shards::full_pass(&registry, gate.as_ref(), shard);
-    }
+    let scope_task = match (&scopes, labeler) {
+        (Some(scopes), Some(labeler)) => Some(shards::follow_scopes(
+            &coordinator,
+            scopes.clone(),
+            labeler,
+            registry.clone(),
+            gate.clone(),
+            if resumed {
+                Duration::ZERO
+            } else {
+                args.retry_period * 2
+            },
+        )),
+        _ => {
+            for shard in (0..gate.shard_count()).filter(|s| gate.owns(*s)) {
+                shards::full_pass(&registry, gate.as_ref(), shard);
+            }
+            None
+        }
+    };
     let pod = k8s_openapi::api::core::v1::ObjectReference {
         api_version: Some("v1".to_owned()),
         kind: Some("Pod".to_owned()),
@@ -156,13 +207,30 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         ctx.clone(),
         wired.reload_budget,
         pod,
+        scopes.is_some(),
     );
 
     shutdown_signal().await;
     let mut tasks = watch_tasks;
-    tasks.extend([shard_task, share_task, stats, servers]);
+    tasks.extend([shard_task, share_task, stats, servers, prune]);
+    tasks.extend(scope_task);
     stop(&registry, &ctx, &coordinator, workers, tasks).await;
     Ok(())
+}
+
+/// Whether this replica's member Lease exists, held by it: its last process
+/// did not stop gracefully (a graceful stop deletes it).
+async fn resumed_member(client: &Client, args: &RunArgs, identity: &str) -> bool {
+    let name = shard::member_lease_name(&args.lease_prefix, identity);
+    let api: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(client.clone(), &args.pod_namespace);
+    match api.get_opt(&name).await {
+        Ok(Some(lease)) => lease
+            .spec
+            .and_then(|s| s.holder_identity)
+            .is_some_and(|h| h == identity),
+        _ => false,
+    }
 }
 
 /// The graceful stop: no new work, the reconciles in flight finish (20 s at
@@ -226,6 +294,30 @@ struct Wired {
     dynamic: Scoped<KmsDynamicSecret>,
     /// The rollout budget, shared among live replicas.
     reload_budget: Arc<Limiter>,
+    /// The caches of the kinds a replica may split by shard, by kind (for
+    /// `kms_operator_cached_objects`).
+    cached: Vec<(&'static str, Box<dyn CachedCounts>)>,
+}
+
+/// A cache whose objects can be counted by shard.
+trait CachedCounts: Send + Sync {
+    fn counts(&self) -> std::collections::BTreeMap<Option<u32>, usize>;
+}
+
+impl<K> CachedCounts for Scoped<K>
+where
+    K: kube::Resource
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+    K::DynamicType: Default + std::hash::Hash + Eq + Clone + Send + Sync,
+{
+    fn counts(&self) -> std::collections::BTreeMap<Option<u32>, usize> {
+        Scoped::counts(self)
+    }
 }
 
 /// A cache that can be waited for.
@@ -254,7 +346,7 @@ fn wire(
     args: &RunArgs,
     client: &Client,
     pod_name: &str,
-    gate: Arc<dyn Ownership>,
+    (gate, scopes): (Arc<dyn Ownership>, Option<Arc<stores::ShardScopes>>),
     metrics: &Metrics,
     cache: Option<storage::Store>,
     served: ServedKinds,
@@ -275,6 +367,13 @@ fn wire(
     );
     let undecodable = stores::Undecodable::new(metrics.clone(), Some(recorder.clone()));
     let all = stores::Watches::new(client.clone(), namespaces.clone(), undecodable.clone());
+    // The resources and the objects they manage, split by shard unless
+    // `--watch-scope=cluster`; workloads are users' objects and carry no
+    // shard label.
+    let by_shard = match scopes {
+        Some(scopes) => all.by_shard(scopes),
+        None => all.clone(),
+    };
     let routes = watches::Routes {
         registry: Registry::default(),
         gate: gate.clone(),
@@ -284,20 +383,30 @@ fn wire(
     };
     let index = Arc::new(RefIndex::default());
     let kms_secret_queue = Arc::new(Queue::new());
-    let (kms_secrets, mut drivers) =
-        kms_secret::watch::watch(&all, gate.clone(), kms_secret_queue.clone(), index.clone());
-    let (secrets, config_maps, d) = watches::managed_objects(&all, &routes);
+    let (kms_secrets, mut drivers) = kms_secret::watch::watch(
+        &by_shard,
+        gate.clone(),
+        kms_secret_queue.clone(),
+        index.clone(),
+    );
+    let (secrets, config_maps, d) = watches::managed_objects(&by_shard, &routes);
     drivers.extend(d);
     let (workloads, d) = watches::workloads(&all, &routes, &secrets, &config_maps);
     drivers.extend(d);
     let push_queue = Arc::new(Queue::new());
-    let (push, d) = kms_push_secret::watch(&all, gate.clone(), push_queue.clone(), index.clone());
+    let (push, d) =
+        kms_push_secret::watch(&by_shard, gate.clone(), push_queue.clone(), index.clone());
     drivers.extend(d);
     let dynamic_queue = Arc::new(Queue::new());
-    let (dynamic, d) =
-        kms_dynamic_secret::watch(&all, gate.clone(), dynamic_queue.clone(), index.clone());
+    let (dynamic, d) = kms_dynamic_secret::watch(
+        &by_shard,
+        gate.clone(),
+        dynamic_queue.clone(),
+        index.clone(),
+    );
     drivers.extend(d);
     let dynamic_resources = dynamic.resources.clone();
+    let push_resources = push.resources.clone();
     let referenced = Arc::new(SecretReads::default());
     drivers.extend(watches::referenced_secrets(
         client,
@@ -394,6 +503,13 @@ fn wire(
         global_epoch,
         served,
     });
+    let cached: Vec<(&'static str, Box<dyn CachedCounts>)> = vec![
+        ("KmsSecret", Box::new(kms_secrets.clone())),
+        ("KmsPushSecret", Box::new(push_resources)),
+        ("KmsDynamicSecret", Box::new(dynamic_resources.clone())),
+        ("Secret", Box::new(secrets.clone())),
+        ("ConfigMap", Box::new(config_maps.clone())),
+    ];
     Wired {
         ctx,
         kms_secrets,
@@ -403,6 +519,7 @@ fn wire(
         global_store,
         dynamic: dynamic_resources,
         reload_budget,
+        cached,
     }
 }
 
@@ -442,14 +559,23 @@ fn kms_client(args: &RunArgs, metrics: &Metrics, cache: Option<&storage::Store>)
 
 /// Drop the cache's sync records of KmsSecrets that no longer exist and
 /// the access tokens that have expired. (Lease records go when their lease
-/// is recorded or revoked; see `kms_dynamic_secret::pending`.)
-fn prune_cache(cache: Option<&storage::Store>, kms_secrets: &Scoped<KmsSecret>) {
+/// is recorded or revoked; see `kms_dynamic_secret::pending`.) The live
+/// resources are listed by metadata, a page at a time: a replica caches
+/// only its shards' resources, the cache may hold any.
+async fn prune_cache(client: Client, namespaces: Vec<String>, cache: Option<storage::Store>) {
     let Some(store) = cache else { return };
-    let live: HashSet<String> = kms_secrets.all().iter().filter_map(|o| o.uid()).collect();
-    match store.retain(|kind, uid| kind != storage::RecordKind::Sync || live.contains(uid)) {
-        Ok(n) if n > 0 => tracing::info!(removed = n, "pruned cache records of deleted resources"),
-        Ok(_) => {}
-        Err(e) => tracing::warn!(error = %e, "could not prune the cache"),
+    match live_uids(&client, &namespaces).await {
+        Ok(live) => {
+            match store.retain(|kind, uid| kind != storage::RecordKind::Sync || live.contains(uid))
+            {
+                Ok(n) if n > 0 => {
+                    tracing::info!(removed = n, "pruned cache records of deleted resources")
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "could not prune the cache"),
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "could not list KmsSecrets to prune the cache"),
     }
     let now = k8s_openapi::jiff::Timestamp::now().as_millisecond();
     match store.prune_tokens(now) {
@@ -459,6 +585,31 @@ fn prune_cache(cache: Option<&storage::Store>, kms_secrets: &Scoped<KmsSecret>) 
         Ok(_) => {}
         Err(e) => tracing::warn!(error = %e, "could not prune the cache's access tokens"),
     }
+}
+
+/// The uids of every KmsSecret in `namespaces` (all when empty).
+async fn live_uids(client: &Client, namespaces: &[String]) -> Result<HashSet<String>, kube::Error> {
+    let apis: Vec<kube::Api<KmsSecret>> = if namespaces.is_empty() {
+        vec![kube::Api::all(client.clone())]
+    } else {
+        namespaces
+            .iter()
+            .map(|ns| kube::Api::namespaced(client.clone(), ns))
+            .collect()
+    };
+    let mut live = HashSet::new();
+    for api in apis {
+        let mut params = kube::api::ListParams::default().limit(500);
+        loop {
+            let page = api.list_metadata(&params).await?;
+            live.extend(page.items.iter().filter_map(|o| o.metadata.uid.clone()));
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => break,
+            }
+        }
+    }
+    Ok(live)
 }
 
 /// Open the persistent cache of `--cache-dir`. A database held by another
@@ -510,10 +661,36 @@ fn open_cache(args: &RunArgs) -> anyhow::Result<Option<storage::Store>> {
 
 /// Publish queue depth, oldest age, owned shards, managed objects and held
 /// dynamic leases per controller and shard, every 5 s.
-async fn report_queue(ctx: Arc<Context>, registry: Registry, dynamic: Scoped<KmsDynamicSecret>) {
+async fn report_queue(
+    ctx: Arc<Context>,
+    registry: Registry,
+    dynamic: Scoped<KmsDynamicSecret>,
+    cached: Vec<(&'static str, Box<dyn CachedCounts>)>,
+) {
     let mut tick = tokio::time::interval(Duration::from_secs(5));
     loop {
         tick.tick().await;
+        for (kind, cache) in &cached {
+            let counts = cache.counts();
+            let whole = counts.get(&None).copied();
+            let gauge = |shard: &str, n: usize| {
+                ctx.metrics
+                    .cached_objects
+                    .with_label_values(&[kind, shard])
+                    .set(i64::try_from(n).unwrap_or(i64::MAX));
+            };
+            match whole {
+                Some(n) => gauge("all", n),
+                None => {
+                    for shard in 0..ctx.gate.shard_count() {
+                        gauge(
+                            &shard.to_string(),
+                            counts.get(&Some(shard)).copied().unwrap_or(0),
+                        );
+                    }
+                }
+            }
+        }
         let mut held: HashMap<u32, i64> = HashMap::new();
         for o in dynamic.all() {
             if o.status.as_ref().is_some_and(|st| st.lease.is_some()) {

@@ -1,10 +1,11 @@
 //! What a replica does when shard ownership moves: drain a shard's work
-//! before its Lease is given up, queue everything of a shard it gains,
+//! before its Lease is given up, watch and cache a shard it gains (and
+//! stop when it goes), queue everything of a shard once it is cached,
 //! publish each change as an Event on its pod and in the metrics, and share
 //! the KMS budget by demand and the rollout budget equally among the live
 //! replicas.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,8 +15,11 @@ use tokio::task::JoinHandle;
 
 use crate::controllers::context::Context;
 use crate::controllers::registry::Registry;
+use crate::controllers::stores::ShardScopes;
 use crate::kms::limiter::Limiter;
 use crate::sharding::Ownership;
+
+use super::shard_labels::Labeler;
 
 /// How long a drain waits for the shard's reconciles in flight.
 const DRAIN_WAIT: Duration = Duration::from_secs(25);
@@ -62,8 +66,124 @@ pub fn full_pass(registry: &Registry, gate: &dyn Ownership, shard: u32) {
     }
 }
 
+/// The coordinator's ownership narrowed to shards whose caches are
+/// complete: work on a gained shard waits until its watches have listed it.
+pub struct CachedGate {
+    inner: shard::Coordinator,
+    scopes: Arc<ShardScopes>,
+}
+
+impl CachedGate {
+    /// `inner`'s ownership, for shards `scopes` has cached.
+    pub fn new(inner: shard::Coordinator, scopes: Arc<ShardScopes>) -> Self {
+        Self { inner, scopes }
+    }
+}
+
+impl Ownership for CachedGate {
+    fn shard_count(&self) -> u32 {
+        self.inner.shard_count()
+    }
+    fn shard_of(&self, namespace: &str) -> u32 {
+        self.inner.shard_of(namespace)
+    }
+    fn owns(&self, shard: u32) -> bool {
+        self.scopes.is_cached(shard) && self.inner.owns(shard)
+    }
+    fn holds(&self, shard: u32) -> bool {
+        self.inner.holds(shard)
+    }
+    fn cancellation(&self, shard: u32) -> tokio_util::sync::CancellationToken {
+        self.inner.cancellation(shard)
+    }
+    fn members(&self) -> u32 {
+        self.inner.members()
+    }
+    fn identity(&self) -> &str {
+        Ownership::identity(&self.inner)
+    }
+    fn publish_demand(&self, demand: u32) {
+        self.inner.set_demand(demand);
+    }
+    fn demands(&self) -> BTreeMap<String, u32> {
+        self.inner.demands()
+    }
+    fn member_leases(&self) -> BTreeSet<String> {
+        self.inner.member_leases()
+    }
+}
+
+/// Watch the shards this replica holds, and only those: for a shard gained,
+/// label its objects that lack the label, start its watches, and once they
+/// have listed it let its work run and queue all of it; for a shard that
+/// goes, stop its watches and drop its caches. Nothing starts during the
+/// first `settle` (a replica that starts beside others holds every shard
+/// for a moment, and must not list them all).
+pub fn follow_scopes(
+    coordinator: &shard::Coordinator,
+    scopes: Arc<ShardScopes>,
+    labeler: Arc<Labeler>,
+    registry: Registry,
+    gate: Arc<dyn Ownership>,
+    settle: Duration,
+) -> JoinHandle<()> {
+    let mut held = coordinator.subscribe();
+    tokio::spawn(async move {
+        tokio::time::sleep(settle).await;
+        let mut started: BTreeMap<u32, tokio::task::AbortHandle> = BTreeMap::new();
+        loop {
+            let want: BTreeSet<u32> = held.borrow_and_update().iter().copied().collect();
+            let gone: Vec<u32> = started
+                .keys()
+                .filter(|s| !want.contains(s))
+                .copied()
+                .collect();
+            for shard in gone {
+                if let Some(task) = started.remove(&shard) {
+                    task.abort();
+                }
+                labeler.lost(shard);
+                scopes.stop(shard);
+                tracing::info!(shard, "stopped watching shard");
+            }
+            for shard in want {
+                if started.contains_key(&shard) {
+                    continue;
+                }
+                scopes.want(shard);
+                let (scopes, labeler, registry, gate) = (
+                    scopes.clone(),
+                    labeler.clone(),
+                    registry.clone(),
+                    gate.clone(),
+                );
+                let task = tokio::spawn(async move {
+                    let began = tokio::time::Instant::now();
+                    labeler.gained(shard).await;
+                    for ready in scopes.start(shard) {
+                        ready.wait().await;
+                    }
+                    if scopes.mark_cached(shard) {
+                        full_pass(&registry, gate.as_ref(), shard);
+                        tracing::info!(
+                            shard,
+                            seconds = began.elapsed().as_secs_f64(),
+                            "shard cached; its work runs"
+                        );
+                    }
+                });
+                started.insert(shard, task.abort_handle());
+            }
+            if held.changed().await.is_err() {
+                break;
+            }
+        }
+    })
+}
+
 /// Follow the coordinator's events until it stops: a full pass for every
-/// shard gained, metrics and an Event on the operator's pod for every change,
+/// shard gained (unless `scoped`: then [`follow_scopes`] queues a shard
+/// once it is cached), metrics and an Event on the operator's pod for every change,
 /// budget shares held on a failed renewal and recomputed when the live
 /// replicas change.
 pub fn follow(
@@ -72,6 +192,7 @@ pub fn follow(
     ctx: Arc<Context>,
     budget: Arc<Limiter>,
     pod: ObjectReference,
+    scoped: bool,
 ) -> JoinHandle<()> {
     let publish = {
         let recorder: Recorder = ctx.recorder.clone();
@@ -100,7 +221,9 @@ pub fn follow(
                         .shard_handovers
                         .with_label_values(&[&s.to_string(), "gained"])
                         .inc();
-                    full_pass(&registry, ctx.gate.as_ref(), s);
+                    if !scoped {
+                        full_pass(&registry, ctx.gate.as_ref(), s);
+                    }
                     publish("ShardGained", format!("Owns shard {s}"));
                 }
                 Ok(shard::Event::Lost { shard, reason }) => {

@@ -22,7 +22,9 @@ use crate::controllers::refs::{GLOBAL_CONFIG_NAME, GlobalConfig, SecretReads};
 use crate::controllers::registry::Registry;
 use crate::controllers::reload::runtime::Workloads;
 use crate::controllers::reload::{ConsumerIndex, Source, WorkloadKey, WorkloadKind, consumed};
-use crate::controllers::stores::{Namespaced, Scoped, Undecodable, Watches};
+use crate::controllers::stores::{
+    NAMESPACE_SHARD_LABEL, Namespaced, SHARD_LABEL, Scoped, Undecodable, Watches,
+};
 use crate::controllers::target::{MANAGED_LABEL, OWNER_ANNOTATION, VERSION_ANNOTATION};
 use crate::sharding::Ownership;
 
@@ -78,7 +80,11 @@ where
     let routes = routes.clone();
     let versions: Mutex<HashMap<(String, String), String>> = Mutex::new(HashMap::new());
     let config = watcher::Config::default().labels(&format!("{MANAGED_LABEL}=true"));
-    watches.watch::<K, _>(&config, move |event| {
+    // Split by shard: the objects its shards' resources manage, and those
+    // in its shards' namespaces managed from elsewhere (their workloads
+    // are rolled from here).
+    let keys = [SHARD_LABEL, NAMESPACE_SHARD_LABEL];
+    watches.watch_by::<K, _>(&config, &keys, move |event| {
         let (o, deleted) = match event {
             Event::Apply(o) | Event::InitApply(o) => (o, false),
             Event::Delete(o) => (o, true),

@@ -913,6 +913,10 @@ fn default_checks(ctx: &Ctx, r: &Rendered) {
     // The chart's defaults, as the binary's.
     assert_eq!(r.env_value("KMS_OPERATOR_SHARDS").as_deref(), Some("16"));
     assert_eq!(
+        r.env_value("KMS_OPERATOR_WATCH_SCOPE").as_deref(),
+        Some("shard")
+    );
+    assert_eq!(
         r.env_value("KMS_OPERATOR_LEASE_DURATION").as_deref(),
         Some("10s")
     );

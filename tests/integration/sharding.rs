@@ -719,3 +719,247 @@ async fn the_kms_budget_goes_to_the_replica_with_the_work() {
     );
     println!("{N} resources on one replica of two synced in {took:?}; its peak part {peak}/s");
 }
+
+/// The KmsSecrets of `namespaces` with their shard label (`None`: none).
+async fn shard_labels(
+    client: &Client,
+    namespaces: &[TestNamespace],
+) -> Vec<(String, Option<String>, Vec<String>)> {
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("secrets.hanzo.ai", "v1alpha1", "KmsSecret"),
+        "kmssecrets",
+    );
+    let mut out = Vec::new();
+    for ns in namespaces {
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns.name, &ar);
+        for o in api.list(&Default::default()).await.unwrap().items {
+            let label = o
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("secrets.hanzo.ai/shard"))
+                .cloned();
+            let managers = o
+                .metadata
+                .managed_fields
+                .iter()
+                .flatten()
+                .filter(|m| {
+                    m.fields_v1
+                        .as_ref()
+                        .is_some_and(|f| f.0.to_string().contains("secrets.hanzo.ai/shard"))
+                })
+                .filter_map(|m| m.manager.clone())
+                .collect();
+            out.push((ns.name.clone(), label, managers));
+        }
+    }
+    out
+}
+
+/// Per replica: `kms_operator_cached_objects` of `kind` by shard label.
+async fn cached(ops: &[Operator], kind: &str) -> Vec<BTreeMap<String, f64>> {
+    let mut out = Vec::new();
+    for op in ops {
+        let text = crate::observability::scrape(op).await.unwrap_or_default();
+        let mut by_shard = BTreeMap::new();
+        for line in text.lines().filter(|l| {
+            l.starts_with("kms_operator_cached_objects{") && l.contains(&format!("kind=\"{kind}\""))
+        }) {
+            let Some(shard) = line
+                .split("shard=\"")
+                .nth(1)
+                .and_then(|r| r.split('"').next())
+            else {
+                continue;
+            };
+            let n: f64 = line
+                .rsplit(' ')
+                .next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.0);
+            if n > 0.0 {
+                by_shard.insert(shard.to_owned(), n);
+            }
+        }
+        out.push(by_shard);
+    }
+    out
+}
+
+/// What each replica should cache: the resources of the namespaces of the
+/// shards it holds, by shard.
+fn expected_cache(
+    holders: &BTreeMap<u32, Option<String>>,
+    names: &[&str],
+    namespaces: &[TestNamespace],
+    per_ns: usize,
+) -> Vec<BTreeMap<String, f64>> {
+    let ring = shard::Ring::new(16).unwrap();
+    names
+        .iter()
+        .map(|who| {
+            let mine = shards_of(holders, who);
+            let mut by_shard = BTreeMap::new();
+            for ns in namespaces {
+                let s = ring.shard_of(&ns.name);
+                if mine.contains(&s) {
+                    *by_shard.entry(s.to_string()).or_insert(0.0) += per_ns as f64;
+                }
+            }
+            by_shard
+        })
+        .collect()
+}
+
+/// Split by shard (the default), each replica caches the resources and
+/// Secrets of its own shards only, found by the shard label it puts on
+/// them (named field manager); a replica that stops hands its shards'
+/// caches over to the others, which then hold everything between them.
+#[tokio::test]
+async fn each_replica_caches_only_its_shards_objects() {
+    const PER_NS: usize = 2;
+    let client = harness::client().await;
+    let home = TestNamespace::new(&client, "scope-home").await;
+    let mut namespaces = Vec::new();
+    for _ in 0..10 {
+        namespaces.push(TestNamespace::new(&client, "scope-ns").await);
+    }
+    let watched: Vec<&str> = namespaces.iter().map(|n| n.name.as_str()).collect();
+    let kms = DevServer::start(&seed(&[("K", "v")])).await;
+    setup(&client, &namespaces, PER_NS, &kms.api()).await;
+    let total = namespaces.len() * PER_NS;
+    let names = ["scope-0", "scope-1", "scope-2"];
+    let mut ops: Vec<Operator> = names
+        .iter()
+        .map(|n| replica(n, &home.name, &watched, &[]))
+        .collect();
+    ready(&mut ops).await;
+    let synced = wait_for(Duration::from_secs(60), || async {
+        (synced_count(&client, &namespaces).await == total).then_some(())
+    })
+    .await;
+    assert!(synced.is_some(), "not every resource synced");
+
+    // Every resource is labelled with its namespace's shard, by the named
+    // field manager; every managed Secret with its owner's.
+    let ring = shard::Ring::new(16).unwrap();
+    let labels = shard_labels(&client, &namespaces).await;
+    assert_eq!(labels.len(), total);
+    for (ns, label, managers) in &labels {
+        let want = format!("{}-of-16", ring.shard_of(ns));
+        assert_eq!(label.as_deref(), Some(want.as_str()), "KmsSecret in {ns}");
+        assert_eq!(managers, &["kms-operator-shard-label"], "KmsSecret in {ns}");
+    }
+    for ns in &namespaces {
+        for s in Api::<Secret>::namespaced(client.clone(), &ns.name)
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|s| {
+                s.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with("out"))
+            })
+        {
+            let label = s
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("secrets.hanzo.ai/shard"));
+            let want = format!("{}-of-16", ring.shard_of(&ns.name));
+            assert_eq!(label, Some(&want), "Secret {:?}", s.metadata.name);
+        }
+    }
+
+    // Each replica caches exactly its shards' resources and Secrets.
+    let balanced = |names: &'static [&'static str]| {
+        let (client, home) = (client.clone(), home.name.clone());
+        async move {
+            wait_for(Duration::from_secs(30), || async {
+                let h = holders(&client, &home).await;
+                (h.len() == 16
+                    && h.values()
+                        .all(|v| v.as_deref().is_some_and(|v| names.contains(&v)))
+                    && names.iter().all(|n| !shards_of(&h, n).is_empty()))
+                .then_some(h)
+            })
+            .await
+            .expect("shards not held")
+        }
+    };
+    static THREE: [&str; 3] = ["scope-0", "scope-1", "scope-2"];
+    let h = balanced(&THREE).await;
+    let want = expected_cache(&h, &names, &namespaces, PER_NS);
+    for kind in ["KmsSecret", "Secret"] {
+        let same = wait_for(Duration::from_secs(20), || async {
+            (cached(&ops, kind).await == want).then_some(())
+        })
+        .await;
+        assert!(
+            same.is_some(),
+            "{kind}s cached per replica and shard {:?}, expected {want:?} (holders {h:?})",
+            cached(&ops, kind).await
+        );
+    }
+
+    // One replica stops: the others take its shards and their caches.
+    ops[2].stop();
+    static TWO: [&str; 2] = ["scope-0", "scope-1"];
+    let h = balanced(&TWO).await;
+    let want = expected_cache(&h, &names[..2], &namespaces, PER_NS);
+    let moved = wait_for(Duration::from_secs(30), || async {
+        (cached(&ops[..2], "KmsSecret").await == want).then_some(())
+    })
+    .await;
+    let last = cached(&ops[..2], "KmsSecret").await;
+    assert!(
+        moved.is_some(),
+        "after a replica stopped: cached {last:?}, expected {want:?}"
+    );
+    let held: f64 = last.iter().flat_map(|m| m.values()).sum();
+    assert_eq!(held as usize, total);
+}
+
+/// `--watch-scope=cluster`: every object cached (shard "all"), and the
+/// users' resources are not labelled.
+#[tokio::test]
+async fn cluster_scope_caches_everything_and_labels_no_resource() {
+    let client = harness::client().await;
+    let home = TestNamespace::new(&client, "cscope-home").await;
+    let namespaces = vec![
+        TestNamespace::new(&client, "cscope-ns").await,
+        TestNamespace::new(&client, "cscope-ns").await,
+    ];
+    let watched: Vec<&str> = namespaces.iter().map(|n| n.name.as_str()).collect();
+    let kms = DevServer::start(&seed(&[("K", "v")])).await;
+    setup(&client, &namespaces, 2, &kms.api()).await;
+    let mut ops = vec![replica(
+        "cscope-0",
+        &home.name,
+        &watched,
+        &["--watch-scope", "cluster"],
+    )];
+    ready(&mut ops).await;
+    let synced = wait_for(Duration::from_secs(60), || async {
+        (synced_count(&client, &namespaces).await == 4).then_some(())
+    })
+    .await;
+    assert!(synced.is_some(), "not every resource synced");
+    let want = vec![BTreeMap::from([("all".to_owned(), 4.0)])];
+    let all = wait_for(Duration::from_secs(20), || async {
+        (cached(&ops, "KmsSecret").await == want).then_some(())
+    })
+    .await;
+    assert!(
+        all.is_some(),
+        "cached {:?}",
+        cached(&ops, "KmsSecret").await
+    );
+    for (ns, label, _) in shard_labels(&client, &namespaces).await {
+        assert_eq!(label, None, "KmsSecret in {ns} labelled");
+    }
+}

@@ -215,24 +215,54 @@ async fn read_target(ctx: &Context, t: &Target) -> Result<Option<Observed>, Sync
 }
 
 /// Whether `owner` (an owner id) is a live KmsSecret that still lists the
-/// target.
-fn owner_lists(ctx: &Context, this: &Controller, owner: &str, t: &Target) -> bool {
+/// target; `found` is that KmsSecret as [`named_owner`] found it.
+fn owner_lists(ctx: &Context, owner: &str, found: Option<&KmsSecret>, t: &Target) -> bool {
     let Some(owner) = OwnerId::parse(owner).filter(|o| o.kind == "KmsSecret") else {
         // Another kind (a dynamic secret) or a foreign marker: treat as live.
         return true;
     };
-    let Some(other) = this.store.get(Some(owner.namespace), owner.name) else {
+    let Some(other) = found.filter(|o| {
+        o.namespace().as_deref() == Some(owner.namespace) && o.name_any() == owner.name
+    }) else {
         return false;
     };
     if other.metadata.deletion_timestamp.is_some() {
         return false;
     }
-    plan::targets(&other, ctx.settings.allow_cross_namespace_refs)
+    plan::targets(other, ctx.settings.allow_cross_namespace_refs)
         .map(|ts| {
             ts.iter()
                 .any(|o| o.kind == t.kind && o.namespace == t.namespace && o.name == t.name)
         })
         .unwrap_or(false)
+}
+
+/// The KmsSecret other than `me` that an observed target names as its
+/// owner: from the cache when its shard is this replica's, else read from
+/// the API server (a replica caches only its own shards' resources).
+async fn named_owner(
+    ctx: &Context,
+    this: &Controller,
+    me: &str,
+    o: Option<&Observed>,
+) -> Result<Option<Arc<KmsSecret>>, SyncError> {
+    let Some(id) = o
+        .and_then(|o| o.annotations.get(OWNER_ANNOTATION))
+        .filter(|owner| owner.as_str() != me)
+    else {
+        return Ok(None);
+    };
+    let Some(owner) = OwnerId::parse(id).filter(|o| o.kind == "KmsSecret") else {
+        return Ok(None);
+    };
+    if ctx.gate.owns(ctx.gate.shard_of(owner.namespace)) {
+        return Ok(this.store.get(Some(owner.namespace), owner.name));
+    }
+    Api::<KmsSecret>::namespaced(ctx.client.clone(), owner.namespace)
+        .get_opt(owner.name)
+        .await
+        .map(|o| o.map(Arc::new))
+        .map_err(|e| SyncError::kube(format!("reading KmsSecret {id}'s spec"), e))
 }
 
 /// The record of the last sync: from memory; else from the persistent
@@ -542,7 +572,7 @@ impl Planned<'_> {
                         .position(|(o, _)| o.is_none())
                         .ok_or(SyncError::Exists(what))?;
                     let o = read_target(ctx, &targets[i]).await?;
-                    let c = claim_of(ctx, this, cr, me, &targets[i], o.as_ref())?;
+                    let c = claim_of(ctx, this, cr, me, &targets[i], o.as_ref()).await?;
                     observed[i] = (o, c);
                 }
                 r => return r.map(|()| desired),
@@ -588,7 +618,7 @@ async fn observe_targets(
     let mut observed = Vec::with_capacity(targets.len());
     for t in targets {
         let o = observe(ctx, t).await?;
-        let c = claim_of(ctx, this, cr, me, t, o.as_ref())?;
+        let c = claim_of(ctx, this, cr, me, t, o.as_ref()).await?;
         observed.push((o, c));
     }
     Ok(observed)
@@ -596,7 +626,7 @@ async fn observe_targets(
 
 /// Who may write target `t` as observed; an error when it is not ours to
 /// write.
-fn claim_of(
+async fn claim_of(
     ctx: &Context,
     this: &Controller,
     cr: &KmsSecret,
@@ -609,8 +639,9 @@ fn claim_of(
         .get(ADOPT_EXISTING_ANNOTATION)
         .map(String::as_str)
         == Some("true");
+    let other = named_owner(ctx, this, me, o).await?;
     let c = claim(o, me, cr.uid().as_deref(), adopt_existing, |owner| {
-        owner_lists(ctx, this, owner, t)
+        owner_lists(ctx, owner, other.as_deref(), t)
     });
     let what = format!("{} {}/{}", t.kind.as_str(), t.namespace, t.name);
     match c.refusal(&what, "KmsSecret") {
