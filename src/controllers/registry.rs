@@ -207,10 +207,18 @@ where
     }
 
     fn full_pass(&self, shard: u32, gate: &dyn Ownership) {
-        for o in self.store.all() {
-            if gate.shard_of(&o.namespace().unwrap_or_default()) == shard {
-                self.add(&o, gate);
-            }
+        // In namespace order: the resources of a namespace usually share an
+        // identity and a folder, and reconciled together they share one
+        // login and one fetch (answers serve for a couple of seconds).
+        let mut of_shard: Vec<_> = self
+            .store
+            .all()
+            .into_iter()
+            .filter(|o| gate.shard_of(&o.namespace().unwrap_or_default()) == shard)
+            .collect();
+        of_shard.sort_by_cached_key(|o| (o.namespace(), o.name_any()));
+        for o in of_shard {
+            self.add(&o, gate);
         }
     }
 
@@ -282,6 +290,12 @@ where
             }
         }
         let shard = gate.shard_of(&key.namespace);
+        // The first list of a shard not worked on yet (not owned, or its
+        // caches still listing) is queued by the full pass once it is, in
+        // namespace order.
+        if initial && !asked && !gate.owns(shard) {
+            return;
+        }
         queue.add(key, shard);
     }
 }

@@ -1074,6 +1074,81 @@ mod tests {
     use k8s_openapi::api::core::v1::Secret;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 
+    fn part(shard: u32, key: &'static str, objects: &[Secret]) -> Part<Secret> {
+        let (store, mut writer) = reflector::store();
+        for o in objects {
+            writer.apply_watcher_event(&Event::Apply(o.clone()));
+        }
+        let (_, ready) = Ready::new();
+        Part {
+            shard: Some(shard),
+            selects: Some((key, shard_label_value(shard, 16))),
+            namespace: None,
+            store,
+            ready,
+            task: None,
+        }
+    }
+
+    fn labelled(name: &str, labels: &[(&str, &str)]) -> Secret {
+        Secret {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                labels: Some(
+                    labels
+                        .iter()
+                        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                        .collect(),
+                ),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    /// A managed object in another namespace than its owner's is watched by
+    /// two labels; a replica holding both shards lists it once.
+    #[test]
+    fn an_object_of_two_owned_shards_is_listed_once() {
+        let both = labelled(
+            "cross",
+            &[(SHARD_LABEL, "1-of-16"), (NAMESPACE_SHARD_LABEL, "2-of-16")],
+        );
+        let plain = labelled("plain", &[(SHARD_LABEL, "1-of-16")]);
+        let scoped = Scoped::<Secret>::empty(&[]);
+        scoped
+            .parts_mut()
+            .push(part(1, SHARD_LABEL, &[both.clone(), plain]));
+        scoped
+            .parts_mut()
+            .push(part(2, NAMESPACE_SHARD_LABEL, &[both]));
+        let mut names: Vec<String> = scoped
+            .all()
+            .iter()
+            .map(|o| o.metadata.name.clone().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["cross", "plain"]);
+        assert_eq!(scoped.counts().get(&Some(2)), Some(&1));
+        // Without the owner's shard, the namespace's watch lists it.
+        scoped.parts_mut().remove(0);
+        assert_eq!(scoped.all().len(), 1);
+        assert!(scoped.get(Some("ns"), "cross").is_some());
+        assert!(scoped.get(Some("ns"), "plain").is_none());
+    }
+
+    #[test]
+    fn stale_labels_are_those_of_no_shard_of_this_count() {
+        let labels = ShardLabels::new(3, Arc::new(|ns: &str| ns.len() as u32 % 3));
+        assert_eq!(
+            labels.stale_selector(),
+            "secrets.hanzo.ai/shard notin (0-of-3,1-of-3,2-of-3)"
+        );
+        assert_eq!(labels.value_of_namespace("ab"), "2-of-3");
+        assert_eq!(labels.selector(SHARD_LABEL, 1), "secrets.hanzo.ai/shard=1-of-3");
+    }
+
     #[test]
     fn slim_drops_managed_fields_and_the_last_applied_copy_only() {
         let mut s = Secret {

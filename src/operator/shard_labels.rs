@@ -8,8 +8,9 @@
 //! stale (another shard count): none in a steady state. The replica that
 //! holds an object's shard labels it (a merge patch, field manager
 //! [`FIELD_MANAGER`]); the label lets that shard's watch see it. Before a
-//! gained shard's watches start, its unlabelled objects are labelled, so
-//! the first list of the shard finds everything.
+//! gained shard's watches start, its unlabelled managed objects are
+//! labelled, so that its first list finds every target; its resources are
+//! labelled meanwhile and join the watch one by one.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -81,6 +82,8 @@ struct Unlabelled {
 struct State {
     pending: BTreeMap<u32, HashSet<Unlabelled>>,
     active: BTreeSet<u32>,
+    /// Patches being sent (one per object at a time).
+    in_flight: HashSet<Unlabelled>,
 }
 
 /// Labels the objects of the shards this replica holds.
@@ -131,7 +134,7 @@ impl Labeler {
                 tick.tick().await;
                 let active: Vec<u32> = this.state().active.iter().copied().collect();
                 for shard in active {
-                    this.label_pending(shard).await;
+                    this.label_pending(shard, |_| true).await;
                 }
             }
         }));
@@ -235,16 +238,24 @@ impl Labeler {
         }
     }
 
-    /// `shard` was gained: label its objects that lack the label (after the
-    /// first lists of unlabelled objects), and from now on each as it
-    /// appears.
+    /// `shard` was gained: label the objects it manages that lack the label
+    /// (after the first lists of unlabelled objects), so that its first
+    /// list finds every target; its resources are labelled meanwhile (each
+    /// joins the shard's watch as it is labelled), and from now on each
+    /// object as it appears.
     pub async fn gained(self: &Arc<Self>, shard: u32) {
-        let readies: Vec<Ready> = self.ready.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let readies: Vec<Ready> = self
+            .ready
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         for ready in readies {
             ready.wait().await;
         }
         self.state().active.insert(shard);
-        self.label_pending(shard).await;
+        self.label_pending(shard, |k| k.is_managed()).await;
+        let this = self.clone();
+        tokio::spawn(async move { this.label_pending(shard, |k| !k.is_managed()).await });
     }
 
     /// `shard` is no longer held.
@@ -252,14 +263,17 @@ impl Labeler {
         self.state().active.remove(&shard);
     }
 
-    /// Label every pending object of `shard`.
-    async fn label_pending(self: &Arc<Self>, shard: u32) {
-        let items: Vec<Unlabelled> = self
+    /// Label every pending object of `shard` whose kind `which` picks.
+    async fn label_pending(self: &Arc<Self>, shard: u32, which: fn(Labelled) -> bool) {
+        let mut items: Vec<Unlabelled> = self
             .state()
             .pending
             .get(&shard)
-            .map(|i| i.iter().cloned().collect())
+            .map(|i| i.iter().filter(|i| which(i.kind)).cloned().collect())
             .unwrap_or_default();
+        // In namespace order: each resource is queued as its label lands,
+        // and a namespace's resources reconciled together share one fetch.
+        items.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
         if items.is_empty() {
             return;
         }
@@ -271,9 +285,14 @@ impl Labeler {
     }
 
     async fn label_one(&self, shard: u32, item: Unlabelled) {
-        if !self.gate.holds(shard) {
+        if !self.gate.holds(shard) || !self.state().in_flight.insert(item.clone()) {
             return;
         }
+        self.patch(shard, &item).await;
+        self.state().in_flight.remove(&item);
+    }
+
+    async fn patch(&self, shard: u32, item: &Unlabelled) {
         let value = self.labels.value(shard);
         let patch = Patch::Merge(json!({"metadata": {"labels": {SHARD_LABEL: value}}}));
         let params = PatchParams {
@@ -300,12 +319,12 @@ impl Labeler {
         match result {
             Ok(()) => {
                 if let Some(items) = self.state().pending.get_mut(&shard) {
-                    items.remove(&item);
+                    items.remove(item);
                 }
             }
             Err(kube::Error::Api(e)) if e.code == 404 => {
                 if let Some(items) = self.state().pending.get_mut(&shard) {
-                    items.remove(&item);
+                    items.remove(item);
                 }
             }
             Err(e) => tracing::warn!(
