@@ -94,6 +94,10 @@ pub struct Labeler {
     state: Mutex<State>,
     /// The first lists of the watches of unlabelled objects.
     ready: Mutex<Vec<Ready>>,
+    /// Held while a shard's pending objects are labelled: one shard after
+    /// another, so the resources join the watches (and the queues) in
+    /// namespace order.
+    labelling: tokio::sync::Mutex<()>,
 }
 
 impl Labeler {
@@ -105,6 +109,7 @@ impl Labeler {
             gate,
             state: Mutex::new(State::default()),
             ready: Mutex::new(Vec::new()),
+            labelling: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -265,6 +270,7 @@ impl Labeler {
 
     /// Label every pending object of `shard` whose kind `which` picks.
     async fn label_pending(self: &Arc<Self>, shard: u32, which: fn(Labelled) -> bool) {
+        let _turn = self.labelling.lock().await;
         let mut items: Vec<Unlabelled> = self
             .state()
             .pending
