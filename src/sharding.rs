@@ -4,8 +4,10 @@
 //! Controllers ask [`Ownership::owns`] before taking an object from the
 //! queue and again right before every write; each owned shard has a
 //! cancellation token that fires when the shard is lost, so in-flight work on
-//! it stops. The implementation is the `shard` crate's Lease coordinator
-//! (tests of pure logic implement the trait themselves).
+//! it stops. The implementation is the `shard` crate's Lease coordinator,
+//! narrowed with caches by shard to the shards whose caches are complete
+//! (`operator::shards::CachedGate`); tests of pure logic implement the
+//! trait themselves.
 
 use std::collections::{BTreeMap, BTreeSet};
 
