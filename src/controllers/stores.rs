@@ -1146,7 +1146,10 @@ mod tests {
             "secrets.hanzo.ai/shard notin (0-of-3,1-of-3,2-of-3)"
         );
         assert_eq!(labels.value_of_namespace("ab"), "2-of-3");
-        assert_eq!(labels.selector(SHARD_LABEL, 1), "secrets.hanzo.ai/shard=1-of-3");
+        assert_eq!(
+            labels.selector(SHARD_LABEL, 1),
+            "secrets.hanzo.ai/shard=1-of-3"
+        );
     }
 
     #[test]

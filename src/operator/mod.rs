@@ -286,7 +286,7 @@ struct Wired {
     /// The futures that drive every watch.
     drivers: Vec<futures::future::BoxFuture<'static, ()>>,
     /// Caches to wait for besides the kinds' own.
-    caches: Vec<Box<dyn WaitReady>>,
+    caches: Vec<Box<dyn Cache>>,
     /// The global configuration's watch: waited for briefly, never
     /// required (see [`GLOBAL_CONFIG_WAIT`]).
     global_store: Scoped<ConfigMap>,
@@ -296,36 +296,16 @@ struct Wired {
     reload_budget: Arc<Limiter>,
     /// The caches of the kinds a replica may split by shard, by kind (for
     /// `kms_operator_cached_objects`).
-    cached: Vec<(&'static str, Box<dyn CachedCounts>)>,
+    cached: Vec<(&'static str, Box<dyn Cache>)>,
 }
 
-/// A cache whose objects can be counted by shard.
-trait CachedCounts: Send + Sync {
+/// A cache that can be waited for and counted by shard.
+trait Cache: Send + Sync {
+    fn wait_ready(&self) -> futures::future::BoxFuture<'_, ()>;
     fn counts(&self) -> std::collections::BTreeMap<Option<u32>, usize>;
 }
 
-impl<K> CachedCounts for Scoped<K>
-where
-    K: kube::Resource
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-    K::DynamicType: Default + std::hash::Hash + Eq + Clone + Send + Sync,
-{
-    fn counts(&self) -> std::collections::BTreeMap<Option<u32>, usize> {
-        Scoped::counts(self)
-    }
-}
-
-/// A cache that can be waited for.
-trait WaitReady: Send + Sync {
-    fn wait_ready(&self) -> futures::future::BoxFuture<'_, ()>;
-}
-
-impl<K> WaitReady for Scoped<K>
+impl<K> Cache for Scoped<K>
 where
     K: kube::Resource
         + Clone
@@ -338,6 +318,9 @@ where
 {
     fn wait_ready(&self) -> futures::future::BoxFuture<'_, ()> {
         Box::pin(Scoped::wait_ready(self))
+    }
+    fn counts(&self) -> std::collections::BTreeMap<Option<u32>, usize> {
+        Scoped::counts(self)
     }
 }
 
@@ -503,7 +486,7 @@ fn wire(
         global_epoch,
         served,
     });
-    let cached: Vec<(&'static str, Box<dyn CachedCounts>)> = vec![
+    let cached: Vec<(&'static str, Box<dyn Cache>)> = vec![
         ("KmsSecret", Box::new(kms_secrets.clone())),
         ("KmsPushSecret", Box::new(push_resources)),
         ("KmsDynamicSecret", Box::new(dynamic_resources.clone())),
@@ -665,7 +648,7 @@ async fn report_queue(
     ctx: Arc<Context>,
     registry: Registry,
     dynamic: Scoped<KmsDynamicSecret>,
-    cached: Vec<(&'static str, Box<dyn CachedCounts>)>,
+    cached: Vec<(&'static str, Box<dyn Cache>)>,
 ) {
     let mut tick = tokio::time::interval(Duration::from_secs(5));
     loop {

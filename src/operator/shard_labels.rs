@@ -19,17 +19,17 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::{ObjectMeta, PartialObjectMeta};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
-use kube::{Client, Resource};
 use serde_json::json;
 
 use crate::api::kms_dynamic_secret::KmsDynamicSecret;
 use crate::api::kms_push_secret::KmsPushSecret;
 use crate::api::kms_secret::KmsSecret;
-use crate::controllers::stores::{Ready, SHARD_LABEL, ShardLabels};
+use crate::controllers::stores::{Namespaced, Ready, SHARD_LABEL, ShardLabels};
 use crate::controllers::target::{MANAGED_LABEL, OWNER_ANNOTATION};
 use crate::sharding::Ownership;
 
@@ -249,11 +249,7 @@ impl Labeler {
     /// joins the shard's watch as it is labelled), and from now on each
     /// object as it appears.
     pub async fn gained(self: &Arc<Self>, shard: u32) {
-        let readies: Vec<Ready> = self
-            .ready
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let readies: Vec<Ready> = self.ready.lock().unwrap_or_else(|e| e.into_inner()).clone();
         for ready in readies {
             ready.wait().await;
         }
@@ -350,13 +346,7 @@ fn metadata_events<K>(
     config: watcher::Config,
 ) -> futures::stream::BoxStream<'static, watcher::Result<Event<ObjectMeta>>>
 where
-    K: Resource<Scope = kube::core::NamespaceResourceScope>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: Namespaced,
     K::DynamicType: Default,
 {
     let api: Api<PartialObjectMeta<K>> = match namespace {
@@ -389,13 +379,7 @@ async fn patch_label<K>(
     patch: &Patch<serde_json::Value>,
 ) -> Result<(), kube::Error>
 where
-    K: Resource<Scope = kube::core::NamespaceResourceScope>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: Namespaced,
     K::DynamicType: Default,
 {
     Api::<K>::namespaced(client, namespace)

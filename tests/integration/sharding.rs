@@ -170,26 +170,30 @@ async fn setup(client: &Client, namespaces: &[TestNamespace], per_ns: usize, hos
     }
 }
 
+/// The managed Secrets (`out…`) in `ns`.
+async fn outputs(client: &Client, ns: &str) -> Vec<Secret> {
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|s| {
+            s.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with("out"))
+        })
+        .collect()
+}
+
 async fn synced_count<'a>(
     client: &Client,
     namespaces: impl IntoIterator<Item = &'a TestNamespace>,
 ) -> usize {
     let mut n = 0;
     for ns in namespaces {
-        let list = Api::<Secret>::namespaced(client.clone(), &ns.name)
-            .list(&Default::default())
-            .await
-            .unwrap();
-        n += list
-            .items
-            .iter()
-            .filter(|s| {
-                s.metadata
-                    .name
-                    .as_deref()
-                    .is_some_and(|n| n.starts_with("out"))
-            })
-            .count();
+        n += outputs(client, &ns.name).await.len();
     }
     n
 }
@@ -473,18 +477,9 @@ async fn failover_is_fast_sticky_and_fenced() {
             writes_after()
         );
     }
-    let now: BTreeMap<String, String> = secrets
-        .list(&Default::default())
+    let now: BTreeMap<String, String> = outputs(&client, &work.name)
         .await
-        .unwrap()
-        .items
         .iter()
-        .filter(|s| {
-            s.metadata
-                .name
-                .as_deref()
-                .is_some_and(|n| n.starts_with("out"))
-        })
         .map(|s| {
             (
                 s.metadata.name.clone().unwrap(),
@@ -852,19 +847,7 @@ async fn each_replica_caches_only_its_shards_objects() {
         assert_eq!(managers, &["kms-operator-shard-label"], "KmsSecret in {ns}");
     }
     for ns in &namespaces {
-        for s in Api::<Secret>::namespaced(client.clone(), &ns.name)
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items
-            .iter()
-            .filter(|s| {
-                s.metadata
-                    .name
-                    .as_deref()
-                    .is_some_and(|n| n.starts_with("out"))
-            })
-        {
+        for s in outputs(&client, &ns.name).await {
             let label = s
                 .metadata
                 .labels
