@@ -12,7 +12,7 @@ use kube::runtime::events::{Event, EventType, Recorder};
 
 use super::refs::{GlobalConfig, SecretReads};
 use super::reload::ConsumerIndex;
-use super::stores::Scoped;
+use super::stores::{Namespaced, Scoped};
 use super::target::Renderer;
 use crate::kms::Kms;
 use crate::metrics::Metrics;
@@ -94,6 +94,32 @@ pub struct Context {
 }
 
 impl Context {
+    /// A resource by namespace and name: from `store`, else — when its
+    /// namespace's shard is not this replica's to cache — read from the API
+    /// server (with caches by shard a replica holds only its own shards'
+    /// resources).
+    pub async fn resource<K>(
+        &self,
+        store: &Scoped<K>,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Arc<K>>, kube::Error>
+    where
+        K: Namespaced,
+        K::DynamicType: Default + std::hash::Hash + Eq + Clone,
+    {
+        if let Some(found) = store.get(Some(namespace), name) {
+            return Ok(Some(found));
+        }
+        if self.gate.owns(self.gate.shard_of(namespace)) {
+            return Ok(None);
+        }
+        kube::Api::<K>::namespaced(self.client.clone(), namespace)
+            .get_opt(name)
+            .await
+            .map(|o| o.map(Arc::new))
+    }
+
     /// Publish an Event about `object` for `action`; a failure is logged,
     /// not returned (an Event is never worth failing a reconcile for).
     pub async fn publish(

@@ -660,11 +660,6 @@ impl ShardLabels {
         shard_label_value(shard, self.count)
     }
 
-    /// The label value of the shard of `namespace`.
-    pub fn value_of_namespace(&self, namespace: &str) -> String {
-        self.value(self.shard_of(namespace))
-    }
-
     /// The label selector of `shard`'s objects by label `key`.
     pub fn selector(&self, key: &str, shard: u32) -> String {
         format!("{key}={}", self.value(shard))
@@ -1145,7 +1140,7 @@ mod tests {
             labels.stale_selector(),
             "secrets.hanzo.ai/shard notin (0-of-3,1-of-3,2-of-3)"
         );
-        assert_eq!(labels.value_of_namespace("ab"), "2-of-3");
+        assert_eq!(labels.value(labels.shard_of("ab")), "2-of-3");
         assert_eq!(
             labels.selector(SHARD_LABEL, 1),
             "secrets.hanzo.ai/shard=1-of-3"

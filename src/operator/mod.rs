@@ -120,13 +120,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         cache.clone(),
         served,
     );
-    let labeler = scopes.as_ref().map(|scopes| {
+    let sharded = scopes.clone().map(|scopes| {
         let labeler =
             shard_labels::Labeler::new(client.clone(), scopes.labels().clone(), gate.clone());
         wired
             .drivers
             .extend(labeler.drivers(&wired.ctx.settings.namespaces));
-        labeler
+        (scopes, labeler)
     });
     let (ctx, registry) = (wired.ctx.clone(), wired.registry.clone());
     let watch_tasks: Vec<_> = wired.drivers.into_iter().map(tokio::spawn).collect();
@@ -173,10 +173,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     started.store(true, Ordering::Release);
 
     shards::set_drain_hook(&coordinator, registry.clone(), ctx.clone());
-    let scope_task = match (&scopes, labeler) {
-        (Some(scopes), Some(labeler)) => Some(shards::follow_scopes(
+    let scope_task = match sharded {
+        Some((scopes, labeler)) => Some(shards::follow_scopes(
             &coordinator,
-            scopes.clone(),
+            scopes,
             labeler,
             registry.clone(),
             gate.clone(),
@@ -186,7 +186,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 args.retry_period * 2
             },
         )),
-        _ => {
+        None => {
             for shard in (0..gate.shard_count()).filter(|s| gate.owns(*s)) {
                 shards::full_pass(&registry, gate.as_ref(), shard);
             }

@@ -29,6 +29,7 @@ use serde_json::json;
 use crate::api::kms_dynamic_secret::KmsDynamicSecret;
 use crate::api::kms_push_secret::KmsPushSecret;
 use crate::api::kms_secret::KmsSecret;
+use crate::controllers::registry::OwnerId;
 use crate::controllers::stores::{Namespaced, Ready, SHARD_LABEL, ShardLabels};
 use crate::controllers::target::{MANAGED_LABEL, OWNER_ANNOTATION};
 use crate::sharding::Ownership;
@@ -68,12 +69,13 @@ impl Labelled {
     }
 }
 
-/// An object whose label is missing or stale.
+/// An object whose label is missing or stale (ordered by namespace, then
+/// name).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 struct Unlabelled {
-    kind: Labelled,
     namespace: String,
     name: String,
+    kind: Labelled,
 }
 
 /// Unlabelled objects by shard, and the shards whose objects are labelled
@@ -191,11 +193,11 @@ impl Labeler {
     fn shard_of(&self, kind: Labelled, meta: &ObjectMeta) -> Option<u32> {
         let namespace = if kind.is_managed() {
             let owner = meta.annotations.as_ref()?.get(OWNER_ANNOTATION)?;
-            owner.split('/').nth(1)?.to_owned()
+            OwnerId::parse(owner)?.namespace
         } else {
-            meta.namespace.clone()?
+            meta.namespace.as_deref()?
         };
-        Some(self.labels.shard_of(&namespace))
+        Some(self.labels.shard_of(namespace))
     }
 
     fn seen(self: &Arc<Self>, kind: Labelled, meta: &ObjectMeta) {
@@ -275,7 +277,7 @@ impl Labeler {
             .unwrap_or_default();
         // In namespace order: each resource is queued as its label lands,
         // and a namespace's resources reconciled together share one fetch.
-        items.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        items.sort();
         if items.is_empty() {
             return;
         }
@@ -318,24 +320,22 @@ impl Labeler {
                 patch_label::<ConfigMap>(client, ns, name, &params, &patch).await
             }
         };
-        match result {
-            Ok(()) => {
-                if let Some(items) = self.state().pending.get_mut(&shard) {
-                    items.remove(item);
-                }
+        let done = match result {
+            Ok(()) => true,
+            Err(kube::Error::Api(e)) if e.code == 404 => true,
+            Err(e) => {
+                tracing::warn!(
+                    kind = ?item.kind,
+                    namespace = ns,
+                    name,
+                    error = %e,
+                    "could not write the shard label; trying again later"
+                );
+                false
             }
-            Err(kube::Error::Api(e)) if e.code == 404 => {
-                if let Some(items) = self.state().pending.get_mut(&shard) {
-                    items.remove(item);
-                }
-            }
-            Err(e) => tracing::warn!(
-                kind = ?item.kind,
-                namespace = ns,
-                name,
-                error = %e,
-                "could not write the shard label; trying again later"
-            ),
+        };
+        if done && let Some(items) = self.state().pending.get_mut(&shard) {
+            items.remove(item);
         }
     }
 }

@@ -412,8 +412,9 @@ impl Controller {
         let managed = status.managed_secrets.unwrap_or_default();
         let generated = status.generated_secrets.unwrap_or_default();
         let marker = plan::marker(&ns, &name, &uid);
-        // Resources of shards this replica does not cache are read.
-        let mut elsewhere: HashMap<(String, String), Option<Arc<KmsPushSecret>>> = HashMap::new();
+        // The resources other keys' markers name, once each (another
+        // replica's shard is read from the API server).
+        let mut named: HashMap<(String, String), Option<Arc<KmsPushSecret>>> = HashMap::new();
         for s in &stored {
             let Some((owner, _)) = plan::parse_marker(&s.comment) else {
                 continue;
@@ -422,22 +423,21 @@ impl Controller {
                 continue;
             };
             let id = (o.namespace.to_owned(), o.name.to_owned());
-            if ctx.gate.owns(ctx.gate.shard_of(o.namespace)) || elsewhere.contains_key(&id) {
+            if named.contains_key(&id) {
                 continue;
             }
-            let found = Api::<KmsPushSecret>::namespaced(ctx.client.clone(), o.namespace)
-                .get_opt(o.name)
+            let found = ctx
+                .resource(&self.resources, o.namespace, o.name)
                 .await
                 .map_err(|e| SyncError::kube(format!("reading KmsPushSecret {owner}"), e))?;
-            elsewhere.insert(id, found.map(Arc::new));
+            named.insert(id, found);
         }
         let pushed_by_other = |comment: &str| -> Option<String> {
             let (owner, owner_uid) = plan::parse_marker(comment)?;
             let o = OwnerId::parse(&owner)?;
-            let other = match elsewhere.get(&(o.namespace.to_owned(), o.name.to_owned())) {
-                Some(found) => found.clone()?,
-                None => self.resources.get(Some(o.namespace), o.name)?,
-            };
+            let other = named
+                .get(&(o.namespace.to_owned(), o.name.to_owned()))?
+                .clone()?;
             (other.uid().as_deref() == Some(owner_uid.as_str())
                 && owner_uid != uid
                 && other.metadata.deletion_timestamp.is_none())

@@ -238,8 +238,7 @@ fn owner_lists(ctx: &Context, owner: &str, found: Option<&KmsSecret>, t: &Target
 }
 
 /// The KmsSecret other than `me` that an observed target names as its
-/// owner: from the cache when its shard is this replica's, else read from
-/// the API server (a replica caches only its own shards' resources).
+/// owner ([`Context::resource`]: it may be in another replica's shard).
 async fn named_owner(
     ctx: &Context,
     this: &Controller,
@@ -255,13 +254,8 @@ async fn named_owner(
     let Some(owner) = OwnerId::parse(id).filter(|o| o.kind == "KmsSecret") else {
         return Ok(None);
     };
-    if ctx.gate.owns(ctx.gate.shard_of(owner.namespace)) {
-        return Ok(this.store.get(Some(owner.namespace), owner.name));
-    }
-    Api::<KmsSecret>::namespaced(ctx.client.clone(), owner.namespace)
-        .get_opt(owner.name)
+    ctx.resource(&this.store, owner.namespace, owner.name)
         .await
-        .map(|o| o.map(Arc::new))
         .map_err(|e| SyncError::kube(format!("reading KmsSecret {id}'s spec"), e))
 }
 
