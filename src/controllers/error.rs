@@ -135,6 +135,18 @@ impl SyncError {
         }
     }
 
+    /// Whether the KMS refused the request for its rate limit (`429`, or an
+    /// endpoint still paused by an earlier `Retry-After`): nothing is wrong
+    /// with the resource or its credentials, the KMS asked to come back later.
+    pub fn is_throttled(&self) -> bool {
+        match self {
+            SyncError::Auth(e) | SyncError::Kms(e) | SyncError::KmsScope { error: e, .. } => {
+                matches!(e, KmsError::RateLimited { .. })
+            }
+            _ => false,
+        }
+    }
+
     /// The least delay before the next attempt, when the KMS asked for one.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {

@@ -428,11 +428,53 @@ async fn a_rate_limit_is_respected() {
         )
         .await;
     }
+    for i in 0..6 {
+        wait_condition(
+            &client,
+            &ns.name,
+            &format!("cr{i}"),
+            "Ready",
+            "True",
+            Duration::from_secs(15),
+        )
+        .await;
+    }
     kms.fault(json!({"route": LIST, "rateLimitPerMinute": 10}))
         .await;
     kms.reset_stats().await;
     // Six resources every ~5 s would be ~70 lists a minute without a budget.
+    // Throughout, every resource stays Ready: its targets hold the data of
+    // its last sync, and the KMS only asked to come back later.
+    let throttled_seen = std::cell::Cell::new(false);
     let held = holds_for(Duration::from_secs(65), || async {
+        let Ok(list) = kms_secrets(&client, &ns.name)
+            .list(&Default::default())
+            .await
+        else {
+            return true;
+        };
+        for o in &list.items {
+            let conditions = o.data["status"]["conditions"].as_array().cloned();
+            let of = |t: &str| {
+                conditions
+                    .iter()
+                    .flatten()
+                    .find(|c| c["type"] == t)
+                    .cloned()
+                    .unwrap_or_default()
+            };
+            if of("Ready")["status"] != "True" {
+                println!(
+                    "{:?} not Ready while throttled: {}",
+                    o.metadata.name,
+                    of("Ready")
+                );
+                return false;
+            }
+            if of("secrets.hanzo.ai/ReadyToSyncSecrets")["reason"] == "KMSRateLimited" {
+                throttled_seen.set(true);
+            }
+        }
         kms.count(LIST, None).await <= 10 + 3
     })
     .await;
@@ -440,10 +482,14 @@ async fn a_rate_limit_is_respected() {
     if let Err(when) = held {
         let limited = kms.count(LIST, Some("429")).await;
         panic!(
-            "{total} list requests under a 10/min limit, more than 13 {when} ({limited} answered 429)"
+            "{total} list requests under a 10/min limit, more than 13 or a resource not Ready {when} ({limited} answered 429)"
         );
     }
     assert!(total >= 5, "the operator stopped syncing: {total}");
+    assert!(
+        throttled_seen.get(),
+        "no resource said KMSRateLimited in secrets.hanzo.ai/ReadyToSyncSecrets"
+    );
     kms.clear_faults().await;
 }
 

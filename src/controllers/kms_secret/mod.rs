@@ -875,6 +875,9 @@ fn next_status(
             now,
         );
     }
+    let throttled_in_step = matches!(outcome, Err(e) if e.is_throttled())
+        && conditions::get(c, ct::READY)
+            .is_some_and(|r| r.status == "True" && r.observed_generation == generation);
     match outcome {
         Ok(s) => {
             let keys = s.synced_keys.unwrap_or(0);
@@ -959,15 +962,22 @@ fn next_status(
                 generation,
                 now,
             );
-            conditions::set(
-                c,
-                ct::READY,
-                Status::False,
-                e.reason(),
-                &message,
-                generation,
-                now,
-            );
+            // A throttled check of a resource whose targets are in step with
+            // this spec leaves `Ready` as it is: the targets hold the data of
+            // the last sync and the KMS only asked to come back later. The
+            // condition above says so; a spec change not yet synced, or any
+            // other failure, still turns `Ready` false.
+            if !throttled_in_step {
+                conditions::set(
+                    c,
+                    ct::READY,
+                    Status::False,
+                    e.reason(),
+                    &message,
+                    generation,
+                    now,
+                );
+            }
         }
     }
     match outcome {
@@ -982,6 +992,8 @@ fn next_status(
                 now,
             );
         }
+        // Auto-reload keeps working on the data the targets hold.
+        Err(_) if throttled_in_step => {}
         Err(e) => conditions::set(
             c,
             ct::AUTO_REDEPLOY_READY,
@@ -1353,6 +1365,63 @@ mod tests {
         assert_eq!(condition(&failed, ct::AUTO_REDEPLOY_READY).1, "Stopped");
         assert_eq!(failed.synced_keys, Some(3));
         assert_eq!(failed.last_sync_time, ok.last_sync_time);
+
+        // A throttled check of a resource in step with its spec: the sync
+        // condition says what failed, Ready and auto-reload stay as they
+        // were (same transition time: no Event).
+        let throttled = || {
+            SyncError::Kms(crate::kms::KmsError::rate_limited(
+                "GET /api/v3/secrets/raw",
+                Duration::from_secs(55),
+            ))
+        };
+        let paused = next_status(
+            &kms_secret(Some(ok.clone())),
+            5,
+            &Err(throttled()),
+            &Progress::default(),
+            0,
+            &now_time(),
+        );
+        assert_eq!(
+            conditions::get(&paused.conditions, ct::READY),
+            conditions::get(&ok.conditions, ct::READY)
+        );
+        assert_eq!(
+            condition(&paused, ct::AUTO_REDEPLOY_READY),
+            condition(&ok, ct::AUTO_REDEPLOY_READY)
+        );
+        let (status, reason, message) = condition(&paused, ct::READY_TO_SYNC_SECRETS);
+        assert_eq!((status, reason), ("False", "KMSRateLimited"));
+        assert!(message.contains("keep their data"), "{message}");
+
+        // Throttled after a spec change (not yet synced) or after a failure:
+        // not Ready.
+        let mut changed = kms_secret(Some(ok.clone()));
+        changed.metadata.generation = Some(3);
+        let behind = next_status(
+            &changed,
+            5,
+            &Err(throttled()),
+            &Progress::default(),
+            0,
+            &now,
+        );
+        assert_eq!(condition(&behind, ct::READY).1, "KMSRateLimited");
+        let after_failure = next_status(
+            &kms_secret(Some(failed.clone())),
+            5,
+            &Err(throttled()),
+            &Progress::default(),
+            0,
+            &now,
+        );
+        assert_eq!(
+            condition(&after_failure, ct::READY).0,
+            "False",
+            "{after_failure:?}"
+        );
+        assert_eq!(condition(&after_failure, ct::READY).1, "KMSRateLimited");
     }
 
     #[test]
