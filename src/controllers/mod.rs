@@ -33,6 +33,7 @@ pub mod key;
 pub mod kms_dynamic_secret;
 pub mod kms_push_secret;
 pub mod kms_secret;
+pub mod managed_fields;
 pub mod queue;
 pub mod refs;
 pub mod registry;

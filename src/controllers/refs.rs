@@ -16,6 +16,7 @@ use kube::Client;
 use kube::api::Api;
 
 use super::error::SyncError;
+use super::stores::Scoped;
 use crate::api::common::TlsConfig;
 use crate::kms::flight::SingleFlight;
 use crate::kms::{DEFAULT_HOST_API, Endpoint};
@@ -70,8 +71,13 @@ type SecretRead = Result<Option<Arc<Secret>>, SyncError>;
 /// the API). The ten resources of a namespace that share a credentials Secret
 /// cost one GET between changes instead of one each. Copies are kept only of
 /// Secrets that were read, without their managed fields, and dropped when the
-/// Secret goes.
+/// Secret goes. Secrets the operator manages are left out of that watch
+/// (each replica would otherwise see every write of every replica); a read
+/// of one in this replica's shards is answered from the managed Secrets'
+/// cache, which its watch keeps current, and one elsewhere from the API.
 pub struct SecretReads {
+    /// The managed Secrets of this replica's shards.
+    managed: Option<Scoped<Secret>>,
     versions: std::sync::Mutex<Versions>,
     copies: std::sync::Mutex<HashMap<SecretKey, Arc<Secret>>>,
     /// Reads in flight, by Secret and the version the watch knew when they
@@ -85,6 +91,7 @@ pub struct SecretReads {
 impl Default for SecretReads {
     fn default() -> Self {
         Self {
+            managed: None,
             versions: Default::default(),
             copies: Default::default(),
             reads: SingleFlight::default(),
@@ -102,6 +109,14 @@ struct Versions {
 }
 
 impl SecretReads {
+    /// Reads that answer managed Secrets from `managed`.
+    pub fn new(managed: Scoped<Secret>) -> Self {
+        Self {
+            managed: Some(managed),
+            ..Self::default()
+        }
+    }
+
     /// Read `ns/name`; `None` when it does not exist.
     pub async fn get(
         &self,
@@ -109,6 +124,9 @@ impl SecretReads {
         ns: &str,
         name: &str,
     ) -> Result<Option<Arc<Secret>>, SyncError> {
+        if let Some(managed) = self.managed.as_ref().and_then(|m| m.get(Some(ns), name)) {
+            return Ok(Some(managed));
+        }
         if let Some(copy) = self.current_copy(ns, name) {
             return Ok(Some(copy));
         }

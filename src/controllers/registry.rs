@@ -264,10 +264,19 @@ pub fn queue_on_change<K, FP>(
 ) -> impl Fn(&kube::runtime::watcher::Event<K>) + Send + Sync + 'static
 where
     K: Resource,
-    FP: PartialEq + Send + 'static,
+    FP: std::hash::Hash,
 {
     use kube::runtime::watcher::Event;
-    let seen: Mutex<HashMap<String, FP>> = Mutex::new(HashMap::new());
+    // A 64-bit digest of each fingerprint, not the fingerprint (a copy of
+    // every resource's labels and annotations, kept for every cached
+    // resource).
+    let digest = move |o: &K| {
+        use std::hash::Hasher;
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        fingerprint(o).hash(&mut h);
+        h.finish()
+    };
+    let seen: Mutex<HashMap<String, u64>> = Mutex::new(HashMap::new());
     move |event| {
         let (o, initial, deleted) = match event {
             Event::Apply(o) => (o, false, false),
@@ -282,7 +291,7 @@ where
         if deleted {
             seen.remove(&uid);
         } else {
-            let fp = fingerprint(o);
+            let fp = digest(o);
             let changed = seen.get(&uid) != Some(&fp);
             seen.insert(uid, fp);
             if !changed && !initial && !asked {

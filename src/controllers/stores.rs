@@ -261,7 +261,8 @@ enum Lenient<K> {
 impl<'de, K: DeserializeOwned> Deserialize<'de> for Lenient<K> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let raw = Box::<serde_json::value::RawValue>::deserialize(d)?;
-        match serde_json::from_str::<K>(raw.get()) {
+        let text = super::managed_fields::without_managed_fields(raw.get());
+        match serde_json::from_str::<K>(&text) {
             Ok(k) => Ok(Lenient::Decoded(k)),
             Err(e) => {
                 #[derive(Deserialize)]

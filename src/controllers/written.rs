@@ -4,7 +4,9 @@
 //! reconcile reads the resource with the written status laid over it
 //! ([`WrittenStatus::freshest`]), so it never writes an older status back
 //! (dropping conditions, announcing `Ready` again). Once the watch shows a
-//! newer version, the cached copy is used as it is.
+//! newer version, the cached copy is used as it is, and the entry is
+//! dropped ([`WrittenStatus::seen`]): at any time it holds only the writes
+//! the watch has not delivered yet, not a copy of every resource's status.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -43,6 +45,25 @@ impl<S: Clone> WrittenStatus<S> {
             .map(|(_, s)| s.clone())
     }
 
+    /// The watch delivered the resource `uid` at `resource_version`: a
+    /// version other than the one the last write was made over is that
+    /// write or a later one, so the written status is no longer needed.
+    pub fn seen(&self, uid: &str, resource_version: &str) {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if inner
+            .get(uid)
+            .is_some_and(|(base, _)| base != resource_version)
+        {
+            inner.remove(uid);
+        }
+    }
+
+    /// How many writes the watch has not delivered yet.
+    #[cfg(test)]
+    pub fn pending(&self) -> usize {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
     /// Keep only the resources `live` says still exist.
     pub fn retain(&self, live: impl Fn(&str) -> bool) {
         self.inner
@@ -70,5 +91,20 @@ mod tests {
         assert_eq!(w.freshest("u", "6"), Some("Failed"));
         w.retain(|uid| uid != "u");
         assert_eq!(w.freshest("u", "6"), None);
+    }
+
+    #[test]
+    fn an_entry_lasts_only_until_the_watch_delivers_the_write() {
+        let w: WrittenStatus<&str> = WrittenStatus::default();
+        w.written("a", "5", "Ready");
+        w.written("b", "7", "Ready");
+        // The copy written over, seen again: still needed.
+        w.seen("a", "5");
+        assert_eq!((w.pending(), w.freshest("a", "5")), (2, Some("Ready")));
+        // The write (or a later change) arrived: gone.
+        w.seen("a", "6");
+        w.seen("unknown", "1");
+        assert_eq!((w.pending(), w.freshest("a", "5")), (1, None));
+        assert_eq!(w.freshest("b", "7"), Some("Ready"));
     }
 }

@@ -366,13 +366,15 @@ fn wire(
     };
     let index = Arc::new(RefIndex::default());
     let kms_secret_queue = Arc::new(Queue::new());
+    let kms_secret_written = Arc::new(crate::controllers::written::WrittenStatus::default());
     let (kms_secrets, mut drivers) = kms_secret::watch::watch(
         &by_shard,
         gate.clone(),
         kms_secret_queue.clone(),
         index.clone(),
+        kms_secret_written.clone(),
     );
-    let (secrets, config_maps, d) = watches::managed_objects(&by_shard, &routes);
+    let (secrets, config_maps, d) = watches::managed_objects(&by_shard, &routes, index.clone());
     drivers.extend(d);
     let (workloads, d) = watches::workloads(&all, &routes, &secrets, &config_maps);
     drivers.extend(d);
@@ -390,7 +392,7 @@ fn wire(
     drivers.extend(d);
     let dynamic_resources = dynamic.resources.clone();
     let push_resources = push.resources.clone();
-    let referenced = Arc::new(SecretReads::default());
+    let referenced = Arc::new(SecretReads::new(secrets.clone()));
     drivers.extend(watches::referenced_secrets(
         client,
         &namespaces,
@@ -428,6 +430,7 @@ fn wire(
                 gate.clone(),
                 kms_secrets.clone(),
                 kms_secret_queue,
+                kms_secret_written,
             ),
         )) as Arc<dyn Kind>,
         Arc::new(Resources::new(

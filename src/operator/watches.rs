@@ -52,18 +52,22 @@ impl Routes {
 }
 
 /// Managed Secrets and ConfigMaps (label `secrets.hanzo.ai/managed=true`):
-/// any change or deletion sends their owner round; a new version (a data
-/// change) sends the workloads that use them round after the debounce.
+/// any change or deletion sends their owner round, and the resources that
+/// read a managed Secret (`index`: the metadata watch of referenced Secrets
+/// leaves managed ones out); a new version (a data change) sends the
+/// workloads that use them round after the debounce.
 pub fn managed_objects(
     watches: &Watches,
     routes: &Routes,
+    index: Arc<RefIndex>,
 ) -> (
     Scoped<Secret>,
     Scoped<ConfigMap>,
     Vec<BoxFuture<'static, ()>>,
 ) {
-    let (secrets, mut drivers) = watch_managed::<Secret>(watches, routes, Source::Secret);
-    let (config_maps, d) = watch_managed::<ConfigMap>(watches, routes, Source::ConfigMap);
+    let (secrets, mut drivers) =
+        watch_managed::<Secret>(watches, routes, Source::Secret, Some(index));
+    let (config_maps, d) = watch_managed::<ConfigMap>(watches, routes, Source::ConfigMap, None);
     drivers.extend(d);
     (secrets, config_maps, drivers)
 }
@@ -72,6 +76,7 @@ fn watch_managed<K>(
     watches: &Watches,
     routes: &Routes,
     source: Source,
+    readers: Option<Arc<RefIndex>>,
 ) -> (Scoped<K>, Vec<BoxFuture<'static, ()>>)
 where
     K: Namespaced,
@@ -92,6 +97,9 @@ where
         };
         let (ns, name) = (o.namespace().unwrap_or_default(), o.name_any());
         routes.owner_of(o.annotations());
+        for reader in readers.iter().flat_map(|i| i.dependents(&ns, &name)) {
+            routes.registry.owner(&reader, routes.gate.as_ref());
+        }
         let changed = {
             let mut versions = versions.lock().unwrap_or_else(|e| e.into_inner());
             let id = (ns.clone(), name.clone());
@@ -219,10 +227,13 @@ where
     })
 }
 
-/// The metadata of every Secret in the watched namespaces: the current
-/// version of each keeps the shared reads of referenced Secrets
-/// (credentials, CA bundles, push sources) honest, and a change sends the
-/// resources that read it round (through `index`).
+/// The metadata of every Secret in the watched namespaces that the operator
+/// does not manage: the current version of each keeps the shared reads of
+/// referenced Secrets (credentials, CA bundles, push sources) honest, and a
+/// change sends the resources that read it round (through `index`).
+/// Managed Secrets are left out: their own watch, by shard, does both
+/// ([`managed_objects`]), and every replica seeing every write of every
+/// other replica would cost each of them the whole cluster's traffic.
 pub fn referenced_secrets(
     client: &Client,
     namespaces: &[String],
@@ -245,7 +256,8 @@ pub fn referenced_secrets(
         drivers.push(Box::pin(async move {
             use futures::StreamExt;
             use kube::runtime::WatchStreamExt;
-            let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
+            let unmanaged = watcher::Config::default().labels(&format!("{MANAGED_LABEL}!=true"));
+            let stream = watcher::watcher(api, unmanaged).default_backoff();
             let mut stream = std::pin::pin!(stream);
             let scope = scope.as_deref();
             while let Some(event) = stream.next().await {

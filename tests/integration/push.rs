@@ -976,3 +976,82 @@ async fn skip_cleanup_and_the_cleanup_timeout_release_the_resource() {
     )
     .await;
 }
+
+/// A Secret one resource manages is another's source: a KmsSecret writes
+/// `synced`, a KmsPushSecret pushes it to another environment. Managed
+/// Secrets are not in the metadata watch of referenced Secrets, so the
+/// change must reach the push resource through the managed Secrets' own
+/// watch: within seconds, not at its hourly resync.
+#[tokio::test]
+async fn a_managed_secret_that_is_another_resources_source_is_followed() {
+    let client = harness::client().await;
+    let ns = TestNamespace::new(&client, "push-chain").await;
+    let kms = DevServer::start(&seed(&[("UPSTREAM", "1")])).await;
+    create_credentials(&client, &ns.name, "kms-credentials").await;
+    let _op = Operator::start(&ns.name, &[&ns.name], &[]).await;
+    let sync: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "secrets.hanzo.ai/v1alpha1",
+        "kind": "KmsSecret",
+        "metadata": {"name": "sync"},
+        "spec": {
+            "hostAPI": kms.api(),
+            "syncConfig": {"instantUpdates": true, "resyncInterval": "1h"},
+            "authentication": {"universalAuth": {
+                "credentialsRef": {"secretName": "kms-credentials"},
+                "secretsScope": {"projectSlug": "demo", "envSlug": "dev", "secretsPath": "/"}
+            }},
+            "managedKubeSecretReferences": [{"secretName": "synced", "creationPolicy": "Owner"}]
+        }
+    }))
+    .unwrap();
+    crate::kms_secret::kms_secrets(&client, &ns.name)
+        .create(&PostParams::default(), &sync)
+        .await
+        .expect("create KmsSecret");
+    apply_cr(
+        &client,
+        &ns.name,
+        push_cr(
+            "p",
+            &kms.api(),
+            json!({
+                "resyncInterval": "1h",
+                "destination": {"projectSlug": "demo", "environmentSlug": "prod", "secretsPath": "/"},
+                "push": {"secret": {"secretName": "synced"}}
+            }),
+        ),
+    )
+    .await;
+    let prod = || async {
+        kms.list_secrets("demo", "prod", "/")
+            .await
+            .iter()
+            .map(|s| {
+                (
+                    s["secretKey"].as_str().unwrap_or_default().to_owned(),
+                    s["secretValue"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect::<BTreeMap<String, String>>()
+    };
+    let reached = wait_for(Duration::from_secs(30), || async {
+        has(&prod().await, "UPSTREAM", "1").then_some(())
+    })
+    .await;
+    assert!(
+        reached.is_some(),
+        "prod never got UPSTREAM=1: {:?}",
+        prod().await
+    );
+
+    kms.set_secret("demo", "dev", "/", "UPSTREAM", "2").await;
+    let reached = wait_for(Duration::from_secs(20), || async {
+        has(&prod().await, "UPSTREAM", "2").then_some(())
+    })
+    .await;
+    assert!(
+        reached.is_some(),
+        "the change of the managed Secret did not reach the push within 20 s: {:?}",
+        prod().await
+    );
+}

@@ -1093,8 +1093,9 @@ pub struct Controller {
     /// The count of global configuration changes at which each resource
     /// (by UID) last resolved its endpoint.
     endpoint_epochs: Mutex<HashMap<String, u64>>,
-    /// The statuses it wrote that the watch may not show yet.
-    written: WrittenStatus<KmsSecretStatus>,
+    /// The statuses it wrote that the watch does not show yet (the watch
+    /// drops each as it delivers the write).
+    written: Arc<WrittenStatus<KmsSecretStatus>>,
 }
 
 impl Controller {
@@ -1104,6 +1105,7 @@ impl Controller {
         gate: Arc<dyn Ownership>,
         store: Scoped<KmsSecret>,
         queue: Arc<Queue<ObjectKey>>,
+        written: Arc<WrittenStatus<KmsSecretStatus>>,
     ) -> Self {
         Self {
             instant: InstantUpdates::new(kms, queue.clone(), gate),
@@ -1111,7 +1113,7 @@ impl Controller {
             queue,
             records: Mutex::new(HashMap::new()),
             endpoint_epochs: Mutex::new(HashMap::new()),
-            written: WrittenStatus::default(),
+            written,
         }
     }
 

@@ -11,12 +11,13 @@ use kube::ResourceExt;
 use kube::runtime::watcher;
 
 use super::{owner_id, plan};
-use crate::api::kms_secret::KmsSecret;
+use crate::api::kms_secret::{KmsSecret, KmsSecretStatus};
 use crate::controllers::key::ObjectKey;
 use crate::controllers::queue::Queue;
 use crate::controllers::refs::RefIndex;
 use crate::controllers::registry::queue_on_change;
 use crate::controllers::stores::{Scoped, Watches};
+use crate::controllers::written::WrittenStatus;
 use crate::sharding::Ownership;
 
 /// What makes a KmsSecret worth reconciling: generation, labels,
@@ -72,15 +73,20 @@ pub fn referenced_secrets(o: &KmsSecret) -> Vec<(String, String)> {
     out
 }
 
-/// Watch KmsSecrets into a cache, feeding `queue`; the cache and the
+/// Watch KmsSecrets into a cache, feeding `queue` (and dropping from
+/// `written` each status write the watch delivers); the cache and the
 /// futures that drive the watch.
 pub fn watch(
     watches: &Watches,
     gate: Arc<dyn Ownership>,
     queue: Arc<Queue<ObjectKey>>,
     index: Arc<RefIndex>,
+    written: Arc<WrittenStatus<KmsSecretStatus>>,
 ) -> (Scoped<KmsSecret>, Vec<BoxFuture<'static, ()>>) {
     let observe = move |o: &KmsSecret, key: &ObjectKey, deleted: bool| {
+        if let (Some(uid), Some(rv)) = (&o.metadata.uid, &o.metadata.resource_version) {
+            written.seen(uid, rv);
+        }
         let owner = owner_id(&key.namespace, &key.name);
         if deleted {
             index.remove(&owner);
