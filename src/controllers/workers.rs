@@ -122,8 +122,11 @@ pub async fn run_workers<K, R>(
 }
 
 /// When a failed reconcile of `key` is tried again. A transient error (the
-/// KMS or the API unavailable, rate-limited, a conflict) backs off: 1 s
-/// doubling to the maximum, at least what the KMS asked for. Any other error
+/// KMS or the API unavailable, a conflict) backs off: 1 s doubling to the
+/// maximum. A `429` (or an endpoint still paused by one) is tried again when
+/// the KMS said, spread over 1.5 s, however often it was refused before: the
+/// pause is the KMS's own answer to when, and a backoff grown by refusals
+/// during one pause kept a resource away for minutes after it ended. Any other error
 /// (the spec, a reference, a target, the KMS refusing) cannot be fixed by
 /// retrying soon: the watches queue the resource when it or what it
 /// references changes, and otherwise it is tried at its resync interval (a
@@ -138,12 +141,11 @@ fn retry_delay<K>(
 where
     K: Clone + Eq + std::hash::Hash + Ord,
 {
+    if let Some(ra) = e.retry_after() {
+        return ra + Duration::from_millis(fastrand::u64(0..1500));
+    }
     if e.is_transient() {
-        let delay = queue.failed(key, max_backoff);
-        return match e.retry_after() {
-            Some(ra) => delay.max(ra + Duration::from_millis(fastrand::u64(0..1500))),
-            None => delay,
-        };
+        return queue.failed(key, max_backoff);
     }
     queue.reset_backoff(key);
     resync_interval()
@@ -195,6 +197,18 @@ mod tests {
         ));
         let d = retry_delay(&q, &key, &limited, max, || None);
         assert!(d >= Duration::from_secs(30), "{d:?}");
+        // However often a pause refused it, and whatever failed before: the
+        // retry is when the pause ends, not a backoff grown meanwhile.
+        for _ in 0..8 {
+            retry_delay(&q, &key, &unavailable, max, || None);
+        }
+        for _ in 0..10 {
+            let d = retry_delay(&q, &key, &limited, max, || None);
+            assert!(
+                d >= Duration::from_secs(30) && d <= Duration::from_millis(31_500),
+                "{d:?}"
+            );
+        }
     }
 
     /// A reconcile that has nothing to wait for: busy for `each`, then done.
