@@ -315,16 +315,7 @@ async fn wait_secret(client: &Client, ns: &str, name: &str, want: &BTreeMap<Stri
 
 /// The dev KMS folder `/` of `demo`/`prod`: key → value.
 async fn kms_prod(kms: &DevServer) -> BTreeMap<String, String> {
-    kms.list_secrets("demo", "prod", "/")
-        .await
-        .iter()
-        .map(|s| {
-            (
-                s["secretKey"].as_str().unwrap_or_default().to_owned(),
-                s["secretValue"].as_str().unwrap_or_default().to_owned(),
-            )
-        })
-        .collect()
+    kms.values("demo", "prod", "/").await
 }
 
 fn dynamic_api(client: &Client, ns: &str) -> Api<DynamicObject> {

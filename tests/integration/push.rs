@@ -1022,18 +1022,7 @@ async fn a_managed_secret_that_is_another_resources_source_is_followed() {
         ),
     )
     .await;
-    let prod = || async {
-        kms.list_secrets("demo", "prod", "/")
-            .await
-            .iter()
-            .map(|s| {
-                (
-                    s["secretKey"].as_str().unwrap_or_default().to_owned(),
-                    s["secretValue"].as_str().unwrap_or_default().to_owned(),
-                )
-            })
-            .collect::<BTreeMap<String, String>>()
-    };
+    let prod = || kms.values("demo", "prod", "/");
     let reached = wait_for(Duration::from_secs(30), || async {
         has(&prod().await, "UPSTREAM", "1").then_some(())
     })

@@ -156,6 +156,25 @@ impl DevServer {
             .unwrap()
     }
 
+    /// The secrets of a folder as the API lists them: key → value.
+    pub async fn values(
+        &self,
+        project: &str,
+        env: &str,
+        path: &str,
+    ) -> std::collections::BTreeMap<String, String> {
+        self.list_secrets(project, env, path)
+            .await
+            .iter()
+            .map(|s| {
+                (
+                    s["secretKey"].as_str().unwrap_or_default().to_owned(),
+                    s["secretValue"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect()
+    }
+
     /// Delete a secret through the API.
     pub async fn delete_secret(&self, project: &str, env: &str, path: &str, key: &str) {
         let token = self.token().await;
