@@ -91,7 +91,8 @@ pub struct Controller {
     /// The last status written per UID, with the resourceVersion it was
     /// written over: used while the watched copy has not caught up yet, so
     /// that a reconcile right after another one starts from what it wrote.
-    written: WrittenStatus<KmsPushSecretStatus>,
+    /// Dropped by the watch as it delivers each write.
+    written: Arc<WrittenStatus<KmsPushSecretStatus>>,
 }
 
 /// What makes a resource worth reconciling (its status is not).
@@ -113,8 +114,10 @@ pub fn watch(
     refs: Arc<RefIndex>,
 ) -> (Controller, Vec<BoxFuture<'static, ()>>) {
     let by_generator = Arc::new(RefIndex::default());
+    let written = Arc::new(WrittenStatus::default());
     let (resources, mut drivers) = {
         let (gate, queue, by_generator) = (gate.clone(), queue.clone(), by_generator.clone());
+        let written = written.clone();
         let fingerprint = |o: &KmsPushSecret| -> Fingerprint {
             (
                 o.metadata.generation,
@@ -124,6 +127,9 @@ pub fn watch(
         };
         // A resource without its finalizer is queued to get it.
         let observe = move |o: &KmsPushSecret, key: &ObjectKey, deleted: bool| {
+            if let (Some(uid), Some(rv)) = (&o.metadata.uid, &o.metadata.resource_version) {
+                written.seen(uid, rv);
+            }
             let owner = plan::owner_id(&key.namespace, &key.name);
             if deleted {
                 refs.remove(&owner);
@@ -156,7 +162,7 @@ pub fn watch(
             queue,
             renderer: Arc::new(kms_template::Engine::default()),
             identities: Mutex::new(HashMap::new()),
-            written: WrittenStatus::default(),
+            written,
         },
         drivers,
     )
