@@ -78,6 +78,12 @@ pub fn get<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition
     conditions.iter().find(|c| c.type_ == type_)
 }
 
+/// Whether `Ready` is `True` for `generation` (the current spec synced).
+pub fn ready_for(conditions: &[Condition], generation: Option<i64>) -> bool {
+    get(conditions, crate::api::conditions::READY)
+        .is_some_and(|r| r.status == "True" && r.observed_generation == generation)
+}
+
 /// Whether two condition lists say the same, ignoring transition times and
 /// order.
 pub fn same(a: &[Condition], b: &[Condition]) -> bool {

@@ -40,6 +40,13 @@ pub trait Reconciler<K>: Send + Sync + 'static {
         None
     }
 
+    /// Whether `key` is in step (its current spec synced, `Ready`). When
+    /// the KMS throttles, such a resource is tried again after those that
+    /// have never synced (see [`retry_delay`]). Default: not in step.
+    fn in_step(&self, _ctx: &Context, _key: &K) -> bool {
+        false
+    }
+
     /// `shard` is being given up: drop what is kept for its resources
     /// beyond the queue (which the wiring drains).
     fn shard_lost(&self, _shard: u32) {}
@@ -93,9 +100,14 @@ pub async fn run_workers<K, R>(
                         ctx.metrics.reconcile(controller, shard, "requeue", elapsed);
                     }
                     Err(e) => {
-                        let delay = retry_delay(&queue, &key, &e, ctx.settings.max_backoff, || {
-                            reconciler.retry_interval(&ctx, &key)
-                        });
+                        let delay = retry_delay(
+                            &queue,
+                            &key,
+                            &e,
+                            ctx.settings.max_backoff,
+                            || reconciler.retry_interval(&ctx, &key),
+                            || reconciler.in_step(&ctx, &key),
+                        );
                         let result = if matches!(e, SyncError::Kube { code: Some(409), .. }) { "requeue" } else { "error" };
                         let waits = if e.is_transient() { "backoff" } else { "a change or the resync interval" };
                         tracing::warn!(controller, %key, reason = e.reason(), error = %e, retry_in = ?delay, waits, "reconcile failed");
@@ -124,9 +136,14 @@ pub async fn run_workers<K, R>(
 /// When a failed reconcile of `key` is tried again. A transient error (the
 /// KMS or the API unavailable, a conflict) backs off: 1 s doubling to the
 /// maximum. A `429` (or an endpoint still paused by one) is tried again when
-/// the KMS said, spread over 1.5 s, however often it was refused before: the
-/// pause is the KMS's own answer to when, and a backoff grown by refusals
-/// during one pause kept a resource away for minutes after it ended. Any other error
+/// the KMS said, however often it was refused before: the pause is the
+/// KMS's own answer to when, and a backoff grown by refusals during one
+/// pause kept a resource away for minutes after it ended. Retries are
+/// spread over 1.5 s after the pause, and a resource already in step
+/// (`in_step`: a throttled resync) comes 1.5–4.5 s after it, so the
+/// requests the KMS allows in its next window go to resources that have
+/// never synced first: under limits tighter than the resyncs need, resyncs
+/// would otherwise take the reads first syncs wait for. Any other error
 /// (the spec, a reference, a target, the KMS refusing) cannot be fixed by
 /// retrying soon: the watches queue the resource when it or what it
 /// references changes, and otherwise it is tried at its resync interval (a
@@ -137,12 +154,14 @@ fn retry_delay<K>(
     e: &SyncError,
     max_backoff: Duration,
     resync_interval: impl FnOnce() -> Option<Duration>,
+    in_step: impl FnOnce() -> bool,
 ) -> Duration
 where
     K: Clone + Eq + std::hash::Hash + Ord,
 {
     if let Some(ra) = e.retry_after() {
-        return ra + Duration::from_millis(fastrand::u64(0..1500));
+        let spread = if in_step() { 1500..4500 } else { 0..1500 };
+        return ra + Duration::from_millis(fastrand::u64(spread));
     }
     if e.is_transient() {
         return queue.failed(key, max_backoff);
@@ -172,40 +191,61 @@ mod tests {
         };
         // 1 s, 2 s, 4 s, … (±20 %), whatever the resync interval.
         for base in [1, 2, 4, 8] {
-            let d = retry_delay(&q, &key, &unavailable, max, || {
-                Some(Duration::from_secs(60))
-            });
+            let d = retry_delay(
+                &q,
+                &key,
+                &unavailable,
+                max,
+                || Some(Duration::from_secs(60)),
+                || false,
+            );
             assert!(within(d, base), "{d:?} is not about {base} s");
         }
         // A spec error waits for a change, or the resync interval; and the
         // backoff starts over.
         let invalid = SyncError::Spec("secretsPath: not a path".into());
-        let d = retry_delay(&q, &key, &invalid, max, || Some(Duration::from_secs(60)));
+        let d = retry_delay(
+            &q,
+            &key,
+            &invalid,
+            max,
+            || Some(Duration::from_secs(60)),
+            || false,
+        );
         assert!(
             d >= Duration::from_secs(54) && d <= Duration::from_secs(66),
             "{d:?}"
         );
-        let d = retry_delay(&q, &key, &unavailable, max, || None);
+        let d = retry_delay(&q, &key, &unavailable, max, || None, || false);
         assert!(within(d, 1), "{d:?}: the backoff did not start over");
         // Without a resync interval: the longest backoff.
-        let d = retry_delay(&q, &key, &invalid, max, || None);
+        let d = retry_delay(&q, &key, &invalid, max, || None, || false);
         assert!(d >= Duration::from_secs(270), "{d:?}");
         // The KMS's Retry-After is honoured for transient errors.
         let limited = SyncError::Kms(crate::kms::KmsError::rate_limited(
             "GET /api/v3/secrets/raw",
             Duration::from_secs(30),
         ));
-        let d = retry_delay(&q, &key, &limited, max, || None);
+        let d = retry_delay(&q, &key, &limited, max, || None, || false);
         assert!(d >= Duration::from_secs(30), "{d:?}");
         // However often a pause refused it, and whatever failed before: the
         // retry is when the pause ends, not a backoff grown meanwhile.
         for _ in 0..8 {
-            retry_delay(&q, &key, &unavailable, max, || None);
+            retry_delay(&q, &key, &unavailable, max, || None, || false);
         }
         for _ in 0..10 {
-            let d = retry_delay(&q, &key, &limited, max, || None);
+            let d = retry_delay(&q, &key, &limited, max, || None, || false);
             assert!(
                 d >= Duration::from_secs(30) && d <= Duration::from_millis(31_500),
+                "{d:?}"
+            );
+        }
+        // A resource in step (a throttled resync) comes after those that
+        // have never synced: after the 1.5 s their retries are spread over.
+        for _ in 0..10 {
+            let d = retry_delay(&q, &key, &limited, max, || None, || true);
+            assert!(
+                d >= Duration::from_millis(31_500) && d <= Duration::from_millis(34_500),
                 "{d:?}"
             );
         }

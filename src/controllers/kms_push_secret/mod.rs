@@ -865,4 +865,15 @@ impl Reconciler<ObjectKey> for Controller {
         let cr = self.resources.get(Some(&key.namespace), &key.name)?;
         plan::resync_interval(&cr.spec).ok().flatten()
     }
+
+    fn in_step(&self, _ctx: &Context, key: &ObjectKey) -> bool {
+        self.resources
+            .get(Some(&key.namespace), &key.name)
+            .map(|cr| self.freshest(&cr))
+            .is_some_and(|cr| {
+                cr.status.as_ref().is_some_and(|s| {
+                    super::conditions::ready_for(&s.conditions, cr.metadata.generation)
+                })
+            })
+    }
 }

@@ -875,9 +875,8 @@ fn next_status(
             now,
         );
     }
-    let throttled_in_step = matches!(outcome, Err(e) if e.is_throttled())
-        && conditions::get(c, ct::READY)
-            .is_some_and(|r| r.status == "True" && r.observed_generation == generation);
+    let throttled_in_step =
+        matches!(outcome, Err(e) if e.is_throttled()) && conditions::ready_for(c, generation);
     match outcome {
         Ok(s) => {
             let keys = s.synced_keys.unwrap_or(0);
@@ -1238,6 +1237,20 @@ impl Reconciler<ObjectKey> for Controller {
     fn retry_interval(&self, _ctx: &Context, key: &ObjectKey) -> Option<Duration> {
         let cr = self.store.get(Some(&key.namespace), &key.name)?;
         plan::resync_interval(&cr.spec).ok()
+    }
+
+    fn in_step(&self, _ctx: &Context, key: &ObjectKey) -> bool {
+        let Some(cr) = self.store.get(Some(&key.namespace), &key.name) else {
+            return false;
+        };
+        let written = match (cr.uid(), cr.resource_version()) {
+            (Some(uid), Some(rv)) => self.written.freshest(&uid, &rv),
+            _ => None,
+        };
+        written
+            .as_ref()
+            .or(cr.status.as_ref())
+            .is_some_and(|s| conditions::ready_for(&s.conditions, cr.metadata.generation))
     }
 
     fn shard_lost(&self, shard: u32) {
