@@ -55,6 +55,11 @@ struct Args {
     /// `converge`: numbers of replicas.
     #[arg(long, value_delimiter = ',', default_value = "1,3")]
     replicas: Vec<usize>,
+    /// `converge`: runs of each size and replica count, each on a fresh
+    /// control plane and dev KMS; with more than one, a summary gives the
+    /// min, median and max of each measure.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
     /// `floor`: requests in flight at once; default: 3 replicas' workers
     /// (8 each).
     #[arg(long, default_value_t = 24)]
@@ -349,16 +354,24 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if want("converge") {
         for &n in &args.sizes {
             for &r in &args.replicas {
-                let label = format!("converge-{n}-r{r}");
-                match Session::converge(&env, &label, n, r, default_sync.clone()).await {
-                    Ok((s, c)) => {
-                        results.push(entry("converge", &c));
-                        s.stop();
+                for trial in 1..=args.repeat.max(1) {
+                    let label = format!("converge-{n}-r{r}");
+                    match Session::converge(&env, &label, n, r, default_sync.clone()).await {
+                        Ok((s, c)) => {
+                            results.push(entry("converge", &c));
+                            s.stop();
+                        }
+                        Err(e) => notes.push(format!("{label} (run {trial}) failed: {e:#}")),
                     }
-                    Err(e) => notes.push(format!("{label} failed: {e:#}")),
+                    flush(&results, &notes)?;
                 }
-                flush(&results, &notes)?;
             }
+        }
+        if args.repeat > 1 {
+            for summary in scenarios::converge_summary(&results) {
+                results.push(("converge-summary".to_owned(), summary));
+            }
+            flush(&results, &notes)?;
         }
     }
 

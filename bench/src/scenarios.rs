@@ -727,6 +727,56 @@ pub async fn devserver(
     })
 }
 
+/// Min, median and max of `values` (the median of an even count is the
+/// lower middle value); `null` when there are none.
+fn spread(values: &mut [f64]) -> Value {
+    values.sort_by(f64::total_cmp);
+    match values {
+        [] => Value::Null,
+        v => json!({"min": v[0], "median": v[(v.len() - 1) / 2], "max": v[v.len() - 1]}),
+    }
+}
+
+/// The converge runs of each size and replica count summarised: how many,
+/// and the min, median and max of the time, the KMS requests, the largest
+/// replica's peak RSS and its anonymous memory at the end. Only runs that
+/// converged count.
+pub fn converge_summary(results: &[(String, Value)]) -> Vec<Value> {
+    let mut runs: BTreeMap<(u64, u64), Vec<&Value>> = BTreeMap::new();
+    for (name, v) in results {
+        if name != "converge" || v["converged"].as_u64() != v["n"].as_u64() {
+            continue;
+        }
+        if let (Some(n), Some(r)) = (v["n"].as_u64(), v["replicas"].as_u64()) {
+            runs.entry((n, r)).or_default().push(v);
+        }
+    }
+    let largest = |v: &Value, field: &str| {
+        v["usage"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|u| u[field].as_f64())
+            .reduce(f64::max)
+    };
+    runs.into_iter()
+        .map(|((n, r), vs)| {
+            let of = |f: &dyn Fn(&Value) -> Option<f64>| -> Value {
+                spread(&mut vs.iter().filter_map(|v| f(v)).collect::<Vec<_>>())
+            };
+            json!({
+                "n": n,
+                "replicas": r,
+                "runs": vs.len(),
+                "seconds": of(&|v| v["seconds"].as_f64()),
+                "kms_requests": of(&|v| v["kms"]["total"].as_f64()),
+                "largest_peak_rss_mib": of(&|v| largest(v, "peak_rss_mib")),
+                "largest_rss_anon_mib": of(&|v| largest(v, "rss_anon_mib")),
+            })
+        })
+        .collect()
+}
+
 /// One line per result for the table.
 pub fn table_rows(results: &[(String, Value)]) -> Vec<[String; 3]> {
     let f = |v: &Value| match v.as_f64() {
@@ -752,7 +802,25 @@ pub fn table_rows(results: &[(String, Value)]) -> Vec<[String; 3]> {
                 None => "?".into(),
             })
             .collect();
-        format!("RSS MiB [{}] CPU s [{}]", peaks.join(","), cpu.join(","))
+        // The resident set split when measured: anonymous + file pages
+        // (the binary's code, shared by processes of the same file).
+        let split: Vec<String> = v
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(
+                |u| match (u["rss_anon_mib"].as_f64(), u["rss_file_mib"].as_f64()) {
+                    (Some(a), Some(f)) => format!("{a:.0}+{f:.0}"),
+                    _ => "?".into(),
+                },
+            )
+            .collect();
+        format!(
+            "RSS MiB [{}] (anon+file at the end [{}]) CPU s [{}]",
+            peaks.join(","),
+            split.join(","),
+            cpu.join(",")
+        )
     };
     let ld = |v: &Value| format!("load {}", f(&v["load"]["loadavg"][0]));
     results
@@ -844,6 +912,21 @@ pub fn table_rows(results: &[(String, Value)]) -> Vec<[String; 3]> {
                         .collect::<Vec<_>>()
                         .join("\n    "),
                 ),
+                "converge-summary" => {
+                    let mmm = |x: &Value| {
+                        format!("{}/{}/{}", f(&x["min"]), f(&x["median"]), f(&x["max"]))
+                    };
+                    (
+                        format!("N={} R={} runs={}", v["n"], v["replicas"], v["runs"]),
+                        format!(
+                            "min/median/max: {} s; KMS {}; largest replica peak RSS {} MiB, anon at the end {} MiB",
+                            mmm(&v["seconds"]),
+                            mmm(&v["kms_requests"]),
+                            mmm(&v["largest_peak_rss_mib"]),
+                            mmm(&v["largest_rss_anon_mib"]),
+                        ),
+                    )
+                }
                 "floor" => (
                     format!("N={} ns={} concurrency={}", v["n"], v["namespaces"], v["concurrency"]),
                     format!(
@@ -1023,10 +1106,60 @@ mod tests {
     use super::*;
 
     #[test]
+    fn repeated_converges_are_summarised_per_size_and_replica_count() {
+        let run = |r: u64, seconds: f64, peaks: [f64; 2], converged: u64| {
+            let usage: Vec<Value> = peaks
+                .iter()
+                .map(|p| json!({"peak_rss_mib": p, "rss_anon_mib": p - 20.0}))
+                .collect();
+            (
+                "converge".to_owned(),
+                json!({"n": 100, "replicas": r, "converged": converged, "seconds": seconds,
+                       "kms": {"total": seconds * 2.0}, "usage": usage}),
+            )
+        };
+        let results = vec![
+            run(3, 12.0, [60.0, 70.0], 100),
+            run(3, 10.0, [61.0, 75.0], 100),
+            run(3, 11.0, [62.0, 72.0], 100),
+            // Did not converge: not counted.
+            run(3, 900.0, [10.0, 10.0], 99),
+            run(1, 20.0, [90.0, 0.0], 100),
+            ("floor".to_owned(), json!({"n": 100, "seconds": 1.0})),
+        ];
+        let s = converge_summary(&results);
+        assert_eq!(s.len(), 2, "{s:?}");
+        let (one, three) = (&s[0], &s[1]);
+        assert_eq!(
+            (one["replicas"].as_u64(), one["runs"].as_u64()),
+            (Some(1), Some(1))
+        );
+        assert_eq!(three["runs"], 3);
+        assert_eq!(
+            three["seconds"],
+            json!({"min": 10.0, "median": 11.0, "max": 12.0})
+        );
+        assert_eq!(three["kms_requests"]["median"], 22.0);
+        // Of each run, its largest replica.
+        assert_eq!(
+            three["largest_peak_rss_mib"],
+            json!({"min": 70.0, "median": 72.0, "max": 75.0})
+        );
+        assert_eq!(three["largest_rss_anon_mib"]["max"], 55.0);
+        let rows = table_rows(&[("converge-summary".to_owned(), three.clone())]);
+        assert!(
+            rows[0][2].starts_with("min/median/max: 10.000/11.000/12.000 s"),
+            "{}",
+            rows[0][2]
+        );
+    }
+
+    #[test]
     fn table_rows_read_the_json() {
         let v = json!({"n": 1000, "replicas": 3, "namespaces": 100, "seconds": 12.5, "converged": 1000,
             "kms": {"total": 210, "logins": 100, "fetches": 100}, "apiserver_requests": 4000.0,
-            "usage": [{"peak_rss_mib": 30.2, "cpu_seconds": 4.0}], "load": {"loadavg": [1.0, 1.0, 1.0]}});
+            "usage": [{"peak_rss_mib": 30.2, "rss_anon_mib": 12.4, "rss_file_mib": 17.6, "cpu_seconds": 4.0}],
+            "load": {"loadavg": [1.0, 1.0, 1.0]}});
         let rows = table_rows(&[("converge".into(), v)]);
         assert!(
             rows[0][1].starts_with("N=1000 R=3 ns=100"),
@@ -1038,7 +1171,11 @@ mod tests {
             "{}",
             rows[0][2]
         );
-        assert!(rows[0][2].contains("RSS MiB [30] CPU s [4.0]"));
+        assert!(
+            rows[0][2].contains("RSS MiB [30] (anon+file at the end [12+18]) CPU s [4.0]"),
+            "{}",
+            rows[0][2]
+        );
         let floor = json!({"n": 1000, "namespaces": 100, "concurrency": 24, "seconds": 2.432,
             "apiserver_requests": 2001.0, "load": {"loadavg": [1.3, 0.8, 0.9]}});
         let rows = table_rows(&[("floor".into(), floor)]);

@@ -572,6 +572,13 @@ pub struct Usage {
     pub replica: String,
     /// Peak resident set (`VmHWM`), MiB.
     pub peak_rss_mib: Option<f64>,
+    /// Of the resident set when measured: anonymous memory (the heap,
+    /// stacks), MiB (`RssAnon`).
+    pub rss_anon_mib: Option<f64>,
+    /// Of the resident set when measured: file pages mapped (mostly the
+    /// binary's code, shared with every process running the same file),
+    /// MiB (`RssFile`).
+    pub rss_file_mib: Option<f64>,
     /// User + system CPU time, seconds.
     pub cpu_seconds: Option<f64>,
 }
@@ -583,6 +590,8 @@ pub fn usage_of(pid: u32, name: &str) -> Usage {
     Usage {
         replica: name.to_owned(),
         peak_rss_mib: vm_hwm_kib(&status).map(|k| k as f64 / 1024.0),
+        rss_anon_mib: status_kib(&status, "RssAnon:").map(|k| k as f64 / 1024.0),
+        rss_file_mib: status_kib(&status, "RssFile:").map(|k| k as f64 / 1024.0),
         cpu_seconds: cpu_ticks(&stat).map(|t| t as f64 / clock_ticks()),
     }
 }
@@ -602,8 +611,13 @@ fn clock_ticks() -> f64 {
 
 /// `VmHWM` (peak resident set) of a `/proc/PID/status` text, in KiB.
 fn vm_hwm_kib(status: &str) -> Option<u64> {
+    status_kib(status, "VmHWM:")
+}
+
+/// The field `name` (with its colon) of a `/proc/PID/status` text, in KiB.
+fn status_kib(status: &str, name: &str) -> Option<u64> {
     status.lines().find_map(|l| {
-        let rest = l.strip_prefix("VmHWM:")?;
+        let rest = l.strip_prefix(name)?;
         rest.split_whitespace().next()?.parse().ok()
     })
 }
@@ -631,6 +645,10 @@ mod tests {
             "Name:\tkms-operator\nVmPeak:\t  900 kB\nVmHWM:\t   45312 kB\nVmRSS:\t 40000 kB\n";
         assert_eq!(vm_hwm_kib(status), Some(45312));
         assert_eq!(vm_hwm_kib("Name: x\n"), None);
+        let status = "VmHWM:\t 75000 kB\nRssAnon:\t   53248 kB\nRssFile:\t   21504 kB\n";
+        assert_eq!(status_kib(status, "RssAnon:"), Some(53248));
+        assert_eq!(status_kib(status, "RssFile:"), Some(21504));
+        assert_eq!(status_kib(status, "RssShmem:"), None);
         let stat =
             "4242 (kms op (x)) S 1 4242 4242 0 -1 4194560 1000 0 0 0 250 37 0 0 20 0 8 0 100 0 0";
         assert_eq!(cpu_ticks(stat), Some(287));

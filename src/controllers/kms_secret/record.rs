@@ -17,7 +17,8 @@ pub struct SyncRecord {
     /// Secrets fetched at the last sync.
     pub synced_keys: i64,
     /// Keyed hash of each target's data (`Kind/ns/name`), when a persistent
-    /// cache is configured.
+    /// cache is configured: written to it, not kept in memory (a record
+    /// read back from the cache is trusted only when they match).
     pub target_hashes: std::collections::BTreeMap<String, [u8; 32]>,
 }
 
