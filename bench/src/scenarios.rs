@@ -727,13 +727,16 @@ pub async fn devserver(
     })
 }
 
-/// Min, median and max of `values` (the median of an even count is the
-/// lower middle value); `null` when there are none.
-fn spread(values: &mut [f64]) -> Value {
-    values.sort_by(f64::total_cmp);
-    match values {
-        [] => Value::Null,
-        v => json!({"min": v[0], "median": v[(v.len() - 1) / 2], "max": v[v.len() - 1]}),
+/// Min, median (nearest rank: of an even count, the lower middle value)
+/// and max of `values`; `null` when there are none.
+fn spread(values: &[f64]) -> Value {
+    match (
+        values.iter().copied().reduce(f64::min),
+        crate::stats::percentile(values, 50.0),
+        values.iter().copied().reduce(f64::max),
+    ) {
+        (Some(min), Some(median), Some(max)) => json!({"min": min, "median": median, "max": max}),
+        _ => Value::Null,
     }
 }
 
@@ -762,7 +765,7 @@ pub fn converge_summary(results: &[(String, Value)]) -> Vec<Value> {
     runs.into_iter()
         .map(|((n, r), vs)| {
             let of = |f: &dyn Fn(&Value) -> Option<f64>| -> Value {
-                spread(&mut vs.iter().filter_map(|v| f(v)).collect::<Vec<_>>())
+                spread(&vs.iter().filter_map(|v| f(v)).collect::<Vec<_>>())
             };
             json!({
                 "n": n,

@@ -123,11 +123,7 @@ pub async fn reconcile(
     // Our last status write may not be in the cache yet (the target's
     // watch event came first): read the resource with it.
     let mut cr = (*cr).clone();
-    if let (Some(uid), Some(rv)) = (cr.uid(), cr.resource_version())
-        && let Some(status) = this.written.freshest(&uid, &rv)
-    {
-        cr.status = Some(status);
-    }
+    cr.status = this.freshest_status(&cr);
     let mut progress = Progress::default();
     let outcome = sync(ctx, this, &cr, shard, cancel, &mut progress).await;
     if progress.took_event && outcome.is_err() {
@@ -1146,6 +1142,17 @@ impl Controller {
         }
     }
 
+    /// The resource's status as last written by this replica when the
+    /// cached copy has not caught up with that write yet, else the cached
+    /// copy's.
+    fn freshest_status(&self, cr: &KmsSecret) -> Option<KmsSecretStatus> {
+        match (cr.uid(), cr.resource_version()) {
+            (Some(uid), Some(rv)) => self.written.freshest(&uid, &rv),
+            _ => None,
+        }
+        .or_else(|| cr.status.clone())
+    }
+
     /// The sync record of an object UID.
     fn record(&self, uid: &str) -> Option<SyncRecord> {
         self.records
@@ -1244,17 +1251,12 @@ impl Reconciler<ObjectKey> for Controller {
     }
 
     fn in_step(&self, _ctx: &Context, key: &ObjectKey) -> bool {
-        let Some(cr) = self.store.get(Some(&key.namespace), &key.name) else {
-            return false;
-        };
-        let written = match (cr.uid(), cr.resource_version()) {
-            (Some(uid), Some(rv)) => self.written.freshest(&uid, &rv),
-            _ => None,
-        };
-        written
-            .as_ref()
-            .or(cr.status.as_ref())
-            .is_some_and(|s| conditions::ready_for(&s.conditions, cr.metadata.generation))
+        self.store
+            .get(Some(&key.namespace), &key.name)
+            .is_some_and(|cr| {
+                self.freshest_status(&cr)
+                    .is_some_and(|s| conditions::ready_for(&s.conditions, cr.metadata.generation))
+            })
     }
 
     fn shard_lost(&self, shard: u32) {
