@@ -1,7 +1,8 @@
 //! Instant updates: one event stream per (identity, project, environment,
 //! path), shared by every KmsSecret of that scope with `instantUpdates`. An
-//! event queues the scope's resources at once (their next fetch takes only
-//! an answer whose request started after the event); every time a stream
+//! event queues the scope's resources at once, in the work queue's lane of
+//! changes (ahead of resyncs; their next fetch takes only an answer whose
+//! request started after the event); every time a stream
 //! opens (the first time too) it queues them once, since a change made
 //! before it was open sent no event; a resource that joins a stream that is
 //! already open takes no answer from before the stream's last event either; a lost stream reconnects with backoff (1 s doubling to 30 s,
@@ -299,7 +300,7 @@ async fn run(
                 // A change made between a subscriber's last fetch and this
                 // moment sent no event to anyone: every open (the first one
                 // too) has the subscribers check once, conditionally.
-                notify.notify();
+                notify.notify(false);
                 let mut last = Instant::now();
                 loop {
                     let next = tokio::time::timeout_at(last + SILENCE, stream.next()).await;
@@ -308,7 +309,7 @@ async fn run(
                         Ok(Ok(Some(Message::Change(event)))) => {
                             last = Instant::now();
                             tracing::debug!(%event, path = %sub.path, "instant update");
-                            notify.notify();
+                            notify.notify(true);
                         }
                         Ok(Ok(None)) | Ok(Err(_)) | Err(_) => break,
                     }
@@ -355,10 +356,13 @@ struct Notify {
 }
 
 impl Notify {
-    /// Mark every subscriber fresh and queue it now. The instant is set
-    /// first: a subscriber that joins after the list below was taken still
-    /// sees it (and fetches an answer that started after it).
-    fn notify(&self) {
+    /// Mark every subscriber fresh and queue it now: for an event, in the
+    /// lane of changes, ahead of every resync and first sync; when the
+    /// stream opens (a change may have been missed, most likely none was),
+    /// in line. The instant is set first: a subscriber that joins after the
+    /// list below was taken still sees it (and fetches an answer that
+    /// started after it).
+    fn notify(&self, event: bool) {
         *self.heard.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
         let keys: Vec<ObjectKey> = self
             .subscribers
@@ -371,7 +375,11 @@ impl Notify {
         for key in keys {
             fresh.insert(key.clone());
             let shard = self.gate.shard_of(&key.namespace);
-            self.queue.add(key, shard);
+            if event {
+                self.queue.add_change(key, shard);
+            } else {
+                self.queue.add(key, shard);
+            }
         }
     }
 }

@@ -3,7 +3,10 @@
 //! Like client-go's workqueue: a key is queued at most once; a key being
 //! processed is never handed out twice, and a key added while it is processed
 //! is queued again when processing ends; delayed keys become ready at their
-//! due time (an earlier due time wins). Every entry carries its shard, so a
+//! due time (an earlier due time wins). Changes heard from the KMS
+//! ([`Queue::add_change`]) go to a lane of their own that is served first:
+//! when resyncs fall behind a busy budget, thousands of keys may wait in
+//! line, and a change must not wait behind them. Every entry carries its shard, so a
 //! shard that is lost can be dropped as a whole, and depth and age are
 //! reported per shard.
 
@@ -24,16 +27,22 @@ enum Place {
     Ready(Instant, bool),
     /// Waiting until the instant (with a sequence number for ordering).
     Delayed(Instant, u64),
+    /// In the lane of changes (served before the ready FIFO) since the
+    /// instant.
+    Change(Instant),
 }
 
 struct Inner<K> {
+    /// Keys of changes heard from the KMS, handed out before `ready`.
+    changes: VecDeque<K>,
     ready: VecDeque<K>,
     delayed: BTreeSet<(Instant, u64, K)>,
     queued: HashMap<K, (u32, Place)>,
     /// Keys being processed, with their shard.
     processing: HashMap<K, u32>,
-    /// Keys added while processing: shard and when they become ready.
-    dirty: HashMap<K, (u32, Instant)>,
+    /// Keys added while processing: shard, when they become ready, and
+    /// whether for a change (then they go to the lane of changes).
+    dirty: HashMap<K, (u32, Instant, bool)>,
     seq: u64,
     closed: bool,
     /// Consecutive transient failures per key (the backoff state).
@@ -61,6 +70,7 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
     pub fn new() -> Self {
         Self {
             inner: Mutex::new(Inner {
+                changes: VecDeque::new(),
                 ready: VecDeque::new(),
                 delayed: BTreeSet::new(),
                 queued: HashMap::new(),
@@ -83,6 +93,41 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
         self.add_at(key, shard, Instant::now());
     }
 
+    /// Queue `key` now for a change heard from outside (an event of the
+    /// KMS), in the lane of changes: it is handed out before every key of
+    /// the ready FIFO, and wherever it was waiting (in line as a scheduled
+    /// resync, or delayed) it leaves that place. It counts as added as due
+    /// (its KMS requests are urgent, see [`Queue::next_entry`]). A key being
+    /// processed goes to the lane when processing ends. Echoes of the
+    /// operator's own writes use [`Queue::add`]: they must not jump the line.
+    pub fn add_change(&self, key: K, shard: u32) {
+        let now = Instant::now();
+        let mut q = self.lock();
+        if q.closed {
+            return;
+        }
+        if q.processing.contains_key(&key) {
+            let entry = q.dirty.entry(key).or_insert((shard, now, true));
+            entry.1 = entry.1.min(now);
+            entry.2 = true;
+            return;
+        }
+        match q.queued.get(&key).copied() {
+            Some((_, Place::Change(_))) => return,
+            // Its entry in the ready FIFO stays behind, skipped when it
+            // comes up (no search through a line of thousands).
+            Some((_, Place::Ready(..))) => {}
+            Some((_, Place::Delayed(at, seq))) => {
+                q.delayed.remove(&(at, seq, key.clone()));
+            }
+            None => {}
+        }
+        q.changes.push_back(key.clone());
+        q.queued.insert(key, (shard, Place::Change(now)));
+        drop(q);
+        self.notify.notify_one();
+    }
+
     /// Queue `key` after `delay`.
     pub fn add_after(&self, key: K, shard: u32, delay: Duration) {
         self.add_at(key, shard, Instant::now() + delay);
@@ -97,12 +142,12 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
             return;
         }
         if q.processing.contains_key(&key) {
-            let entry = q.dirty.entry(key).or_insert((shard, due));
+            let entry = q.dirty.entry(key).or_insert((shard, due, false));
             entry.1 = entry.1.min(due);
             return;
         }
         match q.queued.get(&key).copied() {
-            Some((_, Place::Ready(..))) => return,
+            Some((_, Place::Ready(..) | Place::Change(_))) => return,
             Some((_, Place::Delayed(at, seq))) => {
                 if at <= due {
                     return;
@@ -148,6 +193,19 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
         accept: impl Fn(u32) -> bool,
         keep: impl Fn(u32) -> bool,
     ) -> Option<(K, u32)> {
+        self.next_entry(accept, keep)
+            .await
+            .map(|(key, shard, _)| (key, shard))
+    }
+
+    /// Like [`Queue::next`], and whether the key came due at a scheduled
+    /// time (a resync, a retry) rather than being added as due (an event, a
+    /// new resource, a full pass).
+    pub async fn next_entry(
+        &self,
+        accept: impl Fn(u32) -> bool,
+        keep: impl Fn(u32) -> bool,
+    ) -> Option<(K, u32, bool)> {
         loop {
             let notified = self.notify.notified();
             let wait_until = {
@@ -159,13 +217,28 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
                 let mut next_due = Self::promote(&mut q, now);
                 let mut found = None;
                 let mut parked = Vec::new();
-                while let Some(key) = q.ready.pop_front() {
-                    let Some((shard, _)) = q.queued.remove(&key) else {
+                loop {
+                    let (key, lane) = match q.changes.pop_front() {
+                        Some(key) => (key, true),
+                        None => match q.ready.pop_front() {
+                            Some(key) => (key, false),
+                            None => break,
+                        },
+                    };
+                    // An entry left in the ready FIFO by a key that moved
+                    // to the lane of changes is skipped.
+                    match q.queued.get(&key) {
+                        Some((_, Place::Change(_))) if !lane => continue,
+                        Some(_) => {}
+                        None => continue,
+                    }
+                    let Some((shard, place)) = q.queued.remove(&key) else {
                         continue;
                     };
                     if accept(shard) {
                         q.processing.insert(key.clone(), shard);
-                        found = Some((key, shard));
+                        let scheduled = matches!(place, Place::Ready(_, true));
+                        found = Some((key, shard, scheduled));
                         break;
                     }
                     if keep(shard) {
@@ -184,7 +257,7 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
                 }
                 if let Some(item) = found {
                     // Others may be ready too.
-                    if !q.ready.is_empty() {
+                    if !q.ready.is_empty() || !q.changes.is_empty() {
                         self.notify.notify_one();
                     }
                     return Some(item);
@@ -207,9 +280,13 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
     pub fn done(&self, key: &K) {
         let mut q = self.lock();
         q.processing.remove(key);
-        if let Some((shard, due)) = q.dirty.remove(key) {
+        if let Some((shard, due, change)) = q.dirty.remove(key) {
             drop(q);
-            self.add_at(key.clone(), shard, due);
+            if change {
+                self.add_change(key.clone(), shard);
+            } else {
+                self.add_at(key.clone(), shard, due);
+            }
         }
     }
 
@@ -227,9 +304,15 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
                 q.delayed.remove(&(at, seq, key.clone()));
             }
         }
-        let Inner { ready, queued, .. } = &mut *q;
+        let Inner {
+            ready,
+            changes,
+            queued,
+            ..
+        } = &mut *q;
         ready.retain(|k| queued.contains_key(k));
-        q.dirty.retain(|_, (s, _)| *s != shard);
+        changes.retain(|k| queued.contains_key(k));
+        q.dirty.retain(|_, (s, ..)| *s != shard);
         keys.len()
     }
 
@@ -241,6 +324,7 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
             q.delayed.remove(&(at, seq, key.clone()));
         }
         q.ready.retain(|k| k != key);
+        q.changes.retain(|k| k != key);
         q.dirty.remove(key);
     }
 
@@ -271,7 +355,7 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
         for (shard, place) in q.queued.values() {
             let e = out.entry(*shard).or_default();
             e.0 += 1;
-            if let Place::Ready(since, _) = place {
+            if let Place::Ready(since, _) | Place::Change(since) = place {
                 e.1 = e.1.max(now.saturating_duration_since(*since));
             }
         }
@@ -291,7 +375,9 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
         let added = q
             .queued
             .values()
-            .filter(|(shard, place)| matches!(place, Place::Ready(_, false)) && owned(*shard))
+            .filter(|(shard, place)| {
+                matches!(place, Place::Ready(_, false) | Place::Change(_)) && owned(*shard)
+            })
             .count();
         added + q.processing.len()
     }
@@ -358,6 +444,62 @@ mod tests {
         // and what it counts as.
         q.add("resync", 0);
         assert_eq!(demand(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn changes_go_before_the_line_of_resyncs() {
+        let q: Queue<&str> = Queue::new();
+        q.add_after("resync", 0, Duration::from_secs(5));
+        q.add_after("other", 0, Duration::from_secs(6));
+        q.add_after("later", 0, Duration::from_secs(60));
+        q.add("busy", 0);
+        let got = |e: Option<(&'static str, u32, bool)>| e.map(|(k, _, s)| (k, s));
+        let next = || q.next_entry(|_| true, |_| false);
+        assert_eq!(got(next().await), Some(("busy", false)));
+        tokio::time::advance(Duration::from_secs(7)).await;
+        // An echo leaves a scheduled key in line; a change takes it out of
+        // the line (or out of its delay) to the front; a change for a key
+        // being processed brings it to the front when it is done.
+        q.add("resync", 0);
+        q.add("other", 0);
+        q.add_change("other", 0);
+        q.add_change("later", 0);
+        q.add_change("busy", 0);
+        q.add_change("later", 0);
+        assert_eq!(q.demand(|_| true), 3, "changes are demand");
+        assert_eq!(got(next().await), Some(("other", false)));
+        assert_eq!(got(next().await), Some(("later", false)));
+        q.done(&"busy");
+        assert_eq!(got(next().await), Some(("busy", false)));
+        assert_eq!(got(next().await), Some(("resync", true)));
+        assert_eq!(q.len(), 0, "each key once");
+        // A lost shard's changes go with it.
+        q.add_change("x", 1);
+        assert_eq!(q.drop_shard(1), 1);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(10), next())
+                .await
+                .is_err()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_resync_in_line_that_a_change_moves_is_handed_out_once() {
+        let q: Queue<&str> = Queue::new();
+        q.add_after("a", 0, Duration::from_secs(1));
+        q.add_after("b", 0, Duration::from_secs(2));
+        tokio::time::advance(Duration::from_secs(3)).await;
+        assert_eq!(q.demand(|_| true), 0, "both in line as resyncs");
+        q.add_change("b", 0);
+        let next = || q.next_entry(|_| true, |_| false);
+        assert_eq!(next().await, Some(("b", 0, false)));
+        assert_eq!(next().await, Some(("a", 0, true)));
+        // The place "b" left in line is skipped.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(10), next())
+                .await
+                .is_err()
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::context::Context;
 use super::error::SyncError;
 use super::queue::{self, Queue};
+use crate::kms::limiter::{Urgency, with_urgency};
 
 /// What a reconcile asks for next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,14 +67,15 @@ pub async fn run_workers<K, R>(
     for _ in 0..ctx.settings.workers.max(1) {
         let (ctx, queue, reconciler) = (ctx.clone(), queue.clone(), reconciler.clone());
         tasks.push(tokio::spawn(async move {
-            while let Some((key, shard)) = queue
-                .next(|s| ctx.gate.owns(s), |s| ctx.gate.holds(s))
+            while let Some((key, shard, scheduled)) = queue
+                .next_entry(|s| ctx.gate.owns(s), |s| ctx.gate.holds(s))
                 .await
             {
                 let cancel = ctx.gate.cancellation(shard);
                 let started = tokio::time::Instant::now();
+                let urgency = urgency(scheduled, || reconciler.in_step(&ctx, &key));
                 let result = tokio::select! {
-                    r = reconciler.reconcile(&ctx, &key, shard, &cancel) => r,
+                    r = with_urgency(urgency, reconciler.reconcile(&ctx, &key, shard, &cancel)) => r,
                     () = cancel.cancelled() => Err(SyncError::NotOwner),
                 };
                 let elapsed = started.elapsed();
@@ -133,6 +135,18 @@ pub async fn run_workers<K, R>(
     }
 }
 
+/// How urgent a reconcile's KMS requests are: routine only for a key that
+/// came due at a scheduled time (a resync, a retry) and is in step; a key
+/// added as due (an event, a new resource, a full pass) or one not in step
+/// (never synced, its spec changed, failing) is urgent.
+fn urgency(scheduled: bool, in_step: impl FnOnce() -> bool) -> Urgency {
+    if scheduled && in_step() {
+        Urgency::Routine
+    } else {
+        Urgency::Urgent
+    }
+}
+
 /// When a failed reconcile of `key` is tried again. A transient error (the
 /// KMS or the API unavailable, a conflict) backs off: 1 s doubling to the
 /// maximum. A `429` (or an endpoint still paused by one) is tried again when
@@ -175,6 +189,20 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_scheduled_resync_in_step_is_routine() {
+        assert_eq!(urgency(true, || true), Urgency::Routine);
+        assert_eq!(
+            urgency(true, || false),
+            Urgency::Urgent,
+            "never synced, or failing"
+        );
+        assert_eq!(
+            urgency(false, || panic!("not asked for a key added as due")),
+            Urgency::Urgent
+        );
+    }
 
     #[test]
     fn transient_errors_back_off_and_the_others_wait_for_the_resync_interval() {

@@ -11,6 +11,14 @@
 //! Replicas share the rate in proportion to the demand each publishes
 //! (`share`): a larger part applies only after the others have seen it, a
 //! member that left keeps its weight for a while.
+//!
+//! Within a replica, urgent requests go first ([`Urgency`], set for a task
+//! with [`with_urgency`]): a request made for a scheduled resync of a
+//! resource already in step takes a token only while no urgent request
+//! (an event's, a first sync's, a changed spec's) waits for one at the same
+//! endpoint. A change heard from the KMS is thus not queued behind the
+//! resyncs that keep the budget busy; resyncs, the safety net, wait for the
+//! changes.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -37,6 +45,60 @@ struct Bucket {
     tokens: f64,
     last: Instant,
     paused_until: Option<Instant>,
+    /// Urgent requests waiting for a token (routine ones let them go first).
+    urgent_waiting: u32,
+}
+
+impl Bucket {
+    fn new(tokens: f64, now: Instant) -> Self {
+        Self {
+            tokens,
+            last: now,
+            paused_until: None,
+            urgent_waiting: 0,
+        }
+    }
+}
+
+/// How urgent the KMS requests of a task are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Urgency {
+    /// Acting on a change: an event, a new or changed resource, a first
+    /// sync, a retry of one. The default.
+    Urgent,
+    /// A scheduled resync of a resource that is in step: it waits while
+    /// urgent requests wait.
+    Routine,
+}
+
+tokio::task_local! {
+    static URGENCY: Urgency;
+}
+
+/// Run `f` with its KMS requests taking the budget as `urgency` says.
+pub async fn with_urgency<F: std::future::Future>(urgency: Urgency, f: F) -> F::Output {
+    URGENCY.scope(urgency, f).await
+}
+
+/// The urgency of the current task ([`Urgency::Urgent`] outside
+/// [`with_urgency`]).
+fn current_urgency() -> Urgency {
+    URGENCY.try_with(|u| *u).unwrap_or(Urgency::Urgent)
+}
+
+/// An urgent request counted as waiting at a host until dropped.
+struct UrgentWait<'a> {
+    hosts: &'a Mutex<HashMap<String, Bucket>>,
+    host: &'a str,
+}
+
+impl Drop for UrgentWait<'_> {
+    fn drop(&mut self) {
+        let mut hosts = self.hosts.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(b) = hosts.get_mut(self.host) {
+            b.urgent_waiting = b.urgent_waiting.saturating_sub(1);
+        }
+    }
 }
 
 /// What `acquire` had to do.
@@ -111,9 +173,13 @@ impl Limiter {
         total * self.share().part(Instant::now())
     }
 
-    /// Wait until a request to `host` may be sent.
+    /// Wait until a request to `host` may be sent (urgent requests first:
+    /// see [`Urgency`]).
     pub async fn acquire(&self, host: &str) -> Acquired {
+        let urgent = current_urgency() == Urgency::Urgent;
         let mut waited = false;
+        // Counted among the urgent waiters from its first wait to its token.
+        let mut counted: Option<UrgentWait<'_>> = None;
         loop {
             let wait = {
                 let rate = self.rate();
@@ -123,12 +189,10 @@ impl Limiter {
                 // A new bucket holds one request, not a burst: replicas that
                 // start together (or come back together after a control-plane
                 // outage) must not spend a burst each at the same moment.
-                let b = hosts.entry(host.to_owned()).or_insert(Bucket {
-                    tokens: 1.0_f64.min(burst),
-                    last: now,
-                    paused_until: None,
-                });
-                if let Some(until) = b.paused_until {
+                let b = hosts
+                    .entry(host.to_owned())
+                    .or_insert_with(|| Bucket::new(1.0_f64.min(burst), now));
+                let wait = if let Some(until) = b.paused_until {
                     if until > now {
                         Some(until - now)
                     } else {
@@ -145,13 +209,28 @@ impl Limiter {
                     let elapsed = now.saturating_duration_since(b.last).as_secs_f64();
                     b.tokens = (b.tokens + elapsed * rate).min(burst);
                     b.last = now;
-                    if b.tokens >= 1.0 {
-                        b.tokens -= 1.0;
+                    // A routine request lets the urgent ones that wait go
+                    // first, and looks again after about one token's time.
+                    let yields = !urgent && b.urgent_waiting > 0;
+                    if yields {
+                        Some(Duration::from_secs_f64(1.0 / rate))
+                    } else if b.tokens >= 1.0 - 1e-9 {
+                        // (A token earned in steps of elapsed × rate may
+                        // fall short of 1 by a rounding error: it counts.)
+                        b.tokens = (b.tokens - 1.0).max(0.0);
                         None
                     } else {
                         Some(Duration::from_secs_f64((1.0 - b.tokens) / rate))
                     }
-                })
+                });
+                if urgent && wait.is_some() && counted.is_none() {
+                    b.urgent_waiting += 1;
+                    counted = Some(UrgentWait {
+                        hosts: &self.hosts,
+                        host,
+                    });
+                }
+                wait
             };
             match wait {
                 None => {
@@ -188,11 +267,9 @@ impl Limiter {
     pub fn pause(&self, host: &str, for_how_long: Duration) {
         let until = Instant::now() + for_how_long;
         let mut hosts = self.hosts.lock().unwrap_or_else(|e| e.into_inner());
-        let b = hosts.entry(host.to_owned()).or_insert(Bucket {
-            tokens: 0.0,
-            last: Instant::now(),
-            paused_until: None,
-        });
+        let b = hosts
+            .entry(host.to_owned())
+            .or_insert_with(|| Bucket::new(0.0, Instant::now()));
         b.tokens = 0.0;
         b.paused_until = Some(b.paused_until.map_or(until, |p| p.max(until)));
     }
@@ -311,6 +388,62 @@ mod tests {
                 .await
                 .is_ok()
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn urgent_requests_take_the_budget_before_routine_ones() {
+        use std::sync::Arc;
+        let l = Arc::new(Limiter::new(10.0));
+        l.acquire("h").await; // the one request a new bucket holds
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        let spawn = |name: String, urgency: Urgency, host: &'static str| {
+            let (l, order) = (l.clone(), order.clone());
+            tokio::spawn(with_urgency(urgency, async move {
+                l.acquire(host).await;
+                order.lock().unwrap().push((name, Instant::now()));
+            }))
+        };
+        let start = Instant::now();
+        for i in 0..4 {
+            tasks.push(spawn(format!("routine{i}"), Urgency::Routine, "h"));
+        }
+        // The routine requests wait first; urgent ones come 10 ms later,
+        // and one for another endpoint holds nothing back at "h".
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        tasks.push(spawn("elsewhere".into(), Urgency::Routine, "other"));
+        for i in 0..3 {
+            tasks.push(spawn(format!("urgent{i}"), Urgency::Urgent, "h"));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let order = order.lock().unwrap();
+        let names: Vec<&str> = order.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names[0], "elsewhere");
+        assert!(
+            names[1..4].iter().all(|n| n.starts_with("urgent")),
+            "{names:?}"
+        );
+        assert!(
+            names[4..].iter().all(|n| n.starts_with("routine")),
+            "{names:?}"
+        );
+        // The rate holds for both: 7 requests at "h" after the first at
+        // 10/s take at least 0.6 s, and the routine ones are not starved
+        // once no urgent request waits.
+        let last = order.last().unwrap().1 - start;
+        assert!(
+            last >= Duration::from_millis(600) && last <= Duration::from_millis(1000),
+            "{last:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn outside_a_scope_requests_are_urgent() {
+        assert_eq!(current_urgency(), Urgency::Urgent);
+        let inner = with_urgency(Urgency::Routine, async { current_urgency() }).await;
+        assert_eq!(inner, Urgency::Routine);
     }
 
     #[tokio::test(start_paused = true)]
