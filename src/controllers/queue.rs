@@ -226,11 +226,12 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
                         },
                     };
                     // An entry left in the ready FIFO by a key that moved
-                    // to the lane of changes is skipped.
+                    // to the lane of changes is skipped, whatever the key
+                    // has become since (in the lane, delayed, or gone).
                     match q.queued.get(&key) {
-                        Some((_, Place::Change(_))) if !lane => continue,
-                        Some(_) => {}
-                        None => continue,
+                        Some((_, Place::Ready(..))) if !lane => {}
+                        Some((_, Place::Change(_))) if lane => {}
+                        _ => continue,
                     }
                     let Some((shard, place)) = q.queued.remove(&key) else {
                         continue;
@@ -494,12 +495,14 @@ mod tests {
         let next = || q.next_entry(|_| true, |_| false);
         assert_eq!(next().await, Some(("b", 0, false)));
         assert_eq!(next().await, Some(("a", 0, true)));
-        // The place "b" left in line is skipped.
-        assert!(
-            tokio::time::timeout(Duration::from_millis(10), next())
-                .await
-                .is_err()
-        );
+        // The place "b" left in line is skipped, also once "b" waits for
+        // its next resync: it is not handed out before that.
+        q.done(&"b");
+        q.add_after("b", 0, Duration::from_secs(60));
+        let start = Instant::now();
+        assert_eq!(next().await, Some(("b", 0, true)));
+        assert_eq!(start.elapsed(), Duration::from_secs(60));
+        assert_eq!(q.len(), 0);
     }
 
     #[tokio::test(start_paused = true)]
