@@ -34,6 +34,7 @@ pub mod kms_dynamic_secret;
 pub mod kms_push_secret;
 pub mod kms_secret;
 pub mod managed_fields;
+pub mod packed;
 pub mod queue;
 pub mod refs;
 pub mod registry;

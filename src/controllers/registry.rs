@@ -177,7 +177,15 @@ where
 
 impl<T, R> Kind for Resources<T, R>
 where
-    T: Resource + HostApi + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+    T: Resource
+        + HostApi
+        + Clone
+        + Debug
+        + DeserializeOwned
+        + serde::Serialize
+        + Send
+        + Sync
+        + 'static,
     T::DynamicType: Default + Hash + Eq + Clone + Send + Sync,
     R: Reconciler<ObjectKey>,
 {
@@ -210,25 +218,20 @@ where
         // In namespace order: the resources of a namespace usually share an
         // identity and a folder, and reconciled together they share one
         // login and one fetch (answers serve for a couple of seconds).
-        let mut of_shard: Vec<_> = self
-            .store
-            .all()
-            .into_iter()
-            .filter(|o| gate.shard_of(&o.namespace().unwrap_or_default()) == shard)
-            .collect();
-        of_shard.sort_by_cached_key(|o| (o.namespace(), o.name_any()));
-        for o in of_shard {
-            self.add(&o, gate);
+        let mut of_shard: Vec<ObjectKey> = self.store.heads(|h| {
+            let ns = h.namespace.unwrap_or_default();
+            (gate.shard_of(ns) == shard).then(|| ObjectKey::new(ns, h.name))
+        });
+        of_shard.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        for key in of_shard {
+            self.queue.add(key, shard);
         }
     }
 
     fn resource_namespaces(&self) -> Option<Vec<String>> {
         Some(
             self.store
-                .all()
-                .iter()
-                .map(|o| o.namespace().unwrap_or_default())
-                .collect(),
+                .heads(|h| Some(h.namespace.unwrap_or_default().to_owned())),
         )
     }
 

@@ -1,7 +1,9 @@
-//! Watched caches: a reflector store per watched namespace (or one for the
-//! whole cluster), queried as one, with a callback on every watch event so
-//! controllers can turn events into queue entries. Objects are stored without
-//! their managed fields and `kubectl`'s last-applied copy.
+//! Watched caches: a store per watched namespace (or one for the whole
+//! cluster, and one per owned shard for kinds watched by shard), queried as
+//! one, with a callback on every watch event so controllers can turn events
+//! into queue entries. Objects are stored without their managed fields and
+//! `kubectl`'s last-applied copy, as JSON decoded on read
+//! ([`super::packed`]).
 //!
 //! Two things no single object may break:
 //!
@@ -29,13 +31,13 @@ use kube::api::Api;
 use kube::core::ObjectMeta;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
-use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, Resource};
 use serde::de::{DeserializeOwned, Deserializer};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
+use super::packed::{Head, Packed};
 use crate::metrics::Metrics;
 
 /// Whether a watch has delivered its initial list. Cheap to clone; any
@@ -98,7 +100,7 @@ where
     /// The label and value a shard's watch selects by.
     selects: Option<(&'static str, String)>,
     namespace: Option<String>,
-    store: Store<K>,
+    store: Packed<K>,
     ready: Ready,
     /// The task that drives a shard's watch (stopped when the shard goes).
     task: Option<tokio::task::AbortHandle>,
@@ -130,7 +132,7 @@ where
 
 impl<K> Scoped<K>
 where
-    K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+    K: Resource + Clone + Debug + DeserializeOwned + Serialize + Send + Sync + 'static,
     K::DynamicType: Default + std::hash::Hash + Eq + Clone,
 {
     fn empty(namespaces: &[String]) -> Self {
@@ -152,14 +154,11 @@ where
     /// namespace is watched and, for a kind watched by shard, its shard is
     /// this replica's).
     pub fn get(&self, namespace: Option<&str>, name: &str) -> Option<Arc<K>> {
-        let mut key = ObjectRef::<K>::new(name);
-        if let Some(ns) = namespace {
-            key = key.within(ns);
-        }
+        let key = super::packed::key(namespace, name);
         self.parts()
             .iter()
             .filter(|p| p.namespace.is_none() || p.namespace.as_deref() == namespace)
-            .find_map(|p| p.store.get(&key))
+            .find_map(|p| p.store.get_key(&key))
     }
 
     /// Whether `namespace` is watched (by this replica or another).
@@ -171,29 +170,39 @@ where
     /// also has, because this replica owns both of its shards, is left out
     /// there).
     pub fn all(&self) -> Vec<Arc<K>> {
+        self.decode_where(|_| true)
+    }
+
+    /// The cached objects whose [`Head`] passes `pick`, decoded (once, as
+    /// in [`Scoped::all`]).
+    pub fn decode_where(&self, mut pick: impl FnMut(Head<'_>) -> bool) -> Vec<Arc<K>> {
         let parts = self.parts();
-        let primary: HashSet<&str> = parts
-            .iter()
-            .filter_map(|p| p.selects.as_ref())
-            .filter(|(key, _)| *key == SHARD_LABEL)
-            .map(|(_, value)| value.as_str())
-            .collect();
+        let primary = primary_shards(&parts);
         parts
             .iter()
-            .flat_map(|p| match &p.selects {
-                Some((key, _)) if *key != SHARD_LABEL => p
-                    .store
-                    .state()
-                    .into_iter()
-                    .filter(|o| {
-                        o.meta()
-                            .labels
-                            .as_ref()
-                            .and_then(|l| l.get(SHARD_LABEL))
-                            .is_none_or(|v| !primary.contains(v.as_str()))
-                    })
-                    .collect(),
-                _ => p.store.state(),
+            .flat_map(|p| {
+                p.store
+                    .decode_where(|h| listed_here(p, &primary, &h) && pick(h))
+            })
+            .collect()
+    }
+
+    /// The cached objects a managed object's owner annotation names
+    /// (`Kind/namespace/name`), decoded.
+    pub fn owned_by(&self, owner: &str) -> Vec<Arc<K>> {
+        self.decode_where(|h| h.owner == Some(owner))
+    }
+
+    /// `f` of every cached object's [`Head`] that gives something, nothing
+    /// decoded (once per object, as in [`Scoped::all`]).
+    pub fn heads<T>(&self, mut f: impl FnMut(Head<'_>) -> Option<T>) -> Vec<T> {
+        let parts = self.parts();
+        let primary = primary_shards(&parts);
+        parts
+            .iter()
+            .flat_map(|p| {
+                p.store
+                    .heads(|h| listed_here(p, &primary, &h).then(|| f(h)).flatten())
             })
             .collect()
     }
@@ -225,6 +234,32 @@ where
     #[cfg(test)]
     pub fn unwatched() -> Self {
         Self::empty(&[])
+    }
+}
+
+/// The shard label values of the shards watched by [`SHARD_LABEL`].
+fn primary_shards<K: Resource + Clone>(parts: &[Part<K>]) -> HashSet<&str>
+where
+    K::DynamicType: std::hash::Hash + Eq + Clone,
+{
+    parts
+        .iter()
+        .filter_map(|p| p.selects.as_ref())
+        .filter(|(key, _)| *key == SHARD_LABEL)
+        .map(|(_, value)| value.as_str())
+        .collect()
+}
+
+/// Whether an object of part `p` is listed from there: an object a watch
+/// by another label key has is listed by its [`SHARD_LABEL`] watch when
+/// this replica runs that one too.
+fn listed_here<K: Resource + Clone>(p: &Part<K>, primary: &HashSet<&str>, h: &Head<'_>) -> bool
+where
+    K::DynamicType: std::hash::Hash + Eq + Clone,
+{
+    match &p.selects {
+        Some((key, _)) if *key != SHARD_LABEL => h.shard.is_none_or(|v| !primary.contains(v)),
+        _ => true,
     }
 }
 
@@ -511,12 +546,12 @@ impl Coverage {
 /// controller acts on a spec it can no longer read.
 fn decoded<K, S>(
     events: S,
-    reader: Store<K>,
+    reader: Packed<K>,
     report: Undecodable,
     scope: Coverage,
 ) -> impl Stream<Item = watcher::Result<Event<K>>>
 where
-    K: Resource + Clone + 'static,
+    K: Resource + Clone + Serialize + DeserializeOwned + 'static,
     K::DynamicType: Default + std::hash::Hash + Eq + Clone,
     S: Stream<Item = watcher::Result<Event<Lenient<K>>>>,
 {
@@ -525,11 +560,12 @@ where
     let api_version = K::api_version(&dt).into_owned();
     let mut relisted: Option<HashSet<ObjectId>> = None;
     let stored = move |meta: &ObjectMeta| {
-        let mut key = ObjectRef::<K>::new(meta.name.as_deref().unwrap_or_default());
-        if let Some(ns) = &meta.namespace {
-            key = key.within(ns);
-        }
-        reader.get(&key).map(|o| (*o).clone())
+        reader
+            .get(
+                meta.namespace.as_deref(),
+                meta.name.as_deref().unwrap_or_default(),
+            )
+            .map(|o| (*o).clone())
     };
     events.filter_map(move |item| {
         let out = match item {
@@ -589,38 +625,48 @@ fn name_of(meta: &ObjectMeta) -> String {
 }
 
 /// A reflector over `api` whose objects are decoded one by one (see the
-/// module docs): the store, its readiness, and the stream that drives both.
+/// module docs) and stored as JSON ([`Packed`]): the store, its readiness,
+/// and the stream that drives both (each event is applied to the store
+/// before the stream yields it).
 fn lenient_reflector<K>(
     api: Api<Lenient<K>>,
     config: &watcher::Config,
     report: &Undecodable,
     scope: Coverage,
 ) -> (
-    Store<K>,
+    Packed<K>,
     Ready,
     watch::Sender<bool>,
     impl Stream<Item = watcher::Result<Event<K>>> + Send + 'static,
 )
 where
-    K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+    K: Resource + Clone + Debug + DeserializeOwned + Serialize + Send + Sync + 'static,
     K::DynamicType: Default + std::hash::Hash + Eq + Clone,
 {
-    let (reader, writer) = reflector::store();
+    let store = Packed::new(SHARD_LABEL, OWNER_ANNOTATION);
     let (mark_ready, ready) = Ready::new();
     let events = watcher::watcher(api, config.clone())
         .default_backoff()
         .modify(slim::<Lenient<K>>);
-    let stream = reflector::reflector(
-        writer,
-        decoded(events, reader.clone(), report.clone(), scope),
-    );
-    (reader, ready, mark_ready, stream)
+    let writer = store.clone();
+    let stream = decoded(events, store.clone(), report.clone(), scope).inspect(move |item| {
+        if let Ok(event) = item {
+            writer.apply(event);
+        }
+    });
+    (store, ready, mark_ready, stream)
 }
 
 /// The label the operator puts on the resources it reconciles and on the
 /// objects it writes: the shard they belong to, of how many (`5-of-16`). A
 /// replica's watches of those kinds select by it, one watch per owned shard.
 pub const SHARD_LABEL: &str = "secrets.hanzo.ai/shard";
+
+/// The annotation on a managed object naming the resource that writes it
+/// (`<kind>/<namespace>/<name>`). The caches keep its value next to each
+/// object's JSON, so a resource finds its own targets without decoding
+/// every managed object ([`Scoped::owned_by`]).
+pub const OWNER_ANNOTATION: &str = "secrets.hanzo.ai/owner";
 
 /// The label on a managed object in another namespace than its owner's:
 /// the shard of its own namespace, where the workloads that use it are
@@ -1002,7 +1048,7 @@ impl Watches {
         &self,
         config: &watcher::Config,
         on_event: F,
-    ) -> (Store<K>, Ready, BoxFuture<'static, ()>)
+    ) -> (Packed<K>, Ready, BoxFuture<'static, ()>)
     where
         K: Resource<Scope = kube::core::ClusterResourceScope>
             + Clone
@@ -1071,9 +1117,9 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 
     fn part(shard: u32, key: &'static str, objects: &[Secret]) -> Part<Secret> {
-        let (store, mut writer) = reflector::store();
+        let store = Packed::new(SHARD_LABEL, OWNER_ANNOTATION);
         for o in objects {
-            writer.apply_watcher_event(&Event::Apply(o.clone()));
+            store.apply(&Event::Apply(o.clone()));
         }
         let (_, ready) = Ready::new();
         Part {

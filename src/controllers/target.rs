@@ -14,8 +14,9 @@ use crate::kms::SecretMap;
 
 /// Annotation: hash of the object's data.
 pub const VERSION_ANNOTATION: &str = "secrets.hanzo.ai/version";
-/// Annotation: `<kind>/<namespace>/<name>` of the resource that writes the object.
-pub const OWNER_ANNOTATION: &str = "secrets.hanzo.ai/owner";
+/// Annotation: `<kind>/<namespace>/<name>` of the resource that writes the
+/// object (defined with the caches, which keep it apart).
+pub use super::stores::OWNER_ANNOTATION;
 /// Label on every managed object (what the operator watches).
 pub const MANAGED_LABEL: &str = "secrets.hanzo.ai/managed";
 /// Annotation: keys of the labels copied from the resource.

@@ -150,7 +150,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         );
     }
     tracing::info!(
-        objects = wired.kms_secrets.all().len(),
+        objects = wired.kms_secrets.counts().values().sum::<usize>(),
         "caches synced; starting workers"
     );
     let prune = tokio::spawn(prune_cache(
@@ -311,6 +311,7 @@ where
         + Clone
         + std::fmt::Debug
         + serde::de::DeserializeOwned
+        + serde::Serialize
         + Send
         + Sync
         + 'static,

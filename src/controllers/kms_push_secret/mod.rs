@@ -44,7 +44,6 @@ use futures::future::BoxFuture;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -57,6 +56,7 @@ use super::apply::ensure_owner;
 use super::context::Context;
 use super::error::SyncError;
 use super::key::ObjectKey;
+use super::packed::Packed;
 use super::queue::Queue;
 use super::refs::RefIndex;
 use super::registry::{OwnerId, queue_on_change};
@@ -78,7 +78,7 @@ pub struct Controller {
     /// Watched resources.
     pub resources: Scoped<KmsPushSecret>,
     /// Watched ClusterGenerators.
-    generators: Store<ClusterGenerator>,
+    generators: Packed<ClusterGenerator>,
     /// Whether the ClusterGenerators are listed.
     generators_ready: stores::Ready,
     /// The controller's queue (to wake a resource at its cleanup deadline).
@@ -176,7 +176,7 @@ fn watch_generators(
     queue: Arc<Queue<ObjectKey>>,
     by_generator: Arc<RefIndex>,
 ) -> (
-    Store<ClusterGenerator>,
+    Packed<ClusterGenerator>,
     stores::Ready,
     BoxFuture<'static, ()>,
 ) {
@@ -212,9 +212,7 @@ fn watch_generators(
 
 impl Controller {
     fn generator(&self, name: &str) -> Option<ClusterGeneratorSpec> {
-        self.generators
-            .get(&ObjectRef::new(name))
-            .map(|g| g.spec.clone())
+        self.generators.get(None, name).map(|g| g.spec.clone())
     }
 
     fn remember(&self, uid: &str, identity: &Identity) {
@@ -236,9 +234,8 @@ impl Controller {
     fn forget(&self) {
         let live: std::collections::HashSet<String> = self
             .resources
-            .all()
-            .iter()
-            .filter_map(|o| o.uid())
+            .heads(|h| h.uid.map(str::to_owned))
+            .into_iter()
             .collect();
         self.identities
             .lock()

@@ -775,11 +775,11 @@ async fn prune(
             .any(|t| t.kind == kind && t.namespace == ns && t.name == name)
     };
     let mut stale: Vec<(TargetKind, String, String, String, bool)> = Vec::new();
-    for s in ctx.secrets.all() {
+    // The owner annotation is kept apart in the caches: only this
+    // resource's own targets are decoded.
+    for s in ctx.secrets.owned_by(me) {
         let (ns, name) = (s.namespace().unwrap_or_default(), s.name_any());
-        if s.annotations().get(OWNER_ANNOTATION).map(String::as_str) == Some(me)
-            && !listed(TargetKind::Secret, &ns, &name)
-        {
+        if !listed(TargetKind::Secret, &ns, &name) {
             let owned = s.owner_references().iter().any(|r| r.uid == uid);
             stale.push((
                 TargetKind::Secret,
@@ -790,11 +790,9 @@ async fn prune(
             ));
         }
     }
-    for c in ctx.config_maps.all() {
+    for c in ctx.config_maps.owned_by(me) {
         let (ns, name) = (c.namespace().unwrap_or_default(), c.name_any());
-        if c.annotations().get(OWNER_ANNOTATION).map(String::as_str) == Some(me)
-            && !listed(TargetKind::ConfigMap, &ns, &name)
-        {
+        if !listed(TargetKind::ConfigMap, &ns, &name) {
             let owned = c.owner_references().iter().any(|r| r.uid == uid);
             stale.push((
                 TargetKind::ConfigMap,
@@ -1212,9 +1210,8 @@ impl Controller {
         self.queue.reset_backoff(key);
         let live: HashSet<String> = self
             .store
-            .all()
-            .iter()
-            .filter_map(|o| o.metadata.uid.clone())
+            .heads(|h| h.uid.map(str::to_owned))
+            .into_iter()
             .collect();
         self.records
             .lock()

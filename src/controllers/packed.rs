@@ -1,0 +1,382 @@
+//! The store behind every watch: each object kept as the JSON the watch
+//! delivered it in (already without its managed fields and `kubectl`'s
+//! last-applied copy), decoded again when it is read.
+//!
+//! Decoded, a cached object costs several times its JSON: `k8s-openapi`
+//! keeps labels, annotations and data in `BTreeMap`s whose first node is
+//! about 0.5 KiB even for two entries, and every string is an allocation
+//! of its own. At 10,000 resources the watch caches are most of a
+//! replica's memory (`docs/performance.md`, "Cached objects as JSON").
+//! A read costs a decode (microseconds for a KmsSecret or a Secret);
+//! a reconcile reads its resource and its targets once each.
+//!
+//! The scans that run over every object of a kind (a full pass, the prune
+//! of a resource's targets, forgetting deleted resources) read a few
+//! fields kept decoded apart ([`Head`]: namespace, name, uid, and the values
+//! of one label and one annotation named when the store is made: the shard
+//! label and the owner annotation) and decode only what they pick.
+
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use kube::Resource;
+use kube::runtime::watcher::Event;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// The fields of a cached object that scans read without decoding it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Head<'a> {
+    /// Namespace (`None` for a cluster-scoped object).
+    pub namespace: Option<&'a str>,
+    /// Name.
+    pub name: &'a str,
+    /// `metadata.uid`.
+    pub uid: Option<&'a str>,
+    /// The value of the store's label (the shard label).
+    pub shard: Option<&'a str>,
+    /// The value of the store's annotation (a managed object's owner).
+    pub owner: Option<&'a str>,
+}
+
+/// One cached object.
+struct Entry {
+    json: Box<[u8]>,
+    uid: Option<Box<str>>,
+    shard: Option<Box<str>>,
+    owner: Option<Box<str>>,
+}
+
+/// `namespace/name`, or `/name` for a cluster-scoped object (neither part
+/// may contain a `/`).
+pub(crate) fn key(namespace: Option<&str>, name: &str) -> String {
+    format!("{}/{name}", namespace.unwrap_or_default())
+}
+
+fn head<'a>(key: &'a str, e: &'a Entry) -> Head<'a> {
+    let (namespace, name) = key.split_once('/').unwrap_or(("", key));
+    Head {
+        namespace: Some(namespace).filter(|n| !n.is_empty()),
+        name,
+        uid: e.uid.as_deref(),
+        shard: e.shard.as_deref(),
+        owner: e.owner.as_deref(),
+    }
+}
+
+#[derive(Default)]
+struct Inner {
+    objects: HashMap<Box<str>, Entry>,
+    /// A list in progress (between `Init` and `InitDone`): it replaces
+    /// `objects` when complete, as kube's reflector store does.
+    relist: Option<HashMap<Box<str>, Entry>>,
+}
+
+/// Objects of kind `K`, kept as JSON. Cheap to clone (one store).
+pub struct Packed<K> {
+    inner: Arc<RwLock<Inner>>,
+    /// The label and the annotation whose values [`Head`] keeps.
+    label: &'static str,
+    annotation: &'static str,
+    kind: PhantomData<fn() -> K>,
+}
+
+impl<K> Clone for Packed<K> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            label: self.label,
+            annotation: self.annotation,
+            kind: PhantomData,
+        }
+    }
+}
+
+impl<K> Packed<K>
+where
+    K: Resource + Serialize + DeserializeOwned,
+    K::DynamicType: Default,
+{
+    /// An empty store whose [`Head`]s keep the values of `label` and
+    /// `annotation`.
+    pub fn new(label: &'static str, annotation: &'static str) -> Self {
+        Self {
+            inner: Arc::default(),
+            label,
+            annotation,
+            kind: PhantomData,
+        }
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, Inner> {
+        self.inner.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Inner> {
+        self.inner.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn pack(&self, o: &K) -> Option<(Box<str>, Entry)> {
+        let meta = o.meta();
+        let name = meta.name.as_deref()?;
+        let json = match serde_json::to_vec(o) {
+            Ok(json) => json.into_boxed_slice(),
+            Err(e) => {
+                // Our own types always encode; never expected.
+                tracing::warn!(kind = %K::kind(&K::DynamicType::default()), error = %e, "could not cache an object");
+                return None;
+            }
+        };
+        let label = |m: &Option<std::collections::BTreeMap<String, String>>, k: &str| {
+            m.as_ref().and_then(|m| m.get(k)).map(|v| v.as_str().into())
+        };
+        Some((
+            key(meta.namespace.as_deref(), name).into_boxed_str(),
+            Entry {
+                json,
+                uid: meta.uid.as_deref().map(Into::into),
+                shard: label(&meta.labels, self.label),
+                owner: label(&meta.annotations, self.annotation),
+            },
+        ))
+    }
+
+    fn unpack(e: &Entry) -> Option<Arc<K>> {
+        match serde_json::from_slice::<K>(&e.json) {
+            Ok(o) => Some(Arc::new(o)),
+            Err(e) => {
+                // What was encoded from a `K` decodes as one; never expected.
+                tracing::warn!(kind = %K::kind(&K::DynamicType::default()), error = %e, "could not read a cached object");
+                None
+            }
+        }
+    }
+
+    /// Apply a watch event, as kube's reflector store does: a re-list
+    /// (`Init`, `InitApply`…, `InitDone`) replaces the whole store when it
+    /// completes; `Apply` and `Delete` change one object.
+    pub fn apply(&self, event: &Event<K>) {
+        match event {
+            Event::Init => self.write().relist = Some(HashMap::new()),
+            Event::InitApply(o) => {
+                if let Some((k, e)) = self.pack(o) {
+                    let mut inner = self.write();
+                    inner.relist.get_or_insert_default().insert(k, e);
+                }
+            }
+            Event::InitDone => {
+                let mut inner = self.write();
+                if let Some(listed) = inner.relist.take() {
+                    inner.objects = listed;
+                }
+            }
+            Event::Apply(o) => {
+                if let Some((k, e)) = self.pack(o) {
+                    self.write().objects.insert(k, e);
+                }
+            }
+            Event::Delete(o) => {
+                let meta = o.meta();
+                if let Some(name) = meta.name.as_deref() {
+                    self.write()
+                        .objects
+                        .remove(key(meta.namespace.as_deref(), name).as_str());
+                }
+            }
+        }
+    }
+
+    /// The object, decoded.
+    pub fn get(&self, namespace: Option<&str>, name: &str) -> Option<Arc<K>> {
+        self.get_key(&key(namespace, name))
+    }
+
+    /// The object under [`key`]`(namespace, name)`, decoded.
+    pub(crate) fn get_key(&self, key: &str) -> Option<Arc<K>> {
+        self.read().objects.get(key).and_then(Self::unpack)
+    }
+
+    /// Whether the object is cached (nothing decoded).
+    pub fn contains(&self, namespace: Option<&str>, name: &str) -> bool {
+        self.read()
+            .objects
+            .contains_key(key(namespace, name).as_str())
+    }
+
+    /// Every object, decoded.
+    pub fn state(&self) -> Vec<Arc<K>> {
+        self.decode_where(|_| true)
+    }
+
+    /// The objects whose [`Head`] passes `pick`, decoded.
+    pub fn decode_where(&self, mut pick: impl FnMut(Head<'_>) -> bool) -> Vec<Arc<K>> {
+        self.read()
+            .objects
+            .iter()
+            .filter(|(k, e)| pick(head(k, e)))
+            .filter_map(|(_, e)| Self::unpack(e))
+            .collect()
+    }
+
+    /// `f` of every object's [`Head`] that gives something (nothing
+    /// decoded).
+    pub fn heads<T>(&self, mut f: impl FnMut(Head<'_>) -> Option<T>) -> Vec<T> {
+        self.read()
+            .objects
+            .iter()
+            .filter_map(|(k, e)| f(head(k, e)))
+            .collect()
+    }
+
+    /// How many objects are cached.
+    pub fn len(&self) -> usize {
+        self.read().objects.len()
+    }
+
+    /// Whether nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::kms_secret::KmsSecret;
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::core::ObjectMeta;
+
+    const SHARD_LABEL: &str = "secrets.hanzo.ai/shard";
+    const OWNER_ANNOTATION: &str = "secrets.hanzo.ai/owner";
+
+    fn secret(ns: &str, name: &str, value: &str) -> Secret {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": name, "namespace": ns, "uid": format!("uid-{name}"),
+                "labels": {SHARD_LABEL: "3-of-16", "app": "x"},
+                "annotations": {OWNER_ANNOTATION: format!("KmsSecret/{ns}/owner")},
+                "ownerReferences": [{"apiVersion": "secrets.hanzo.ai/v1alpha1", "kind": "KmsSecret",
+                    "name": "owner", "uid": "u1", "controller": true, "blockOwnerDeletion": true}],
+            },
+            "type": "Opaque",
+            "data": {"K": base64_of(value), "bin": "AP8="},
+        }))
+        .unwrap()
+    }
+
+    fn base64_of(s: &str) -> String {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(s)
+    }
+
+    #[test]
+    fn an_object_reads_back_as_it_was_cached() {
+        let store = Packed::<Secret>::new(SHARD_LABEL, OWNER_ANNOTATION);
+        let s = secret("ns", "a", "v1");
+        store.apply(&Event::Apply(s.clone()));
+        assert_eq!(store.get(Some("ns"), "a").as_deref(), Some(&s));
+        assert!(store.get(Some("other"), "a").is_none());
+        assert!(store.get(None, "a").is_none());
+        assert!(store.contains(Some("ns"), "a"));
+
+        // A KmsSecret with spec and status as the API server sends it.
+        let cr: KmsSecret = serde_json::from_value(serde_json::json!({
+            "apiVersion": "secrets.hanzo.ai/v1alpha1", "kind": "KmsSecret",
+            "metadata": {"name": "r", "namespace": "ns", "generation": 2},
+            "spec": {
+                "hostAPI": "https://kms.example/api",
+                "syncConfig": {"resyncInterval": "90s", "instantUpdates": true},
+                "authentication": {"universalAuth": {
+                    "credentialsRef": {"secretName": "c", "secretNamespace": "ns"},
+                    "secretsScope": {"projectSlug": "p", "envSlug": "dev", "secretsPath": "/"}}},
+                "managedKubeSecretReferences": [{"secretName": "out", "secretNamespace": "ns",
+                    "creationPolicy": "Owner", "template": {"includeAllSecrets": true,
+                    "data": {"url": "{{ .DB_URL.Value }}"}}}],
+            },
+            "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Synced",
+                "message": "Synced 5 secrets", "lastTransitionTime": "2026-12-05T05:43:20Z",
+                "observedGeneration": 2}], "syncedKeys": 5},
+        }))
+        .unwrap();
+        let crs = Packed::<KmsSecret>::new(SHARD_LABEL, OWNER_ANNOTATION);
+        crs.apply(&Event::Apply(cr.clone()));
+        assert_eq!(
+            serde_json::to_value(crs.get(Some("ns"), "r").unwrap().as_ref()).unwrap(),
+            serde_json::to_value(&cr).unwrap()
+        );
+    }
+
+    #[test]
+    fn heads_are_read_without_decoding() {
+        let store = Packed::<Secret>::new(SHARD_LABEL, OWNER_ANNOTATION);
+        store.apply(&Event::Apply(secret("ns", "a", "v")));
+        store.apply(&Event::Apply(Secret {
+            metadata: ObjectMeta {
+                name: Some("bare".into()),
+                namespace: Some("ns2".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }));
+        let mut heads = store.heads(|h| Some(format!("{h:?}")));
+        heads.sort();
+        assert_eq!(
+            heads,
+            [
+                "Head { namespace: Some(\"ns\"), name: \"a\", uid: Some(\"uid-a\"), shard: Some(\"3-of-16\"), owner: Some(\"KmsSecret/ns/owner\") }",
+                "Head { namespace: Some(\"ns2\"), name: \"bare\", uid: None, shard: None, owner: None }",
+            ]
+        );
+        let owned = store.decode_where(|h| h.owner == Some("KmsSecret/ns/owner"));
+        assert_eq!(owned.len(), 1);
+        assert_eq!(owned[0].metadata.name.as_deref(), Some("a"));
+    }
+
+    #[test]
+    fn events_change_the_store_as_a_reflector_would() {
+        let store = Packed::<Secret>::new(SHARD_LABEL, OWNER_ANNOTATION);
+        store.apply(&Event::Apply(secret("ns", "a", "1")));
+        store.apply(&Event::Apply(secret("ns", "b", "1")));
+        // Updated in place.
+        store.apply(&Event::Apply(secret("ns", "a", "2")));
+        assert_eq!(store.len(), 2);
+        assert_eq!(
+            store.get(Some("ns"), "a").unwrap().data.as_ref().unwrap()["K"].0,
+            b"2"
+        );
+        store.apply(&Event::Delete(secret("ns", "b", "1")));
+        assert_eq!(store.len(), 1);
+        // A re-list replaces everything, once complete: until then reads
+        // see the old objects.
+        store.apply(&Event::Init);
+        store.apply(&Event::InitApply(secret("ns", "c", "1")));
+        assert!(store.contains(Some("ns"), "a"));
+        assert!(!store.contains(Some("ns"), "c"));
+        store.apply(&Event::InitDone);
+        assert!(!store.contains(Some("ns"), "a"));
+        assert!(store.contains(Some("ns"), "c"));
+        // An empty re-list empties it.
+        store.apply(&Event::Init);
+        store.apply(&Event::InitDone);
+        assert!(store.is_empty());
+    }
+
+    #[test]
+    fn a_cluster_scoped_object_has_no_namespace() {
+        let store =
+            Packed::<k8s_openapi::api::core::v1::Namespace>::new(SHARD_LABEL, OWNER_ANNOTATION);
+        store.apply(&Event::Apply(k8s_openapi::api::core::v1::Namespace {
+            metadata: ObjectMeta {
+                name: Some("team-a".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }));
+        assert!(store.get(None, "team-a").is_some());
+        assert_eq!(
+            store.heads(|h| Some(h.namespace.map(str::to_owned))),
+            [None]
+        );
+    }
+}
