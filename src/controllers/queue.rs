@@ -18,6 +18,21 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+/// How a key came to be handed out, which decides how urgent its work is
+/// (see `controllers::workers`). Ordered: an entry added twice keeps the
+/// stronger mark.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Mark {
+    /// It came due at a scheduled time (a resync, the retry of a resync).
+    Scheduled,
+    /// Added as due (a watch event, a new resource, a full pass, a
+    /// stream's opening).
+    Added,
+    /// A change heard from the KMS, or the retry of one: served from the
+    /// lane of changes.
+    Change,
+}
+
 /// A queued key's place.
 #[derive(Clone, Copy, Debug)]
 enum Place {
@@ -25,8 +40,9 @@ enum Place {
     /// scheduled time (a resync, a retry) rather than being added as due
     /// (an event, a new resource, a full pass).
     Ready(Instant, bool),
-    /// Waiting until the instant (with a sequence number for ordering).
-    Delayed(Instant, u64),
+    /// Waiting until the instant (with a sequence number for ordering),
+    /// and how it is handed out when it comes due.
+    Delayed(Instant, u64, Mark),
     /// In the lane of changes (served before the ready FIFO) since the
     /// instant.
     Change(Instant),
@@ -41,8 +57,8 @@ struct Inner<K> {
     /// Keys being processed, with their shard.
     processing: HashMap<K, u32>,
     /// Keys added while processing: shard, when they become ready, and
-    /// whether for a change (then they go to the lane of changes).
-    dirty: HashMap<K, (u32, Instant, bool)>,
+    /// the strongest mark of the adds.
+    dirty: HashMap<K, (u32, Instant, Mark)>,
     seq: u64,
     closed: bool,
     /// Consecutive transient failures per key (the backoff state).
@@ -107,9 +123,9 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
             return;
         }
         if q.processing.contains_key(&key) {
-            let entry = q.dirty.entry(key).or_insert((shard, now, true));
+            let entry = q.dirty.entry(key).or_insert((shard, now, Mark::Change));
             entry.1 = entry.1.min(now);
-            entry.2 = true;
+            entry.2 = Mark::Change;
             return;
         }
         match q.queued.get(&key).copied() {
@@ -117,7 +133,7 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
             // Its entry in the ready FIFO stays behind, skipped when it
             // comes up (no search through a line of thousands).
             Some((_, Place::Ready(..))) => {}
-            Some((_, Place::Delayed(at, seq))) => {
+            Some((_, Place::Delayed(at, seq, _))) => {
                 q.delayed.remove(&(at, seq, key.clone()));
             }
             None => {}
@@ -128,27 +144,51 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
         self.notify.notify_one();
     }
 
+    /// Queue `key` again after `delay` to retry work that failed, handed
+    /// out as `mark` says when it comes due: a change refused by the KMS
+    /// (`Mark::Change`) goes back to the lane of changes, still ahead of
+    /// the resyncs; anything else comes due as scheduled work.
+    pub fn retry_after(&self, key: K, shard: u32, delay: Duration, mark: Mark) {
+        let mark = if mark == Mark::Change {
+            Mark::Change
+        } else {
+            Mark::Scheduled
+        };
+        self.add_marked(key, shard, Instant::now() + delay, mark);
+    }
+
     /// Queue `key` after `delay`.
     pub fn add_after(&self, key: K, shard: u32, delay: Duration) {
         self.add_at(key, shard, Instant::now() + delay);
     }
 
     /// Queue `key` at `due` (now or later). An entry that is already due
-    /// earlier keeps its time.
+    /// earlier keeps its time. Added for later, it is handed out as
+    /// scheduled work when it comes due.
     pub fn add_at(&self, key: K, shard: u32, due: Instant) {
+        let mark = if due > Instant::now() {
+            Mark::Scheduled
+        } else {
+            Mark::Added
+        };
+        self.add_marked(key, shard, due, mark);
+    }
+
+    fn add_marked(&self, key: K, shard: u32, due: Instant, mark: Mark) {
         let now = Instant::now();
         let mut q = self.lock();
         if q.closed {
             return;
         }
         if q.processing.contains_key(&key) {
-            let entry = q.dirty.entry(key).or_insert((shard, due, false));
+            let entry = q.dirty.entry(key).or_insert((shard, due, mark));
             entry.1 = entry.1.min(due);
+            entry.2 = entry.2.max(mark);
             return;
         }
         match q.queued.get(&key).copied() {
             Some((_, Place::Ready(..) | Place::Change(_))) => return,
-            Some((_, Place::Delayed(at, seq))) => {
+            Some((_, Place::Delayed(at, seq, _))) => {
                 if at <= due {
                     return;
                 }
@@ -157,16 +197,29 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
             None => {}
         }
         if due <= now {
-            q.ready.push_back(key.clone());
-            q.queued.insert(key, (shard, Place::Ready(now, false)));
+            Self::make_ready(&mut q, key, shard, now, mark);
         } else {
             q.seq += 1;
             let seq = q.seq;
             q.delayed.insert((due, seq, key.clone()));
-            q.queued.insert(key, (shard, Place::Delayed(due, seq)));
+            q.queued
+                .insert(key, (shard, Place::Delayed(due, seq, mark)));
         }
         drop(q);
         self.notify.notify_one();
+    }
+
+    /// Put `key` (not queued) where `mark` sends it: the lane of changes,
+    /// or the ready FIFO.
+    fn make_ready(q: &mut Inner<K>, key: K, shard: u32, since: Instant, mark: Mark) {
+        if mark == Mark::Change {
+            q.changes.push_back(key.clone());
+            q.queued.insert(key, (shard, Place::Change(since)));
+        } else {
+            q.ready.push_back(key.clone());
+            q.queued
+                .insert(key, (shard, Place::Ready(since, mark == Mark::Scheduled)));
+        }
     }
 
     /// Move due delayed entries to the ready FIFO; return the next due time.
@@ -176,9 +229,8 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
                 return Some(at);
             }
             q.delayed.remove(&(at, seq, key.clone()));
-            if let Some(entry) = q.queued.get_mut(&key) {
-                entry.1 = Place::Ready(at, true);
-                q.ready.push_back(key);
+            if let Some(&(shard, Place::Delayed(.., mark))) = q.queued.get(&key) {
+                Self::make_ready(q, key, shard, at, mark);
             }
         }
         None
@@ -198,14 +250,13 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
             .map(|(key, shard, _)| (key, shard))
     }
 
-    /// Like [`Queue::next`], and whether the key came due at a scheduled
-    /// time (a resync, a retry) rather than being added as due (an event, a
-    /// new resource, a full pass).
+    /// Like [`Queue::next`], and how the key came to be handed out
+    /// ([`Mark`]).
     pub async fn next_entry(
         &self,
         accept: impl Fn(u32) -> bool,
         keep: impl Fn(u32) -> bool,
-    ) -> Option<(K, u32, bool)> {
+    ) -> Option<(K, u32, Mark)> {
         loop {
             let notified = self.notify.notified();
             let wait_until = {
@@ -236,23 +287,27 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
                     let Some((shard, place)) = q.queued.remove(&key) else {
                         continue;
                     };
+                    let mark = match place {
+                        Place::Ready(_, true) => Mark::Scheduled,
+                        Place::Ready(_, false) => Mark::Added,
+                        Place::Change(_) | Place::Delayed(..) => Mark::Change,
+                    };
                     if accept(shard) {
                         q.processing.insert(key.clone(), shard);
-                        let scheduled = matches!(place, Place::Ready(_, true));
-                        found = Some((key, shard, scheduled));
+                        found = Some((key, shard, mark));
                         break;
                     }
                     if keep(shard) {
-                        parked.push((key, shard));
+                        parked.push((key, shard, mark));
                     }
                 }
                 if !parked.is_empty() {
                     let at = now + PARK;
-                    for (key, shard) in parked {
+                    for (key, shard, mark) in parked {
                         q.seq += 1;
                         let seq = q.seq;
                         q.delayed.insert((at, seq, key.clone()));
-                        q.queued.insert(key, (shard, Place::Delayed(at, seq)));
+                        q.queued.insert(key, (shard, Place::Delayed(at, seq, mark)));
                     }
                     next_due = Some(next_due.map_or(at, |d| d.min(at)));
                 }
@@ -281,13 +336,9 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
     pub fn done(&self, key: &K) {
         let mut q = self.lock();
         q.processing.remove(key);
-        if let Some((shard, due, change)) = q.dirty.remove(key) {
+        if let Some((shard, due, mark)) = q.dirty.remove(key) {
             drop(q);
-            if change {
-                self.add_change(key.clone(), shard);
-            } else {
-                self.add_at(key.clone(), shard, due);
-            }
+            self.add_marked(key.clone(), shard, due, mark);
         }
     }
 
@@ -301,7 +352,7 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
             .map(|(k, _)| k.clone())
             .collect();
         for key in &keys {
-            if let Some((_, Place::Delayed(at, seq))) = q.queued.remove(key) {
+            if let Some((_, Place::Delayed(at, seq, _))) = q.queued.remove(key) {
                 q.delayed.remove(&(at, seq, key.clone()));
             }
         }
@@ -321,7 +372,7 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
     pub fn forget(&self, key: &K) {
         let mut q = self.lock();
         q.failures.remove(key);
-        if let Some((_, Place::Delayed(at, seq))) = q.queued.remove(key) {
+        if let Some((_, Place::Delayed(at, seq, _))) = q.queued.remove(key) {
             q.delayed.remove(&(at, seq, key.clone()));
         }
         q.ready.retain(|k| k != key);
@@ -454,9 +505,9 @@ mod tests {
         q.add_after("other", 0, Duration::from_secs(6));
         q.add_after("later", 0, Duration::from_secs(60));
         q.add("busy", 0);
-        let got = |e: Option<(&'static str, u32, bool)>| e.map(|(k, _, s)| (k, s));
+        let got = |e: Option<(&'static str, u32, Mark)>| e.map(|(k, _, m)| (k, m));
         let next = || q.next_entry(|_| true, |_| false);
-        assert_eq!(got(next().await), Some(("busy", false)));
+        assert_eq!(got(next().await), Some(("busy", Mark::Added)));
         tokio::time::advance(Duration::from_secs(7)).await;
         // An echo leaves a scheduled key in line; a change takes it out of
         // the line (or out of its delay) to the front; a change for a key
@@ -468,11 +519,11 @@ mod tests {
         q.add_change("busy", 0);
         q.add_change("later", 0);
         assert_eq!(q.demand(|_| true), 3, "changes are demand");
-        assert_eq!(got(next().await), Some(("other", false)));
-        assert_eq!(got(next().await), Some(("later", false)));
+        assert_eq!(got(next().await), Some(("other", Mark::Change)));
+        assert_eq!(got(next().await), Some(("later", Mark::Change)));
         q.done(&"busy");
-        assert_eq!(got(next().await), Some(("busy", false)));
-        assert_eq!(got(next().await), Some(("resync", true)));
+        assert_eq!(got(next().await), Some(("busy", Mark::Change)));
+        assert_eq!(got(next().await), Some(("resync", Mark::Scheduled)));
         assert_eq!(q.len(), 0, "each key once");
         // A lost shard's changes go with it.
         q.add_change("x", 1);
@@ -485,6 +536,50 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_change_that_failed_is_retried_as_a_change() {
+        let q: Queue<&str> = Queue::new();
+        let next = || q.next_entry(|_| true, |_| false);
+        q.add_change("change", 0);
+        q.add_after("resync", 0, Duration::from_secs(1));
+        q.add_after("waiting", 0, Duration::from_secs(2));
+        assert_eq!(next().await, Some(("change", 0, Mark::Change)));
+        // Retries are added while the key is processed (before `done`).
+        q.retry_after("change", 0, Duration::from_secs(30), Mark::Change);
+        q.done(&"change");
+        assert_eq!(next().await, Some(("resync", 0, Mark::Scheduled)));
+        q.retry_after("resync", 0, Duration::from_secs(30), Mark::Scheduled);
+        q.done(&"resync");
+        assert_eq!(next().await, Some(("waiting", 0, Mark::Scheduled)));
+        // Work added as due and retried comes back as scheduled work.
+        q.retry_after("waiting", 0, Duration::from_secs(30), Mark::Added);
+        q.done(&"waiting");
+        tokio::time::advance(Duration::from_secs(31)).await;
+        // The change comes back in the lane of changes, first, and counts
+        // as demand; the others as resyncs, in line.
+        assert_eq!(q.demand(|_| true), 1);
+        assert_eq!(next().await, Some(("change", 0, Mark::Change)));
+        assert_eq!(next().await, Some(("resync", 0, Mark::Scheduled)));
+        assert_eq!(next().await, Some(("waiting", 0, Mark::Scheduled)));
+        // A retry merged with a change heard meanwhile is a change now.
+        q.retry_after("resync", 0, Duration::from_secs(30), Mark::Scheduled);
+        q.add_change("resync", 0);
+        q.done(&"resync");
+        assert_eq!(next().await, Some(("resync", 0, Mark::Change)));
+        // A held shard whose renewal is late: its change waits a moment
+        // and stays a change.
+        q.done(&"resync");
+        q.add_change("parked", 1);
+        let late = q.next_entry(|s| s == 0, |s| s == 1);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(10), late)
+                .await
+                .is_err()
+        );
+        tokio::time::advance(PARK).await;
+        assert_eq!(next().await, Some(("parked", 1, Mark::Change)));
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_resync_in_line_that_a_change_moves_is_handed_out_once() {
         let q: Queue<&str> = Queue::new();
         q.add_after("a", 0, Duration::from_secs(1));
@@ -493,14 +588,14 @@ mod tests {
         assert_eq!(q.demand(|_| true), 0, "both in line as resyncs");
         q.add_change("b", 0);
         let next = || q.next_entry(|_| true, |_| false);
-        assert_eq!(next().await, Some(("b", 0, false)));
-        assert_eq!(next().await, Some(("a", 0, true)));
+        assert_eq!(next().await, Some(("b", 0, Mark::Change)));
+        assert_eq!(next().await, Some(("a", 0, Mark::Scheduled)));
         // The place "b" left in line is skipped, also once "b" waits for
         // its next resync: it is not handed out before that.
         q.done(&"b");
         q.add_after("b", 0, Duration::from_secs(60));
         let start = Instant::now();
-        assert_eq!(next().await, Some(("b", 0, true)));
+        assert_eq!(next().await, Some(("b", 0, Mark::Scheduled)));
         assert_eq!(start.elapsed(), Duration::from_secs(60));
         assert_eq!(q.len(), 0);
     }

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::context::Context;
 use super::error::SyncError;
-use super::queue::{self, Queue};
+use super::queue::{self, Mark, Queue};
 use crate::kms::limiter::{Urgency, with_urgency};
 
 /// What a reconcile asks for next.
@@ -67,13 +67,13 @@ pub async fn run_workers<K, R>(
     for _ in 0..ctx.settings.workers.max(1) {
         let (ctx, queue, reconciler) = (ctx.clone(), queue.clone(), reconciler.clone());
         tasks.push(tokio::spawn(async move {
-            while let Some((key, shard, scheduled)) = queue
+            while let Some((key, shard, mark)) = queue
                 .next_entry(|s| ctx.gate.owns(s), |s| ctx.gate.holds(s))
                 .await
             {
                 let cancel = ctx.gate.cancellation(shard);
                 let started = tokio::time::Instant::now();
-                let urgency = urgency(scheduled, || reconciler.in_step(&ctx, &key));
+                let urgency = urgency(mark, || reconciler.in_step(&ctx, &key));
                 let result = tokio::select! {
                     r = with_urgency(urgency, reconciler.reconcile(&ctx, &key, shard, &cancel)) => r,
                     () = cancel.cancelled() => Err(SyncError::NotOwner),
@@ -95,7 +95,7 @@ pub async fn run_workers<K, R>(
                         // late) keeps its work; a lost one drops it (the next
                         // owner does a full pass).
                         if ctx.gate.holds(shard) {
-                            queue.add_after(key.clone(), shard, queue::PARK);
+                            queue.retry_after(key.clone(), shard, queue::PARK, mark);
                         } else {
                             tracing::debug!(%key, shard, "shard lost during reconcile; dropped");
                         }
@@ -108,12 +108,15 @@ pub async fn run_workers<K, R>(
                             &e,
                             ctx.settings.max_backoff,
                             || reconciler.retry_interval(&ctx, &key),
-                            || reconciler.in_step(&ctx, &key),
+                            // A change is retried as soon as its pause ends.
+                            || mark != Mark::Change && reconciler.in_step(&ctx, &key),
                         );
                         let result = if matches!(e, SyncError::Kube { code: Some(409), .. }) { "requeue" } else { "error" };
                         let waits = if e.is_transient() { "backoff" } else { "a change or the resync interval" };
                         tracing::warn!(controller, %key, reason = e.reason(), error = %e, retry_in = ?delay, waits, "reconcile failed");
-                        queue.add_after(key.clone(), shard, delay);
+                        // A change refused (a 429) is still a change when it
+                        // comes back: it returns to the lane of changes.
+                        queue.retry_after(key.clone(), shard, delay, mark);
                         ctx.metrics.reconcile(controller, shard, result, elapsed);
                     }
                 }
@@ -136,11 +139,12 @@ pub async fn run_workers<K, R>(
 }
 
 /// How urgent a reconcile's KMS requests are: routine only for a key that
-/// came due at a scheduled time (a resync, a retry) and is in step; a key
-/// added as due (an event, a new resource, a full pass) or one not in step
-/// (never synced, its spec changed, failing) is urgent.
-fn urgency(scheduled: bool, in_step: impl FnOnce() -> bool) -> Urgency {
-    if scheduled && in_step() {
+/// came due at a scheduled time (a resync, a retry of one) and is in step;
+/// a key added as due (an event, a new resource, a full pass), a change
+/// or its retry, or one not in step (never synced, its spec changed,
+/// failing) is urgent.
+fn urgency(mark: Mark, in_step: impl FnOnce() -> bool) -> Urgency {
+    if mark == Mark::Scheduled && in_step() {
         Urgency::Routine
     } else {
         Urgency::Urgent
@@ -192,16 +196,18 @@ mod tests {
 
     #[test]
     fn only_a_scheduled_resync_in_step_is_routine() {
-        assert_eq!(urgency(true, || true), Urgency::Routine);
+        assert_eq!(urgency(Mark::Scheduled, || true), Urgency::Routine);
         assert_eq!(
-            urgency(true, || false),
+            urgency(Mark::Scheduled, || false),
             Urgency::Urgent,
             "never synced, or failing"
         );
-        assert_eq!(
-            urgency(false, || panic!("not asked for a key added as due")),
-            Urgency::Urgent
-        );
+        for mark in [Mark::Added, Mark::Change] {
+            assert_eq!(
+                urgency(mark, || panic!("not asked for a key added as due")),
+                Urgency::Urgent
+            );
+        }
     }
 
     #[test]
