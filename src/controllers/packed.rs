@@ -204,11 +204,6 @@ where
             .contains_key(key(namespace, name).as_str())
     }
 
-    /// Every object, decoded.
-    pub fn state(&self) -> Vec<Arc<K>> {
-        self.decode_where(|_| true)
-    }
-
     /// The objects whose [`Head`] passes `pick`, decoded.
     pub fn decode_where(&self, mut pick: impl FnMut(Head<'_>) -> bool) -> Vec<Arc<K>> {
         self.read()

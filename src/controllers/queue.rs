@@ -279,18 +279,14 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
                     // An entry left in the ready FIFO by a key that moved
                     // to the lane of changes is skipped, whatever the key
                     // has become since (in the lane, delayed, or gone).
-                    match q.queued.get(&key) {
-                        Some((_, Place::Ready(..))) if !lane => {}
-                        Some((_, Place::Change(_))) if lane => {}
+                    let mark = match q.queued.get(&key) {
+                        Some((_, Place::Ready(_, true))) if !lane => Mark::Scheduled,
+                        Some((_, Place::Ready(_, false))) if !lane => Mark::Added,
+                        Some((_, Place::Change(_))) if lane => Mark::Change,
                         _ => continue,
-                    }
-                    let Some((shard, place)) = q.queued.remove(&key) else {
-                        continue;
                     };
-                    let mark = match place {
-                        Place::Ready(_, true) => Mark::Scheduled,
-                        Place::Ready(_, false) => Mark::Added,
-                        Place::Change(_) | Place::Delayed(..) => Mark::Change,
+                    let Some((shard, _)) = q.queued.remove(&key) else {
+                        continue;
                     };
                     if accept(shard) {
                         q.processing.insert(key.clone(), shard);

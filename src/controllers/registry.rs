@@ -222,7 +222,7 @@ where
             let ns = h.namespace.unwrap_or_default();
             (gate.shard_of(ns) == shard).then(|| ObjectKey::new(ns, h.name))
         });
-        of_shard.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        of_shard.sort();
         for key in of_shard {
             self.queue.add(key, shard);
         }

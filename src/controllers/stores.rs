@@ -175,7 +175,7 @@ where
 
     /// The cached objects whose [`Head`] passes `pick`, decoded (once, as
     /// in [`Scoped::all`]).
-    pub fn decode_where(&self, mut pick: impl FnMut(Head<'_>) -> bool) -> Vec<Arc<K>> {
+    fn decode_where(&self, mut pick: impl FnMut(Head<'_>) -> bool) -> Vec<Arc<K>> {
         let parts = self.parts();
         let primary = primary_shards(&parts);
         parts
@@ -191,6 +191,13 @@ where
     /// (`Kind/namespace/name`), decoded.
     pub fn owned_by(&self, owner: &str) -> Vec<Arc<K>> {
         self.decode_where(|h| h.owner == Some(owner))
+    }
+
+    /// The uids of the cached objects (nothing decoded).
+    pub fn uids(&self) -> HashSet<String> {
+        self.heads(|h| h.uid.map(str::to_owned))
+            .into_iter()
+            .collect()
     }
 
     /// `f` of every cached object's [`Head`] that gives something, nothing

@@ -232,11 +232,7 @@ impl Controller {
 
     /// Forget identities of resources that no longer exist.
     fn forget(&self) {
-        let live: std::collections::HashSet<String> = self
-            .resources
-            .heads(|h| h.uid.map(str::to_owned))
-            .into_iter()
-            .collect();
+        let live = self.resources.uids();
         self.identities
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -23,7 +23,7 @@ pub mod plan;
 pub mod record;
 pub mod watch;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -1208,11 +1208,7 @@ impl Controller {
     fn forget(&self, ctx: &Context, key: &ObjectKey) {
         self.instant.unregister(key);
         self.queue.reset_backoff(key);
-        let live: HashSet<String> = self
-            .store
-            .heads(|h| h.uid.map(str::to_owned))
-            .into_iter()
-            .collect();
+        let live = self.store.uids();
         self.records
             .lock()
             .unwrap_or_else(|e| e.into_inner())
