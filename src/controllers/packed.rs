@@ -123,8 +123,9 @@ where
         let json = match serde_json::to_vec(o) {
             Ok(json) => json.into_boxed_slice(),
             Err(e) => {
-                // Our own types always encode; never expected.
-                tracing::warn!(kind = %K::kind(&K::DynamicType::default()), error = %e, "could not cache an object");
+                // Our own types always encode; never expected. Only where
+                // the error is: serde's message may quote a value.
+                tracing::warn!(kind = %K::kind(&K::DynamicType::default()), line = e.line(), column = e.column(), "could not cache an object");
                 return None;
             }
         };
@@ -147,7 +148,8 @@ where
             Ok(o) => Some(Arc::new(o)),
             Err(e) => {
                 // What was encoded from a `K` decodes as one; never expected.
-                tracing::warn!(kind = %K::kind(&K::DynamicType::default()), error = %e, "could not read a cached object");
+                // Only where the error is: serde's message may quote a value.
+                tracing::warn!(kind = %K::kind(&K::DynamicType::default()), line = e.line(), column = e.column(), "could not read a cached object");
                 None
             }
         }
