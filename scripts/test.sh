@@ -80,6 +80,20 @@ if [ "${KMS_NODE:-1}" != 0 ]; then
   trap 'node_down; [ -n "${TESTENV_DIR:-}" ] && tests/testenv/testenv down "$TESTENV_DIR" >/dev/null 2>&1; summary' EXIT
   phase "node: build" tests/testenv/testenv build node
   phase "node: release image" scripts/image.sh --tag dev
+  # One node per machine: a second run of this script waits here for the
+  # first one's node section (the lock goes with its holder, killed or not),
+  # then tidies the node of a run that was killed before `testenv down`
+  # (nothing of it runs any more, but its mounts, links and chains stay), so
+  # the snapshot records the host as it is without any node.
+  exec 9>/run/kms-testenv-node.lock
+  flock -n 9 || { echo "==> node: waiting for another run's node"; flock 9; }
+  for stale in "${TMPDIR:-/tmp}"/kms-operator-node.*; do
+    [ -d "$stale/node" ] && [ "$stale" != "$NODE_DIR" ] || continue
+    tests/testenv/testenv status "$stale" 2>/dev/null | grep -q ' running ' && continue
+    echo "==> node: tidying the node a killed run left in $stale"
+    tests/testenv/testenv down "$stale" || true
+    rm -rf "$stale" "$stale.host-before"
+  done
   tests/testenv/node-selftest.sh snapshot "$NODE_SNAPSHOT"
   phase "node: start" tests/testenv/testenv up "$NODE_DIR" --node
   phase "node: guard" tests/testenv/node-selftest.sh guard "$NODE_DIR"

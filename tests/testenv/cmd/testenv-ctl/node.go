@@ -104,6 +104,15 @@ func claimNode(dir string) error {
 			if _, ok := running(other, "containerd"); ok {
 				return fmt.Errorf("a node is set up on this machine for %s; stop it first with: testenv down %s", other, other)
 			}
+			// Nothing of the other node runs: its run was killed before
+			// `testenv down`, and its mounts, links and chains would stay
+			// beside this node's.
+			if _, err := os.Stat(nodeDir(other)); err == nil {
+				fmt.Fprintf(os.Stderr, "testenv: undoing what the stopped node of %s left on the host\n", other)
+				if err := nodeDown(other); err != nil {
+					return fmt.Errorf("undoing the stopped node of %s: %w", other, err)
+				}
+			}
 		}
 	}
 	return os.WriteFile(nodeMarker, []byte(dir+"\n"), 0o644)
