@@ -1,8 +1,8 @@
 //! The KMS request budget: one token bucket per endpoint (scheme, host and
 //! port: two KMS servers on one host name are two endpoints),
 //! `--kms-rate-limit` requests per second for the whole operator divided
-//! among live replicas, burst twice the rate (earned: a new bucket holds one
-//! request). A `429` pauses its endpoint until its `Retry-After` has passed,
+//! among live replicas; a burst of twice the rate, split evenly among them
+//! (earned: a new bucket holds one request). A `429` pauses its endpoint until its `Retry-After` has passed,
 //! so no request of this replica adds to a storm; a request that meets a
 //! pause longer than a moment does not wait for it but is refused at once
 //! ([`Limiter::acquire_unless_paused`]), so the reconcile that made it gives
@@ -10,7 +10,9 @@
 //!
 //! Replicas share the rate in proportion to the demand each publishes
 //! (`share`): a larger part applies only after the others have seen it, a
-//! member that left keeps its weight for a while.
+//! member that left keeps its weight for a while. The burst does not follow
+//! the demand: a replica that idles while the others work refills an even
+//! part of it at its small rate, and has it when a change comes its way.
 //!
 //! Within a replica, urgent requests go first ([`Urgency`], set for a task
 //! with [`with_urgency`]): a request made for a scheduled resync of a
@@ -18,7 +20,11 @@
 //! (an event's, a first sync's, a changed spec's) waits for one at the same
 //! endpoint. A change heard from the KMS is thus not queued behind the
 //! resyncs that keep the budget busy; resyncs, the safety net, wait for the
-//! changes.
+//! changes. Routine requests also leave half the burst alone: they take a
+//! token only while more than half a burst is left, so they still run at
+//! the full rate while nothing else does, but changes that come together (a
+//! folder's event wakes many resources at once) find tokens there, not a
+//! bucket the resyncs just emptied.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -167,10 +173,22 @@ impl Limiter {
         u32::try_from(self.share().members(Instant::now())).unwrap_or(u32::MAX)
     }
 
-    /// This replica's share of the rate, requests per second.
+    /// This replica's part of the rate, requests per second.
     pub fn rate(&self) -> f64 {
+        self.rate_and_burst(Instant::now()).0
+    }
+
+    /// This replica's part of the rate (by demand) and the most its
+    /// buckets hold: an even part of twice the whole rate, whatever the
+    /// demand, so that a replica idle while the others work saves up a
+    /// burst for the change that comes to it (at the pace of its small
+    /// part), and the buckets of all replicas together still hold no more
+    /// than twice the rate.
+    fn rate_and_burst(&self, now: Instant) -> (f64, f64) {
         let total = f64::from_bits(self.total_rate_bits.load(Ordering::Relaxed));
-        total * self.share().part(Instant::now())
+        let mut share = self.share();
+        let members = share.members(now).max(1) as f64;
+        (total * share.part(now), (total * 2.0 / members).max(1.0))
     }
 
     /// Wait until a request to `host` may be sent (urgent requests first:
@@ -182,10 +200,9 @@ impl Limiter {
         let mut counted: Option<UrgentWait<'_>> = None;
         loop {
             let wait = {
-                let rate = self.rate();
                 let now = Instant::now();
+                let (rate, burst) = self.rate_and_burst(now);
                 let mut hosts = self.hosts.lock().unwrap_or_else(|e| e.into_inner());
-                let burst = (rate * 2.0).max(1.0);
                 // A new bucket holds one request, not a burst: replicas that
                 // start together (or come back together after a control-plane
                 // outage) must not spend a burst each at the same moment.
@@ -212,15 +229,22 @@ impl Limiter {
                     // A routine request lets the urgent ones that wait go
                     // first, and looks again after about one token's time.
                     let yields = !urgent && b.urgent_waiting > 0;
+                    // A routine request leaves half the burst for the
+                    // changes.
+                    let need = if urgent {
+                        1.0
+                    } else {
+                        (burst / 2.0 + 1.0).min(burst)
+                    };
                     if yields {
                         Some(Duration::from_secs_f64(1.0 / rate))
-                    } else if b.tokens >= 1.0 - 1e-9 {
+                    } else if b.tokens >= need - 1e-9 {
                         // (A token earned in steps of elapsed × rate may
-                        // fall short of 1 by a rounding error: it counts.)
+                        // fall short by a rounding error: it counts.)
                         b.tokens = (b.tokens - 1.0).max(0.0);
                         None
                     } else {
-                        Some(Duration::from_secs_f64((1.0 - b.tokens) / rate))
+                        Some(Duration::from_secs_f64((need - b.tokens) / rate))
                     }
                 });
                 if urgent && wait.is_some() && counted.is_none() {
@@ -420,23 +444,82 @@ mod tests {
         }
         let order = order.lock().unwrap();
         let names: Vec<&str> = order.iter().map(|(n, _)| n.as_str()).collect();
-        assert_eq!(names[0], "elsewhere");
         assert!(
-            names[1..4].iter().all(|n| n.starts_with("urgent")),
+            names[0..3].iter().all(|n| n.starts_with("urgent")),
             "{names:?}"
+        );
+        // The other endpoint's routine request waits for its own bucket to
+        // hold more than half its burst (1.0 s from the one token a new
+        // bucket holds), not for the urgent ones at "h".
+        assert_eq!(names[3], "elsewhere");
+        let elsewhere = order[3].1 - start;
+        assert!(
+            elsewhere >= Duration::from_millis(1000) && elsewhere <= Duration::from_millis(1050),
+            "{elsewhere:?}"
         );
         assert!(
             names[4..].iter().all(|n| n.starts_with("routine")),
             "{names:?}"
         );
-        // The rate holds for both: 7 requests at "h" after the first at
-        // 10/s take at least 0.6 s, and the routine ones are not starved
-        // once no urgent request waits.
+        // The urgent ones take the tokens as they come (10/s: the last at
+        // 0.3 s); the routine ones wait until the bucket holds half its
+        // burst and one more (11 tokens, 1.1 s from empty) and then go at
+        // the rate: not starved.
+        let urgent_last = order[2].1 - start;
+        assert!(
+            urgent_last >= Duration::from_millis(290) && urgent_last <= Duration::from_millis(350),
+            "{urgent_last:?}"
+        );
         let last = order.last().unwrap().1 - start;
         assert!(
-            last >= Duration::from_millis(600) && last <= Duration::from_millis(1000),
+            last >= Duration::from_millis(1650) && last <= Duration::from_millis(1800),
             "{last:?}"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn routine_requests_run_at_the_rate_but_leave_the_burst() {
+        let l = Limiter::new(10.0);
+        // Routine requests alone: the first once the bucket holds 11 of
+        // its 20 tokens (1.0 s from the one token a new bucket holds), then
+        // one per token, 10/s.
+        let start = Instant::now();
+        for _ in 0..30 {
+            with_urgency(Urgency::Routine, l.acquire("h")).await;
+        }
+        let took = start.elapsed();
+        assert!(
+            took >= Duration::from_millis(3850) && took <= Duration::from_millis(4000),
+            "30 routine requests at 10/s took {took:?}"
+        );
+        // Half the burst is still there for urgent requests: 10 at once.
+        for i in 0..10 {
+            assert_eq!(l.acquire("h").await, Acquired::Immediately, "urgent {i}");
+        }
+        assert_eq!(l.acquire("h").await, Acquired::AfterWaiting);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_replica_saves_an_even_burst_at_its_small_part() {
+        use crate::kms::share::RISE_HOLD;
+        let l = Limiter::new(20.0);
+        let weights: BTreeMap<String, f64> = [("a".to_owned(), 1.0), ("b".to_owned(), 39.0)].into();
+        let leases = weights.keys().cloned().collect();
+        l.set_weights("a", &weights, &leases);
+        tokio::time::advance(RISE_HOLD).await;
+        // b has the work: a's part is 1/40 of the rate, 0.5 requests/s.
+        assert!((l.rate() - 0.5).abs() < 1e-9, "{}", l.rate());
+        l.acquire("h").await;
+        // Idle for 40 s at 0.5/s: a's bucket holds 20 tokens, an even part
+        // (one of two members) of twice the rate, not twice its own part
+        // (1 token); a change that comes now goes out at once.
+        tokio::time::advance(Duration::from_secs(40)).await;
+        for i in 0..20 {
+            assert_eq!(l.acquire("h").await, Acquired::Immediately, "urgent {i}");
+        }
+        let start = Instant::now();
+        assert_eq!(l.acquire("h").await, Acquired::AfterWaiting);
+        assert!(start.elapsed() >= Duration::from_millis(1990), "then 0.5/s");
     }
 
     #[tokio::test(start_paused = true)]

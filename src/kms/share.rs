@@ -114,9 +114,7 @@ impl Share {
         lowest.clamp(f64::MIN_POSITIVE, 1.0)
     }
 
-    /// The members counted now (live, or left within [`SHARE_HOLD`]; for
-    /// tests).
-    #[cfg(test)]
+    /// The members counted now (live, or left within [`SHARE_HOLD`]).
     pub fn members(&mut self, now: Instant) -> usize {
         self.record(now);
         self.weights.len().max(1)
