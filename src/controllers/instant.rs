@@ -28,6 +28,10 @@ type Key = (IdentityKey, Subscription);
 /// The state of a stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StreamState {
+    /// A stream this replica has just started: its first connection is
+    /// being made. What a resource's status said about instant updates
+    /// (before a restart or a hand-over) stands until it opens or fails.
+    Opening,
     /// Connecting or reconnecting.
     Connecting,
     /// Open.
@@ -37,6 +41,24 @@ pub enum StreamState {
 }
 
 type Subscribers = Arc<Mutex<HashSet<ObjectKey>>>;
+
+/// Why a stream queued a subscriber to check its folder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Nudge {
+    /// The stream opened: a change may have been missed, most likely none
+    /// was.
+    Opened,
+    /// A change event.
+    Event,
+}
+
+type Fresh = Arc<Mutex<HashMap<ObjectKey, Nudge>>>;
+
+/// Note `nudge` for `key`; an event outranks an opening.
+fn nudge(fresh: &mut HashMap<ObjectKey, Nudge>, key: ObjectKey, nudge: Nudge) {
+    let n = fresh.entry(key).or_insert(nudge);
+    *n = (*n).max(nudge);
+}
 
 /// When a stream last queued its subscribers (an event, or its opening).
 type Heard = Arc<Mutex<Option<Instant>>>;
@@ -55,7 +77,7 @@ pub struct InstantUpdates {
     gate: Arc<dyn Ownership>,
     streams: Mutex<HashMap<Key, Entry>>,
     by_resource: Mutex<HashMap<ObjectKey, Key>>,
-    fresh: Arc<Mutex<HashSet<ObjectKey>>>,
+    fresh: Fresh,
     /// Project ids by (KMS base URL, slug).
     projects: Mutex<HashMap<(String, String), String>>,
 }
@@ -72,7 +94,7 @@ impl InstantUpdates {
             gate,
             streams: Mutex::new(HashMap::new()),
             by_resource: Mutex::new(HashMap::new()),
-            fresh: Arc::new(Mutex::new(HashSet::new())),
+            fresh: Fresh::default(),
             projects: Mutex::new(HashMap::new()),
         }
     }
@@ -180,7 +202,7 @@ impl InstantUpdates {
         }
         let mut streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
         let entry = streams.entry(stream_key).or_insert_with(|| {
-            let state = Arc::new(Mutex::new(StreamState::Connecting));
+            let state = Arc::new(Mutex::new(StreamState::Opening));
             let subscribers: Subscribers = Arc::default();
             let heard: Heard = Arc::default();
             let task = tokio::spawn(run(
@@ -260,19 +282,21 @@ impl InstantUpdates {
         }
     }
 
-    /// Mark `key` as having an event to fetch again (its sync failed after
-    /// taking the event), if it still listens.
-    pub fn mark_fresh(&self, key: &ObjectKey) {
+    /// Mark `key` as having an event (or an opening) to fetch again (its
+    /// sync failed after taking it), if it still listens.
+    pub fn mark_fresh(&self, key: &ObjectKey, why: Nudge) {
         if self.is_registered(key) {
-            self.fresh
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(key.clone());
+            nudge(
+                &mut self.fresh.lock().unwrap_or_else(|e| e.into_inner()),
+                key.clone(),
+                why,
+            );
         }
     }
 
-    /// Whether an event arrived for `key` since its last fetch (and clear it).
-    pub fn take_fresh(&self, key: &ObjectKey) -> bool {
+    /// Whether an event arrived for `key`, or its stream opened, since its
+    /// last fetch (and clear it).
+    pub fn take_fresh(&self, key: &ObjectKey) -> Option<Nudge> {
         self.fresh
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -324,6 +348,15 @@ async fn run(
             }
             Err(e) => {
                 tracing::debug!(error = %e, "instant-update stream failed; retrying");
+                // The first connection failed: the subscribers say so
+                // (they kept what their status said while it was made) and
+                // poll meanwhile.
+                let first =
+                    *state.lock().unwrap_or_else(|e| e.into_inner()) == StreamState::Opening;
+                if first {
+                    set(StreamState::Connecting);
+                    notify.notify(false);
+                }
             }
         }
         tokio::time::sleep(backoff.mul_f64(0.8 + 0.4 * fastrand::f64())).await;
@@ -350,7 +383,7 @@ fn subscription(project_id: String, scope: &Scope) -> Subscription {
 struct Notify {
     queue: Arc<Queue<ObjectKey>>,
     gate: Arc<dyn Ownership>,
-    fresh: Arc<Mutex<HashSet<ObjectKey>>>,
+    fresh: Fresh,
     subscribers: Subscribers,
     heard: Heard,
 }
@@ -372,8 +405,9 @@ impl Notify {
             .cloned()
             .collect();
         let mut fresh = self.fresh.lock().unwrap_or_else(|e| e.into_inner());
+        let why = if event { Nudge::Event } else { Nudge::Opened };
         for key in keys {
-            fresh.insert(key.clone());
+            nudge(&mut fresh, key.clone(), why);
             let shard = self.gate.shard_of(&key.namespace);
             if event {
                 self.queue.add_change(key, shard);
@@ -396,6 +430,17 @@ mod tests {
             recursive,
             secret_name: secret.map(str::to_owned),
         }
+    }
+
+    #[test]
+    fn an_event_outranks_an_opening() {
+        let key = ObjectKey::new("ns", "a");
+        let mut fresh = HashMap::new();
+        nudge(&mut fresh, key.clone(), Nudge::Opened);
+        assert_eq!(fresh.get(&key), Some(&Nudge::Opened));
+        nudge(&mut fresh, key.clone(), Nudge::Event);
+        nudge(&mut fresh, key.clone(), Nudge::Opened);
+        assert_eq!(fresh.get(&key), Some(&Nudge::Event));
     }
 
     #[test]

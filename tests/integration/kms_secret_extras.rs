@@ -444,6 +444,83 @@ async fn a_resource_joining_an_open_stream_after_an_event_reads_the_change() {
     .await;
 }
 
+/// A resource that starts listening again (a restart here; a shard
+/// hand-over is the same) checks its folder once, for the events it may
+/// have missed; when that check finds its targets in step it writes no
+/// status: `lastSyncTime` stays when they were last brought in step, and
+/// the `InstantUpdates` condition does not flip to `Connecting` and back
+/// while the stream opens. (At 10,000 resources every hand-over rewrote the
+/// status of every resource it moved, twice.)
+#[tokio::test]
+async fn listening_again_checks_once_and_rewrites_no_status() {
+    let client = harness::client().await;
+    let ns = TestNamespace::new(&client, "ks-instant-again").await;
+    let kms = DevServer::start(&seed(&[("COUNTER", "0")])).await;
+    universal_credentials(&client, &ns.name).await;
+    let mut op = Operator::start(&ns.name, &[&ns.name], &[]).await;
+    let mut value = cr(
+        "calm",
+        &kms.api(),
+        "calm-out",
+        json!({"universalAuth": {"credentialsRef": {"secretName": "kms-credentials"}, "secretsScope": scope()}}),
+    );
+    value["spec"]["syncConfig"] = json!({"instantUpdates": true, "resyncInterval": "10m"});
+    apply_cr(&client, &ns.name, value).await;
+    wait_condition(
+        &client,
+        &ns.name,
+        "calm",
+        "secrets.hanzo.ai/InstantUpdates",
+        "True",
+        Duration::from_secs(60),
+    )
+    .await;
+    let resources = crate::kms_secret::kms_secrets(&client, &ns.name);
+    // Settled: the status no longer changes (the check the stream makes
+    // when it opens is done).
+    let mut before = resources.get("calm").await.unwrap();
+    loop {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let now = resources.get("calm").await.unwrap();
+        if now.metadata.resource_version == before.metadata.resource_version {
+            break;
+        }
+        before = now;
+    }
+    op.stop();
+    let lists = kms.count(LIST, None).await;
+    let _op = Operator::start(&ns.name, &[&ns.name], &[]).await;
+    wait_for(Duration::from_secs(30), || async {
+        (kms.count(LIST, None).await > lists).then_some(())
+    })
+    .await
+    .expect("the restarted operator did not check the folder");
+    // Time for a status write to land, and for the stream to open (which
+    // queues the resource again).
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let after = resources.get("calm").await.unwrap();
+    assert_eq!(
+        after.metadata.resource_version, before.metadata.resource_version,
+        "the status was rewritten: {} -> {}",
+        before.data["status"], after.data["status"]
+    );
+    assert!(
+        kms.count(LIST, None).await - lists <= 2,
+        "more than the opening checks: {} lists",
+        kms.count(LIST, None).await - lists
+    );
+    // A change is still heard.
+    kms.set_secret("demo", "dev", "/", "COUNTER", "1").await;
+    wait_data(
+        &client,
+        &ns.name,
+        "calm-out",
+        &expect(&[("COUNTER", "1")]),
+        Duration::from_secs(20),
+    )
+    .await;
+}
+
 // A latency bound: measured alone (`scripts/test.sh` runs the ignored tests
 // after the others, one at a time), not among forty tests sharing two cores.
 #[tokio::test]

@@ -41,7 +41,7 @@ use super::apply::{self, FIELD_MANAGER, ensure_owner};
 use super::conditions::{self, Status};
 use super::context::Context;
 use super::error::SyncError;
-use super::instant::{InstantUpdates, StreamState};
+use super::instant::{InstantUpdates, Nudge, StreamState};
 use super::key::ObjectKey;
 use super::queue::Queue;
 use super::registry::OwnerId;
@@ -126,10 +126,10 @@ pub async fn reconcile(
     cr.status = this.freshest_status(&cr);
     let mut progress = Progress::default();
     let outcome = sync(ctx, this, &cr, shard, cancel, &mut progress).await;
-    if progress.took_event && outcome.is_err() {
+    if let (Some(why), true) = (progress.took_event, outcome.is_err()) {
         // The change event that made this sync due is not spent until a
         // sync succeeds (a write that lost a race must fetch again).
-        this.instant.mark_fresh(key);
+        this.instant.mark_fresh(key, why);
     }
     if matches!(outcome, Err(SyncError::NotOwner)) {
         return Err(SyncError::NotOwner);
@@ -375,8 +375,9 @@ async fn confirm_folder(
 struct Progress {
     /// The login method, when a token was obtained.
     logged_in: Option<&'static str>,
-    /// An instant-update event made this sync due.
-    took_event: bool,
+    /// An instant-update event (or its stream's opening) made this sync
+    /// due.
+    took_event: Option<Nudge>,
     /// Where the endpoint's host and CA came from, when it was resolved.
     endpoint: Option<String>,
 }
@@ -409,8 +410,13 @@ async fn sync(
     // once, with a conditional request.
     let instant = plan::instant_updates(&cr.spec);
     let key = ObjectKey::new(&ns, &name);
-    let fresh = instant && this.instant.take_fresh(&key);
-    progress.took_event = fresh;
+    let nudged = if instant {
+        this.instant.take_fresh(&key)
+    } else {
+        None
+    };
+    let fresh = nudged.is_some();
+    progress.took_event = nudged;
     let newly_listening = instant && !this.instant.is_registered(&key);
     // The global configuration changed since the endpoint was resolved:
     // check now, against the endpoint it names now.
@@ -486,7 +492,7 @@ async fn sync(
         targets: &targets,
         fetched: fetched.as_ref(),
     };
-    let desired_all = plan.apply(ctx, this, observed, shard, cancel).await?;
+    let (desired_all, wrote) = plan.apply(ctx, this, observed, shard, cancel).await?;
     prune(ctx, cr, &me, &targets, shard, cancel).await?;
 
     // Remember what was synced.
@@ -495,8 +501,22 @@ async fn sync(
         .map(|s| s.len() as i64)
         .or_else(|| record.as_ref().map(|r| r.synced_keys));
     let polling = stream.as_ref().is_some_and(|s| *s != StreamState::Open);
+    // A check made only because the resource started listening (after a
+    // restart or a hand-over), its stream opened, or its endpoint changed,
+    // that found every
+    // target in step, is not a sync: the status keeps when the targets
+    // were last brought in step (no status write for it), and the
+    // scheduled check stays due when it was.
+    let only_checked = decision == Decision::Conditional
+        && nudged != Some(Nudge::Event)
+        && !wrote
+        && record.as_ref().is_some_and(|r| now < r.next_due);
     let (last_sync, next_due) = plan::next_times(
-        decision,
+        if only_checked {
+            Decision::NotDue
+        } else {
+            decision
+        },
         record.as_ref(),
         interval,
         polling,
@@ -549,12 +569,24 @@ impl Planned<'_> {
         mut observed: Vec<(Option<Observed>, Claim)>,
         shard: u32,
         cancel: &CancellationToken,
-    ) -> Result<Vec<Desired>, SyncError> {
+    ) -> Result<(Vec<Desired>, bool), SyncError> {
         let (cr, me, targets) = (self.cr, self.me, self.targets);
         let mut reads = 0;
+        let mut wrote = false;
         loop {
             let desired = desired_targets(ctx, cr, me, targets, &observed, self.fetched)?;
-            match write_targets(ctx, me, targets, &mut observed, &desired, shard, cancel).await {
+            let written = write_targets(
+                ctx,
+                me,
+                targets,
+                &mut observed,
+                &desired,
+                shard,
+                cancel,
+                &mut wrote,
+            )
+            .await;
+            match written {
                 Err(SyncError::Exists(what)) if reads < targets.len() => {
                     reads += 1;
                     let i = observed
@@ -565,14 +597,16 @@ impl Planned<'_> {
                     let c = claim_of(ctx, this, cr, me, &targets[i], o.as_ref()).await?;
                     observed[i] = (o, c);
                 }
-                r => return r.map(|()| desired),
+                r => return r.map(|()| (desired, wrote)),
             }
         }
     }
 }
 
 /// Write the targets whose desired state differs from what was observed,
-/// in order, each observed as written; stops at the first error.
+/// in order, each observed as written (and `wrote` set); stops at the
+/// first error.
+#[allow(clippy::too_many_arguments)]
 async fn write_targets(
     ctx: &Context,
     me: &str,
@@ -581,6 +615,7 @@ async fn write_targets(
     desired: &[Desired],
     shard: u32,
     cancel: &CancellationToken,
+    wrote: &mut bool,
 ) -> Result<(), SyncError> {
     for ((t, (o, c)), d) in targets.iter().zip(observed.iter_mut()).zip(desired) {
         let (removals, changed) = match o {
@@ -589,6 +624,7 @@ async fn write_targets(
         };
         if changed {
             let written = apply::write(ctx, d, o.as_ref(), &removals, shard, cancel).await?;
+            *wrote = true;
             tracing::info!(resource = %me, target = %t.id(), "target written");
             (*o, *c) = (Some(written), Claim::Ours);
         }
@@ -908,7 +944,12 @@ fn next_status(
                     generation,
                     now,
                 ),
-                Some(StreamState::Connecting) => conditions::set(
+                // A stream just started keeps what the status said (a
+                // restart or a hand-over does not flip it to `Connecting`
+                // and back); the stream's opening or failure comes next.
+                Some(StreamState::Opening) if conditions::get(c, ct::INSTANT_UPDATES).is_some() => {
+                }
+                Some(StreamState::Opening | StreamState::Connecting) => conditions::set(
                     c,
                     ct::INSTANT_UPDATES,
                     Status::False,
@@ -1305,6 +1346,62 @@ mod tests {
     }
 
     #[test]
+    fn a_stream_just_started_keeps_what_the_status_said() {
+        let now = now_time();
+        let synced = |stream| Synced {
+            last_sync: Some(SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000)),
+            next_due: SystemTime::now(),
+            synced_keys: Some(3),
+            targets: 1,
+            stream: Some(stream),
+        };
+        let progress = Progress::default();
+        let open = next_status(
+            &kms_secret(None),
+            5,
+            &Ok(synced(StreamState::Open)),
+            &progress,
+            0,
+            &now,
+        );
+        assert_eq!(condition(&open, ct::INSTANT_UPDATES).1, "Subscribed");
+        // After a restart or a hand-over: still `Subscribed`, unchanged.
+        let cr = kms_secret(Some(open.clone()));
+        let opening = next_status(
+            &cr,
+            5,
+            &Ok(synced(StreamState::Opening)),
+            &progress,
+            0,
+            &now,
+        );
+        assert!(status_unchanged(&open, &opening));
+        // With nothing said before, it says it is connecting.
+        let fresh = next_status(
+            &kms_secret(None),
+            5,
+            &Ok(synced(StreamState::Opening)),
+            &progress,
+            0,
+            &now,
+        );
+        assert_eq!(condition(&fresh, ct::INSTANT_UPDATES).1, "Connecting");
+        // A stream that was open and reconnects says so.
+        let reconnecting = next_status(
+            &cr,
+            5,
+            &Ok(synced(StreamState::Connecting)),
+            &progress,
+            0,
+            &now,
+        );
+        assert_eq!(
+            condition(&reconnecting, ct::INSTANT_UPDATES).1,
+            "Connecting"
+        );
+    }
+
+    #[test]
     fn the_status_says_what_the_sync_did() {
         let now = now_time();
         let synced = Synced {
@@ -1316,7 +1413,7 @@ mod tests {
         };
         let progress = Progress {
             logged_in: Some("universal"),
-            took_event: false,
+            took_event: None,
             endpoint: Some("hostAPI https://kms.example/api from spec; CA: system roots".into()),
         };
         let ok = next_status(&kms_secret(None), 5, &Ok(synced), &progress, 2, &now);
