@@ -2,8 +2,9 @@
 //! port: two KMS servers on one host name are two endpoints),
 //! `--kms-rate-limit` requests per second for the whole operator divided
 //! among live replicas; a burst of twice the rate, split evenly among them
-//! (earned: a new bucket holds one request). A `429` pauses its endpoint until its `Retry-After` has passed,
-//! so no request of this replica adds to a storm; a request that meets a
+//! (earned: a new bucket holds one request). A `429` pauses its endpoint
+//! until its `Retry-After` has passed, so no request of this replica adds
+//! to a storm; a request that meets a
 //! pause longer than a moment does not wait for it but is refused at once
 //! ([`Limiter::acquire_unless_paused`]), so the reconcile that made it gives
 //! its worker back and comes round again when the pause ends.

@@ -126,7 +126,7 @@ pub async fn reconcile(
     cr.status = this.freshest_status(&cr);
     let mut progress = Progress::default();
     let outcome = sync(ctx, this, &cr, shard, cancel, &mut progress).await;
-    if let (Some(why), true) = (progress.took_event, outcome.is_err()) {
+    if let (Some(why), true) = (progress.nudged, outcome.is_err()) {
         // The change event that made this sync due is not spent until a
         // sync succeeds (a write that lost a race must fetch again).
         this.instant.mark_fresh(key, why);
@@ -377,7 +377,7 @@ struct Progress {
     logged_in: Option<&'static str>,
     /// An instant-update event (or its stream's opening) made this sync
     /// due.
-    took_event: Option<Nudge>,
+    nudged: Option<Nudge>,
     /// Where the endpoint's host and CA came from, when it was resolved.
     endpoint: Option<String>,
 }
@@ -416,7 +416,7 @@ async fn sync(
         None
     };
     let fresh = nudged.is_some();
-    progress.took_event = nudged;
+    progress.nudged = nudged;
     let newly_listening = instant && !this.instant.is_registered(&key);
     // The global configuration changed since the endpoint was resolved:
     // check now, against the endpoint it names now.
@@ -503,10 +503,9 @@ async fn sync(
     let polling = stream.as_ref().is_some_and(|s| *s != StreamState::Open);
     // A check made only because the resource started listening (after a
     // restart or a hand-over), its stream opened, or its endpoint changed,
-    // that found every
-    // target in step, is not a sync: the status keeps when the targets
-    // were last brought in step (no status write for it), and the
-    // scheduled check stays due when it was.
+    // that found every target in step, is not a sync: the status keeps
+    // when the targets were last brought in step (no status write for
+    // it), and the scheduled check stays due when it was.
     let only_checked = decision == Decision::Conditional
         && nudged != Some(Nudge::Event)
         && !wrote
@@ -944,10 +943,11 @@ fn next_status(
                     generation,
                     now,
                 ),
-                // A stream just started keeps what the status said (a
-                // restart or a hand-over does not flip it to `Connecting`
-                // and back); the stream's opening or failure comes next.
                 Some(StreamState::Opening) if conditions::get(c, ct::INSTANT_UPDATES).is_some() => {
+                    // A stream just started keeps what the status said (a
+                    // restart or a hand-over does not flip it to
+                    // `Connecting` and back); its opening or failure comes
+                    // next.
                 }
                 Some(StreamState::Opening | StreamState::Connecting) => conditions::set(
                     c,
@@ -1413,7 +1413,7 @@ mod tests {
         };
         let progress = Progress {
             logged_in: Some("universal"),
-            took_event: None,
+            nudged: None,
             endpoint: Some("hostAPI https://kms.example/api from spec; CA: system roots".into()),
         };
         let ok = next_status(&kms_secret(None), 5, &Ok(synced), &progress, 2, &now);
