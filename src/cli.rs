@@ -63,11 +63,11 @@ pub struct RunArgs {
     /// the same value.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=256), env = "KMS_OPERATOR_SHARDS")]
     pub shards: u32,
-    /// What each replica caches: `shard` (the default) caches and watches
-    /// only the resources and managed objects of the shards it owns,
-    /// selected by the `secrets.hanzo.ai/shard` label it puts on them;
-    /// `cluster` caches every watched object on every replica and labels
-    /// nothing.
+    /// What each replica caches: `shard` (the default) caches only the
+    /// resources and managed objects of the shards it owns (resources by
+    /// their namespace, managed objects by the `secrets.hanzo.ai/shard`
+    /// label it writes on them); `cluster` caches every watched object on
+    /// every replica.
     #[arg(
         long,
         value_enum,

@@ -157,14 +157,18 @@ where
 
     /// Apply a watch event, as kube's reflector store does: a re-list
     /// (`Init`, `InitApply`…, `InitDone`) replaces the whole store when it
-    /// completes; `Apply` and `Delete` change one object.
-    pub fn apply(&self, event: &Event<K>) {
+    /// completes; `Apply` and `Delete` change one object. Whether the event
+    /// says anything new: `false` only for an `InitApply` of an object the
+    /// store holds already, byte for byte.
+    pub fn apply(&self, event: &Event<K>) -> bool {
         match event {
             Event::Init => self.write().relist = Some(HashMap::new()),
             Event::InitApply(o) => {
                 if let Some((k, e)) = self.pack(o) {
                     let mut inner = self.write();
+                    let known = inner.objects.get(&k).is_some_and(|old| old.json == e.json);
                     inner.relist.get_or_insert_default().insert(k, e);
+                    return !known;
                 }
             }
             Event::InitDone => {
@@ -186,6 +190,18 @@ where
                         .remove(key(meta.namespace.as_deref(), name).as_str());
                 }
             }
+        }
+        true
+    }
+
+    /// Keep only the objects whose [`Head`] passes `keep` (in a re-list in
+    /// progress too).
+    pub fn retain(&self, mut keep: impl FnMut(Head<'_>) -> bool) {
+        let mut inner = self.write();
+        let inner = &mut *inner;
+        inner.objects.retain(|k, e| keep(head(k, e)));
+        if let Some(listed) = inner.relist.as_mut() {
+            listed.retain(|k, e| keep(head(k, e)));
         }
     }
 
@@ -357,6 +373,27 @@ mod tests {
         store.apply(&Event::Init);
         store.apply(&Event::InitDone);
         assert!(store.is_empty());
+    }
+
+    /// A re-list tells what it lists again unchanged from what is new or
+    /// changed; `retain` drops objects from the store and from a re-list in
+    /// progress.
+    #[test]
+    fn a_relist_tells_unchanged_objects_and_retain_drops_some() {
+        let store = Packed::<Secret>::new(SHARD_LABEL, OWNER_ANNOTATION);
+        assert!(store.apply(&Event::Apply(secret("ns", "a", "1"))));
+        assert!(store.apply(&Event::Apply(secret("ns", "b", "1"))));
+        store.apply(&Event::Init);
+        assert!(!store.apply(&Event::InitApply(secret("ns", "a", "1"))));
+        assert!(store.apply(&Event::InitApply(secret("ns", "b", "2"))));
+        assert!(store.apply(&Event::InitApply(secret("other", "c", "1"))));
+        store.retain(|h| h.namespace != Some("other"));
+        store.apply(&Event::InitDone);
+        let mut names = store.heads(|h| Some(h.name.to_owned()));
+        names.sort();
+        assert_eq!(names, ["a", "b"]);
+        store.retain(|h| h.name != "a");
+        assert_eq!(store.heads(|h| Some(h.name.to_owned())), ["b"]);
     }
 
     #[test]

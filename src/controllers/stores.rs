@@ -99,6 +99,9 @@ where
     shard: Option<u32>,
     /// The label and value a shard's watch selects by.
     selects: Option<(&'static str, String)>,
+    /// A watch of every namespace that keeps those of some shards: their
+    /// shards (for counting by shard).
+    split: Option<ShardOf>,
     namespace: Option<String>,
     store: Packed<K>,
     ready: Ready,
@@ -219,7 +222,14 @@ where
     pub fn counts(&self) -> BTreeMap<Option<u32>, usize> {
         let mut out = BTreeMap::new();
         for p in self.parts().iter() {
-            *out.entry(p.shard).or_default() += p.store.len();
+            match &p.split {
+                Some(of) => {
+                    for shard in p.store.heads(|h| Some(of(h.namespace.unwrap_or_default()))) {
+                        *out.entry(Some(shard)).or_default() += 1;
+                    }
+                }
+                None => *out.entry(p.shard).or_default() += p.store.len(),
+            }
         }
         out
     }
@@ -529,21 +539,32 @@ impl Undecodable {
 /// The shard of a namespace.
 pub type ShardOf = Arc<dyn Fn(&str) -> u32 + Send + Sync>;
 
-/// What one watch covers: a namespace (or all), and a shard when the watch
-/// is split by shard.
+/// Which namespaces a watch keeps the objects of.
+type Keep = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
+/// What one watch covers: a namespace (or all), and of those the ones
+/// `keep` picks (all when `None`).
 #[derive(Clone)]
 struct Coverage {
     namespace: Option<String>,
-    shard: Option<(u32, ShardOf)>,
+    keep: Option<Keep>,
 }
 
 impl Coverage {
+    /// The namespaces of `shard` (in `namespace`, or all).
+    fn shard(namespace: Option<String>, shard: u32, of: ShardOf) -> Self {
+        Self {
+            namespace,
+            keep: Some(Arc::new(move |ns| of(ns) == shard)),
+        }
+    }
+
     fn contains(&self, namespace: Option<&str>) -> bool {
         (self.namespace.is_none() || self.namespace.as_deref() == namespace)
             && self
-                .shard
+                .keep
                 .as_ref()
-                .is_none_or(|(shard, of)| of(namespace.unwrap_or_default()) == *shard)
+                .is_none_or(|keep| keep(namespace.unwrap_or_default()))
     }
 }
 
@@ -633,8 +654,7 @@ fn name_of(meta: &ObjectMeta) -> String {
 
 /// A reflector over `api` whose objects are decoded one by one (see the
 /// module docs) and stored as JSON ([`Packed`]): the store, its readiness,
-/// and the stream that drives both (each event is applied to the store
-/// before the stream yields it).
+/// and the stream that drives both.
 fn lenient_reflector<K>(
     api: Api<Lenient<K>>,
     config: &watcher::Config,
@@ -644,7 +664,7 @@ fn lenient_reflector<K>(
     Packed<K>,
     Ready,
     watch::Sender<bool>,
-    impl Stream<Item = watcher::Result<Event<K>>> + Send + 'static,
+    impl Stream<Item = watcher::Result<Fresh<K>>> + Send + 'static,
 )
 where
     K: Resource + Clone + Debug + DeserializeOwned + Serialize + Send + Sync + 'static,
@@ -652,16 +672,49 @@ where
 {
     let store = Packed::new(SHARD_LABEL, OWNER_ANNOTATION);
     let (mark_ready, ready) = Ready::new();
+    let stream = reflect(api, config, report, scope, false, store.clone());
+    (store, ready, mark_ready, stream)
+}
+
+/// A watch event, and whether it says anything the store did not hold
+/// ([`Packed::apply`]).
+type Fresh<K> = (Event<K>, bool);
+
+/// The events of a watch of `api` into `store`, each applied to the store
+/// before the stream yields it; with `only_covered`, objects outside
+/// `scope` are left out before they are decoded further (a watch of every
+/// namespace that keeps some).
+fn reflect<K>(
+    api: Api<Lenient<K>>,
+    config: &watcher::Config,
+    report: &Undecodable,
+    scope: Coverage,
+    only_covered: bool,
+    store: Packed<K>,
+) -> impl Stream<Item = watcher::Result<Fresh<K>>> + Send + 'static
+where
+    K: Resource + Clone + Debug + DeserializeOwned + Serialize + Send + Sync + 'static,
+    K::DynamicType: Default + std::hash::Hash + Eq + Clone,
+{
+    let covered = scope.clone();
     let events = watcher::watcher(api, config.clone())
         .default_backoff()
+        .filter(move |item| {
+            let pass = match item {
+                Ok(Event::Apply(o) | Event::InitApply(o) | Event::Delete(o)) if only_covered => {
+                    covered.contains(o.meta().namespace.as_deref())
+                }
+                _ => true,
+            };
+            futures::future::ready(pass)
+        })
         .modify(slim::<Lenient<K>>);
-    let writer = store.clone();
-    let stream = decoded(events, store.clone(), report.clone(), scope).inspect(move |item| {
-        if let Ok(event) = item {
-            writer.apply(event);
-        }
-    });
-    (store, ready, mark_ready, stream)
+    decoded(events, store.clone(), report.clone(), scope).map(move |item| {
+        item.map(|event| {
+            let fresh = store.apply(&event);
+            (event, fresh)
+        })
+    })
 }
 
 /// The label the operator puts on the resources it reconciles and on the
@@ -863,18 +916,22 @@ where
             return started;
         }
         let mut readies = Vec::new();
-        for key in &self.keys {
+        // No label key: the shard's namespaces are watched whole.
+        let keys: Vec<Option<&'static str>> = match self.keys.as_slice() {
+            [] => vec![None],
+            keys => keys.iter().copied().map(Some).collect(),
+        };
+        for key in keys {
             let mut config = self.config.clone();
-            let by_shard = self.labels.selector(key, shard);
-            config.label_selector = Some(match &config.label_selector {
-                Some(base) => format!("{base},{by_shard}"),
-                None => by_shard,
-            });
+            if let Some(key) = key {
+                let by_shard = self.labels.selector(key, shard);
+                config.label_selector = Some(match &config.label_selector {
+                    Some(base) => format!("{base},{by_shard}"),
+                    None => by_shard,
+                });
+            }
             for (namespace, api) in self.watches.apis::<K>(Some((shard, &self.labels))) {
-                let scope = Coverage {
-                    namespace: namespace.clone(),
-                    shard: Some((shard, self.labels.shard_of.clone())),
-                };
+                let scope = Coverage::shard(namespace.clone(), shard, self.labels.shard_of.clone());
                 let (store, ready, mark_ready, stream) =
                     lenient_reflector(api, &config, &self.watches.report, scope);
                 let on_event = self.on_event.clone();
@@ -885,7 +942,8 @@ where
                 readies.push(ready.clone());
                 parts.push(Part {
                     shard: Some(shard),
-                    selects: Some((key, self.labels.value(shard))),
+                    selects: key.map(|key| (key, self.labels.value(shard))),
+                    split: None,
                     namespace,
                     store,
                     ready,
@@ -906,12 +964,229 @@ where
         });
         // What it skipped there is the new owner's to report.
         let kind = K::kind(&K::DynamicType::default()).into_owned();
-        let scope = Coverage {
-            namespace: None,
-            shard: Some((shard, self.labels.shard_of.clone())),
-        };
+        let scope = Coverage::shard(None, shard, self.labels.shard_of.clone());
         self.watches.report.relisted(&kind, &scope, &HashSet::new());
     }
+}
+
+/// The watch of a resource kind over every namespace, split by shard
+/// without a label: one watch of the cluster whose store keeps the objects
+/// of the shards started, the others left out as they arrive (before they
+/// are decoded further). A shard started later needs the objects already
+/// there: the watch lists again (once for shards started together), its
+/// store keeping what it holds until the list is complete, and only
+/// objects the list finds new or changed reach `on_event` (after the store
+/// has them). The last shard stopped stops the watch.
+struct KeptWatch<K: Namespaced>
+where
+    K::DynamicType: std::hash::Hash + Eq + Clone,
+{
+    watches: Watches,
+    shard_of: ShardOf,
+    config: watcher::Config,
+    on_event: OnEvent<K>,
+    scoped: Scoped<K>,
+    kept: Arc<Mutex<Kept>>,
+    relist: Arc<tokio::sync::Notify>,
+}
+
+/// The shards a [`KeptWatch`] keeps.
+#[derive(Default)]
+struct Kept {
+    shards: HashSet<u32>,
+    /// Each kept shard's readiness: set by the first complete list of a
+    /// watch started after the shard was kept.
+    readies: HashMap<u32, Ready>,
+    /// Kept shards not listed yet: (generation, shard, what marks it).
+    waiting: Vec<(u64, u32, watch::Sender<bool>)>,
+    /// Counts the shards kept; a watch started at generation `g` lists
+    /// every shard kept up to `g`.
+    generation: u64,
+    /// Whether the watch runs.
+    running: bool,
+}
+
+impl<K> KeptWatch<K>
+where
+    K: Namespaced,
+    K::DynamicType: Default + std::hash::Hash + Eq + Clone,
+{
+    fn kept(&self) -> MutexGuard<'_, Kept> {
+        self.kept.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Start the watch (with `kept` locked, `running` just set).
+    fn spawn(&self, parts: &mut Vec<Part<K>>) {
+        let store = Packed::new(SHARD_LABEL, OWNER_ANNOTATION);
+        let (mark_ready, ready) = Ready::new();
+        let (kept, of) = (self.kept.clone(), self.shard_of.clone());
+        let keep: Keep = Arc::new(move |ns| {
+            kept.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .shards
+                .contains(&of(ns))
+        });
+        let scope = Coverage {
+            namespace: None,
+            keep: Some(keep),
+        };
+        let driver = drive_kept(
+            Api::all(self.watches.client.clone()),
+            self.config.clone(),
+            self.watches.report.clone(),
+            scope,
+            store.clone(),
+            (self.kept.clone(), mark_ready, self.relist.clone()),
+            self.on_event.clone(),
+        );
+        let task = tokio::spawn(driver).abort_handle();
+        parts.push(Part {
+            shard: None,
+            selects: None,
+            split: Some(self.shard_of.clone()),
+            namespace: None,
+            store,
+            ready,
+            task: Some(task),
+        });
+    }
+}
+
+impl<K> ShardWatch for KeptWatch<K>
+where
+    K: Namespaced,
+    K::DynamicType: Default + std::hash::Hash + Eq + Clone,
+{
+    fn start(&self, shard: u32) -> Vec<Ready> {
+        let mut parts = self.scoped.parts_mut();
+        let mut kept = self.kept();
+        if let Some(ready) = kept.readies.get(&shard) {
+            return vec![ready.clone()];
+        }
+        kept.shards.insert(shard);
+        kept.generation += 1;
+        let (mark, ready) = Ready::new();
+        let generation = kept.generation;
+        kept.waiting.push((generation, shard, mark));
+        kept.readies.insert(shard, ready.clone());
+        if kept.running {
+            self.relist.notify_one();
+        } else {
+            kept.running = true;
+            self.spawn(&mut parts);
+        }
+        vec![ready]
+    }
+
+    fn stop(&self, shard: u32) {
+        let mut parts = self.scoped.parts_mut();
+        let mut kept = self.kept();
+        if !kept.shards.remove(&shard) {
+            return;
+        }
+        kept.readies.remove(&shard);
+        kept.waiting.retain(|(_, s, _)| *s != shard);
+        if kept.shards.is_empty() {
+            kept.running = false;
+            parts.retain(|p| {
+                if let Some(task) = &p.task {
+                    task.abort();
+                }
+                false
+            });
+        } else {
+            let of = &self.shard_of;
+            for p in parts.iter() {
+                p.store
+                    .retain(|h| of(h.namespace.unwrap_or_default()) != shard);
+            }
+        }
+        drop((kept, parts));
+        let kind = K::kind(&K::DynamicType::default()).into_owned();
+        let scope = Coverage::shard(None, shard, self.shard_of.clone());
+        self.watches.report.relisted(&kind, &scope, &HashSet::new());
+    }
+}
+
+/// Drive a [`KeptWatch`]'s watch: list again whenever `relist` is notified
+/// (a shard was kept), hold back the list's new or changed objects until
+/// the store has the whole list, then hand them to `on_event` as
+/// `InitApply`, and mark ready the shards kept before the list began.
+fn drive_kept<K>(
+    api: Api<Lenient<K>>,
+    config: watcher::Config,
+    report: Undecodable,
+    scope: Coverage,
+    store: Packed<K>,
+    (kept, mark_ready, relist): (
+        Arc<Mutex<Kept>>,
+        watch::Sender<bool>,
+        Arc<tokio::sync::Notify>,
+    ),
+    on_event: OnEvent<K>,
+) -> BoxFuture<'static, ()>
+where
+    K: Namespaced,
+    K::DynamicType: Default + std::hash::Hash + Eq + Clone,
+{
+    let kind = K::kind(&K::DynamicType::default()).into_owned();
+    async move {
+        loop {
+            let generation = kept.lock().unwrap_or_else(|e| e.into_inner()).generation;
+            let stream = reflect(
+                api.clone(),
+                &config,
+                &report,
+                scope.clone(),
+                true,
+                store.clone(),
+            );
+            let mut stream = std::pin::pin!(stream);
+            // The objects a list in progress found new or changed.
+            let mut listed: Vec<(Option<String>, String)> = Vec::new();
+            loop {
+                let item = tokio::select! {
+                    biased;
+                    () = relist.notified() => break,
+                    item = stream.next() => item,
+                };
+                let Some(item) = item else { return };
+                match item {
+                    Ok((Event::InitApply(o), fresh)) => {
+                        if fresh {
+                            listed.push((o.meta().namespace.clone(), name_of(o.meta())));
+                        }
+                    }
+                    Ok((Event::InitDone, _)) => {
+                        for (namespace, name) in listed.drain(..) {
+                            if let Some(o) = store.get(namespace.as_deref(), &name) {
+                                on_event(&Event::InitApply((*o).clone()));
+                            }
+                        }
+                        mark_ready.send_replace(true);
+                        kept.lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .waiting
+                            .retain(|(g, _, mark)| {
+                                let listed = *g <= generation;
+                                if listed {
+                                    mark.send_replace(true);
+                                }
+                                !listed
+                            });
+                        on_event(&Event::InitDone);
+                    }
+                    Ok((event, fresh)) => {
+                        if fresh {
+                            on_event(&event);
+                        }
+                    }
+                    Err(e) => tracing::warn!(kind, error = %e, "watch failed; retrying"),
+                }
+            }
+        }
+    }
+    .boxed()
 }
 
 /// What every watch of a replica shares: the client, the watched
@@ -990,11 +1265,14 @@ impl Watches {
         K::DynamicType: Default + std::hash::Hash + Eq + Clone,
         F: Fn(&Event<K>) + Send + Sync + 'static,
     {
-        self.watch_by(config, &[SHARD_LABEL], on_event)
+        self.watch_by(config, &[], on_event)
     }
 
     /// [`Watches::watch`], split by shard on each of the label `keys` (one
-    /// watch per key: an object may belong to a shard by either).
+    /// watch per key: an object may belong to a shard by either). With no
+    /// key, the objects belong to their namespace's shard: each watched
+    /// namespace of a shard is watched whole, or, watching every namespace,
+    /// one watch keeps the shards started ([`KeptWatch`]).
     pub fn watch_by<K, F>(
         &self,
         config: &watcher::Config,
@@ -1009,26 +1287,38 @@ impl Watches {
         let on_event = Arc::new(on_event);
         let scoped = Scoped::empty(&self.namespaces);
         if let Some(scopes) = &self.by_shard {
-            let watch = ShardedWatch {
-                watches: self.clone(),
-                labels: scopes.labels.clone(),
-                keys: keys.to_vec(),
-                config: config.clone(),
-                on_event,
-                scoped: scoped.clone(),
+            let watch: Arc<dyn ShardWatch> = if keys.is_empty() && self.namespaces.is_empty() {
+                Arc::new(KeptWatch {
+                    watches: self.clone(),
+                    shard_of: scopes.labels.shard_of.clone(),
+                    config: config.clone(),
+                    on_event,
+                    scoped: scoped.clone(),
+                    kept: Arc::default(),
+                    relist: Arc::default(),
+                })
+            } else {
+                Arc::new(ShardedWatch {
+                    watches: self.clone(),
+                    labels: scopes.labels.clone(),
+                    keys: keys.to_vec(),
+                    config: config.clone(),
+                    on_event,
+                    scoped: scoped.clone(),
+                })
             };
             scopes
                 .watches
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .push(Arc::new(watch));
+                .push(watch);
             return (scoped, Vec::new());
         }
         let mut drivers = Vec::new();
         for (namespace, api) in self.apis::<K>(None) {
             let scope = Coverage {
                 namespace: namespace.clone(),
-                shard: None,
+                keep: None,
             };
             let (store, ready, mark_ready, stream) =
                 lenient_reflector(api, config, &self.report, scope);
@@ -1039,6 +1329,7 @@ impl Watches {
             scoped.parts_mut().push(Part {
                 shard: None,
                 selects: None,
+                split: None,
                 namespace,
                 store,
                 ready,
@@ -1071,7 +1362,7 @@ impl Watches {
         let api: Api<Lenient<K>> = Api::all(self.client.clone());
         let scope = Coverage {
             namespace: None,
-            shard: None,
+            keep: None,
         };
         let (reader, ready, mark_ready, stream) =
             lenient_reflector(api, config, &self.report, scope);
@@ -1091,7 +1382,7 @@ fn drive<K, S, F>(
 where
     K: Resource + Send + 'static,
     K::DynamicType: Default,
-    S: Stream<Item = watcher::Result<Event<K>>> + Send + 'static,
+    S: Stream<Item = watcher::Result<Fresh<K>>> + Send + 'static,
     F: FnMut(&Event<K>) + Send + 'static,
 {
     let kind = K::kind(&K::DynamicType::default()).into_owned();
@@ -1099,7 +1390,7 @@ where
         let mut stream = std::pin::pin!(stream);
         while let Some(item) = stream.next().await {
             match item {
-                Ok(event) => {
+                Ok((event, _)) => {
                     if matches!(event, Event::InitDone) {
                         mark_ready.send_replace(true);
                     }
@@ -1132,6 +1423,7 @@ mod tests {
         Part {
             shard: Some(shard),
             selects: Some((key, shard_label_value(shard, 16))),
+            split: None,
             namespace: None,
             store,
             ready,

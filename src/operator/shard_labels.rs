@@ -1,16 +1,14 @@
-//! The shard label on the objects a replica watches by shard: the
-//! resources (`KmsSecret`, `KmsPushSecret`, `KmsDynamicSecret`) and the
-//! Secrets and ConfigMaps the operator manages. Managed objects get it when
-//! they are written; resources get it here, as do managed objects written
-//! by an older version.
+//! The shard label on the objects a replica watches by label: the Secrets
+//! and ConfigMaps the operator manages (a resource belongs to its
+//! namespace's shard and carries no label: see `controllers::stores`).
+//! Managed objects get it when they are written; those written by a
+//! version before the label, or under another shard count, get it here.
 //!
-//! Every replica watches the metadata of objects whose label is missing or
-//! stale (another shard count): none in a steady state. The replica that
-//! holds an object's shard labels it (a merge patch, field manager
-//! [`FIELD_MANAGER`]); the label lets that shard's watch see it. Before a
-//! gained shard's watches start, its unlabelled managed objects are
-//! labelled, so that its first list finds every target; its resources are
-//! labelled meanwhile and join the watch one by one.
+//! Every replica watches the metadata of managed objects whose label is
+//! missing or stale: none in a steady state. The replica that holds an
+//! object's shard labels it (a merge patch, field manager
+//! [`FIELD_MANAGER`]) before the shard's watches start, so that their first
+//! list finds every target.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -26,15 +24,12 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use serde_json::json;
 
-use crate::api::kms_dynamic_secret::KmsDynamicSecret;
-use crate::api::kms_push_secret::KmsPushSecret;
-use crate::api::kms_secret::KmsSecret;
 use crate::controllers::registry::OwnerId;
 use crate::controllers::stores::{Namespaced, Ready, SHARD_LABEL, ShardLabels};
 use crate::controllers::target::{MANAGED_LABEL, OWNER_ANNOTATION};
 use crate::sharding::Ownership;
 
-/// The field manager of the shard label on users' resources.
+/// The field manager of the shard label on managed objects that lacked it.
 pub const FIELD_MANAGER: &str = "kms-operator-shard-label";
 
 /// How many label patches one replica sends at once.
@@ -46,27 +41,12 @@ const RETRY_EVERY: Duration = Duration::from_secs(15);
 /// The kinds that carry the label.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum Labelled {
-    KmsSecret,
-    KmsPushSecret,
-    KmsDynamicSecret,
     Secret,
     ConfigMap,
 }
 
 impl Labelled {
-    const ALL: [Labelled; 5] = [
-        Labelled::KmsSecret,
-        Labelled::KmsPushSecret,
-        Labelled::KmsDynamicSecret,
-        Labelled::Secret,
-        Labelled::ConfigMap,
-    ];
-
-    /// Managed objects belong to their owner's shard, resources to their
-    /// namespace's.
-    fn is_managed(self) -> bool {
-        matches!(self, Labelled::Secret | Labelled::ConfigMap)
-    }
+    const ALL: [Labelled; 2] = [Labelled::Secret, Labelled::ConfigMap];
 }
 
 /// An object whose label is missing or stale (ordered by namespace, then
@@ -97,8 +77,7 @@ pub struct Labeler {
     /// The first lists of the watches of unlabelled objects.
     ready: Mutex<Vec<Ready>>,
     /// Held while a shard's pending objects are labelled: one shard after
-    /// another, so the resources join the watches (and the queues) in
-    /// namespace order.
+    /// another.
     labelling: tokio::sync::Mutex<()>,
 }
 
@@ -141,7 +120,7 @@ impl Labeler {
                 tick.tick().await;
                 let active: Vec<u32> = this.state().active.iter().copied().collect();
                 for shard in active {
-                    this.label_pending(shard, |_| true).await;
+                    this.label_pending(shard).await;
                 }
             }
         }));
@@ -149,10 +128,7 @@ impl Labeler {
     }
 
     fn watch(self: Arc<Self>, kind: Labelled, namespace: Option<String>) -> BoxFuture<'static, ()> {
-        let mut selector = self.labels.stale_selector();
-        if kind.is_managed() {
-            selector = format!("{MANAGED_LABEL}=true,{selector}");
-        }
+        let selector = format!("{MANAGED_LABEL}=true,{}", self.labels.stale_selector());
         let config = watcher::Config::default().labels(&selector);
         let (mark_ready, ready) = Ready::new();
         self.ready
@@ -162,9 +138,6 @@ impl Labeler {
         let client = self.client.clone();
         let ns = namespace.as_deref();
         let events = match kind {
-            Labelled::KmsSecret => metadata_events::<KmsSecret>(&client, ns, config),
-            Labelled::KmsPushSecret => metadata_events::<KmsPushSecret>(&client, ns, config),
-            Labelled::KmsDynamicSecret => metadata_events::<KmsDynamicSecret>(&client, ns, config),
             Labelled::Secret => metadata_events::<Secret>(&client, ns, config),
             Labelled::ConfigMap => metadata_events::<ConfigMap>(&client, ns, config),
         };
@@ -188,23 +161,18 @@ impl Labeler {
         })
     }
 
-    /// The shard an object belongs to: its owner's for a managed object
-    /// (none when it names no owner), else its namespace's.
-    fn shard_of(&self, kind: Labelled, meta: &ObjectMeta) -> Option<u32> {
-        let namespace = if kind.is_managed() {
-            let owner = meta.annotations.as_ref()?.get(OWNER_ANNOTATION)?;
-            OwnerId::parse(owner)?.namespace
-        } else {
-            meta.namespace.as_deref()?
-        };
-        Some(self.labels.shard_of(namespace))
+    /// The shard a managed object belongs to: its owner's (none when it
+    /// names no owner).
+    fn shard_of(&self, meta: &ObjectMeta) -> Option<u32> {
+        let owner = meta.annotations.as_ref()?.get(OWNER_ANNOTATION)?;
+        Some(self.labels.shard_of(OwnerId::parse(owner)?.namespace))
     }
 
     fn seen(self: &Arc<Self>, kind: Labelled, meta: &ObjectMeta) {
         let (Some(namespace), Some(name)) = (meta.namespace.clone(), meta.name.clone()) else {
             return;
         };
-        let Some(shard) = self.shard_of(kind, meta) else {
+        let Some(shard) = self.shard_of(meta) else {
             return;
         };
         let item = Unlabelled {
@@ -247,18 +215,14 @@ impl Labeler {
 
     /// `shard` was gained: label the objects it manages that lack the label
     /// (after the first lists of unlabelled objects), so that its first
-    /// list finds every target; its resources are labelled meanwhile (each
-    /// joins the shard's watch as it is labelled), and from now on each
-    /// object as it appears.
+    /// list finds every target, and from now on each object as it appears.
     pub async fn gained(self: &Arc<Self>, shard: u32) {
         let readies: Vec<Ready> = self.ready.lock().unwrap_or_else(|e| e.into_inner()).clone();
         for ready in readies {
             ready.wait().await;
         }
         self.state().active.insert(shard);
-        self.label_pending(shard, |k| k.is_managed()).await;
-        let this = self.clone();
-        tokio::spawn(async move { this.label_pending(shard, |k| !k.is_managed()).await });
+        self.label_pending(shard).await;
     }
 
     /// `shard` is no longer held.
@@ -266,17 +230,15 @@ impl Labeler {
         self.state().active.remove(&shard);
     }
 
-    /// Label every pending object of `shard` whose kind `which` picks.
-    async fn label_pending(self: &Arc<Self>, shard: u32, which: fn(Labelled) -> bool) {
+    /// Label every pending object of `shard`.
+    async fn label_pending(self: &Arc<Self>, shard: u32) {
         let _turn = self.labelling.lock().await;
         let mut items: Vec<Unlabelled> = self
             .state()
             .pending
             .get(&shard)
-            .map(|i| i.iter().filter(|i| which(i.kind)).cloned().collect())
+            .map(|i| i.iter().cloned().collect())
             .unwrap_or_default();
-        // In namespace order: each resource is queued as its label lands,
-        // and a namespace's resources reconciled together share one fetch.
         items.sort();
         if items.is_empty() {
             return;
@@ -306,15 +268,6 @@ impl Labeler {
         let (ns, name) = (item.namespace.as_str(), item.name.as_str());
         let client = self.client.clone();
         let result = match item.kind {
-            Labelled::KmsSecret => {
-                patch_label::<KmsSecret>(client, ns, name, &params, &patch).await
-            }
-            Labelled::KmsPushSecret => {
-                patch_label::<KmsPushSecret>(client, ns, name, &params, &patch).await
-            }
-            Labelled::KmsDynamicSecret => {
-                patch_label::<KmsDynamicSecret>(client, ns, name, &params, &patch).await
-            }
             Labelled::Secret => patch_label::<Secret>(client, ns, name, &params, &patch).await,
             Labelled::ConfigMap => {
                 patch_label::<ConfigMap>(client, ns, name, &params, &patch).await

@@ -114,7 +114,7 @@ impl Ownership for CachedGate {
 }
 
 /// Watch the shards this replica holds, and only those: for a shard gained,
-/// label its objects that lack the label, start its watches, and once they
+/// label its managed objects that lack the label, start its watches, and once they
 /// have listed it let its work run and queue all of it; for a shard that
 /// goes, stop its watches and drop its caches. Nothing starts during the
 /// first `settle` (a replica that starts beside others holds every shard

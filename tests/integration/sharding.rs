@@ -811,9 +811,10 @@ fn expected_cache(
 }
 
 /// Split by shard (the default), each replica caches the resources and
-/// Secrets of its own shards only, found by the shard label it puts on
-/// them (named field manager); a replica that stops hands its shards'
-/// caches over to the others, which then hold everything between them.
+/// Secrets of its own shards only (the resources by their namespace,
+/// unlabelled; the Secrets by the shard label written with them); a
+/// replica that stops hands its shards' caches over to the others, which
+/// then hold everything between them.
 #[tokio::test]
 async fn each_replica_caches_only_its_shards_objects() {
     const PER_NS: usize = 2;
@@ -839,15 +840,15 @@ async fn each_replica_caches_only_its_shards_objects() {
     .await;
     assert!(synced.is_some(), "not every resource synced");
 
-    // Every resource is labelled with its namespace's shard, by the named
-    // field manager; every managed Secret with its owner's.
+    // No resource is labelled (the operator writes nothing on users'
+    // resources but their status); every managed Secret carries its
+    // owner's shard.
     let ring = shard::Ring::new(16).unwrap();
     let labels = shard_labels(&client, &namespaces).await;
     assert_eq!(labels.len(), total);
     for (ns, label, managers) in &labels {
-        let want = format!("{}-of-16", ring.shard_of(ns));
-        assert_eq!(label.as_deref(), Some(want.as_str()), "KmsSecret in {ns}");
-        assert_eq!(managers, &["kms-operator-shard-label"], "KmsSecret in {ns}");
+        assert_eq!(label.as_deref(), None, "KmsSecret in {ns}");
+        assert!(managers.is_empty(), "KmsSecret in {ns}: {managers:?}");
     }
     for ns in &namespaces {
         for s in outputs(&client, &ns.name).await {
@@ -948,4 +949,148 @@ async fn cluster_scope_caches_everything_and_labels_no_resource() {
     for (ns, label, _) in shard_labels(&client, &namespaces).await {
         assert_eq!(label, None, "KmsSecret in {ns} labelled");
     }
+}
+
+/// Watching every namespace split by shard (the default scope), resources
+/// carry no label: one watch of the cluster keeps the resources of the
+/// shards started. A shard started later lists again and hands on only
+/// what is new to it; a shard stopped drops its objects; the resources of
+/// other shards never reach the store or the callback.
+#[tokio::test]
+async fn one_watch_of_every_namespace_keeps_the_started_shards() {
+    use kms_operator::api::kms_secret::KmsSecret;
+    use kms_operator::controllers::stores::{ShardLabels, ShardScopes, Undecodable, Watches};
+    use kube::runtime::watcher::Event;
+
+    let client = harness::client().await;
+    let namespaces = [
+        TestNamespace::new(&client, "kept-a").await,
+        TestNamespace::new(&client, "kept-b").await,
+        TestNamespace::new(&client, "kept-c").await,
+    ];
+    setup(&client, &namespaces, 2, "http://127.0.0.1:1").await;
+    let names: Vec<String> = namespaces.iter().map(|n| n.name.clone()).collect();
+    // Shards 0, 1, 2 are the three namespaces; every other namespace of the
+    // cluster (other tests') is shard 3, never started.
+    let of = names.clone();
+    let shard_of = Arc::new(move |ns: &str| {
+        of.iter()
+            .position(|n| n == ns)
+            .map_or(3, |i| u32::try_from(i).unwrap())
+    });
+    let scopes = ShardScopes::new(ShardLabels::new(4, shard_of));
+    let report = Undecodable::new(kms_operator::metrics::Metrics::new(4), None);
+    let watches = Watches::new(client.clone(), Vec::new(), report).by_shard(scopes.clone());
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let record = seen.clone();
+    let (store, drivers) =
+        watches.watch::<KmsSecret, _>(&watcher::Config::default(), move |event| {
+            let (what, o) = match event {
+                Event::InitApply(o) => ("list", o),
+                Event::Apply(o) => ("apply", o),
+                Event::Delete(o) => ("delete", o),
+                Event::Init | Event::InitDone => return,
+            };
+            let ns = o.metadata.namespace.clone().unwrap_or_default();
+            let name = o.metadata.name.clone().unwrap_or_default();
+            record.lock().unwrap().push(format!("{what} {ns}/{name}"));
+        });
+    assert!(drivers.is_empty(), "a watch split by shard drives itself");
+    let held = |store: &kms_operator::controllers::stores::Scoped<KmsSecret>| {
+        let mut held: Vec<String> = store
+            .all()
+            .iter()
+            .map(|o| {
+                format!(
+                    "{}/{}",
+                    o.metadata.namespace.as_deref().unwrap_or_default(),
+                    o.metadata.name.as_deref().unwrap_or_default()
+                )
+            })
+            .collect();
+        held.sort();
+        held
+    };
+    let both = |ns: &str| vec![format!("{ns}/cr0"), format!("{ns}/cr1")];
+    let take = |seen: &Arc<Mutex<Vec<String>>>| {
+        let mut s = std::mem::take(&mut *seen.lock().unwrap());
+        s.sort();
+        s
+    };
+    let start = |shard: u32| {
+        scopes.want(shard);
+        scopes.start(shard)
+    };
+
+    // Nothing is watched before a shard starts.
+    assert!(store.all().is_empty());
+    for ready in start(0) {
+        tokio::time::timeout(Duration::from_secs(20), ready.wait())
+            .await
+            .expect("shard 0 listed");
+    }
+    assert_eq!(held(&store), both(&names[0]));
+    let listed: Vec<String> = both(&names[0])
+        .iter()
+        .map(|k| format!("list {k}"))
+        .collect();
+    assert_eq!(take(&seen), listed);
+
+    // A second shard: listed again, only its resources handed on.
+    for ready in start(1) {
+        tokio::time::timeout(Duration::from_secs(20), ready.wait())
+            .await
+            .expect("shard 1 listed");
+    }
+    let mut want = both(&names[0]);
+    want.extend(both(&names[1]));
+    want.sort();
+    assert_eq!(held(&store), want);
+    let listed: Vec<String> = both(&names[1])
+        .iter()
+        .map(|k| format!("list {k}"))
+        .collect();
+    assert_eq!(take(&seen), listed, "the first shard's resources again");
+    assert_eq!(store.counts(), BTreeMap::from([(Some(0), 2), (Some(1), 2)]));
+
+    // A change in a started shard arrives; one in another shard does not.
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("secrets.hanzo.ai", "v1alpha1", "KmsSecret"),
+        "kmssecrets",
+    );
+    for ns in [&names[2], &names[0]] {
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
+        api.patch(
+            "cr0",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}})),
+        )
+        .await
+        .unwrap();
+    }
+    let arrived = wait_for(Duration::from_secs(10), || async {
+        let s = seen.lock().unwrap().clone();
+        (!s.is_empty()).then_some(s)
+    })
+    .await;
+    assert_eq!(arrived, Some(vec![format!("apply {}/cr0", names[0])]));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(take(&seen), [format!("apply {}/cr0", names[0])]);
+    assert!(store.get(Some(&names[2]), "cr0").is_none());
+
+    // A shard stopped drops its objects; the last one stops the watch.
+    scopes.stop(0);
+    assert_eq!(held(&store), both(&names[1]));
+    assert_eq!(store.counts(), BTreeMap::from([(Some(1), 2)]));
+    scopes.stop(1);
+    assert!(store.all().is_empty());
+    assert!(store.counts().is_empty());
+    // And a shard started again lists from scratch.
+    for ready in start(2) {
+        tokio::time::timeout(Duration::from_secs(20), ready.wait())
+            .await
+            .expect("shard 2 listed");
+    }
+    assert_eq!(held(&store), both(&names[2]));
+    scopes.stop(2);
 }
