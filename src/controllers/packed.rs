@@ -43,9 +43,25 @@ pub struct Head<'a> {
 /// One cached object.
 struct Entry {
     json: Box<[u8]>,
+    /// Its `resourceVersion` as a number (0 when it is not one).
+    version: u64,
     uid: Option<Box<str>>,
     shard: Option<Box<str>>,
     owner: Option<Box<str>>,
+}
+
+/// A `resourceVersion` as a number, 0 when it is none. The API server
+/// documents versions as opaque; those of one kind are etcd revisions in
+/// practice, and are compared here only to tell which of two copies of an
+/// object is newer when a list and a watch both deliver it (0 on either
+/// side: the later delivery wins).
+pub(crate) fn version_of(rv: Option<&str>) -> u64 {
+    rv.and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+/// Whether a copy at `incoming` is older than one at `held`.
+fn older(incoming: u64, held: u64) -> bool {
+    incoming != 0 && held != 0 && incoming < held
 }
 
 /// `namespace/name`, or `/name` for a cluster-scoped object (neither part
@@ -136,6 +152,7 @@ where
             key(meta.namespace.as_deref(), name).into_boxed_str(),
             Entry {
                 json,
+                version: version_of(meta.resource_version.as_deref()),
                 uid: meta.uid.as_deref().map(Into::into),
                 shard: label(&meta.labels, self.label),
                 owner: label(&meta.annotations, self.annotation),
@@ -179,7 +196,17 @@ where
             }
             Event::Apply(o) => {
                 if let Some((k, e)) = self.pack(o) {
-                    self.write().objects.insert(k, e);
+                    let mut inner = self.write();
+                    // A watch delivers in order; an older copy can only
+                    // follow a newer one merged from a list.
+                    if inner
+                        .objects
+                        .get(&k)
+                        .is_some_and(|held| older(e.version, held.version))
+                    {
+                        return false;
+                    }
+                    inner.objects.insert(k, e);
                 }
             }
             Event::Delete(o) => {
@@ -192,6 +219,45 @@ where
             }
         }
         true
+    }
+
+    /// Merge an object a list outside the watch found (a namespace listed
+    /// on its own), unless the store holds a newer copy or the object was
+    /// deleted at `deleted` or later (the watch's delete came first).
+    /// Whether it was new or changed.
+    pub fn merge_listed(&self, o: &K, deleted: Option<u64>) -> bool {
+        let Some((k, e)) = self.pack(o) else {
+            return false;
+        };
+        if deleted.is_some_and(|at| !older(at, e.version)) {
+            return false;
+        }
+        let mut inner = self.write();
+        let inner = &mut *inner;
+        let fresh = match inner.objects.get(&k) {
+            None => true,
+            Some(held) => held.json != e.json && !older(e.version, held.version),
+        };
+        if let Some(listed) = inner.relist.as_mut()
+            && listed
+                .get(&k)
+                .is_none_or(|held| older(held.version, e.version))
+        {
+            listed.insert(
+                k.clone(),
+                Entry {
+                    json: e.json.clone(),
+                    version: e.version,
+                    uid: e.uid.clone(),
+                    shard: e.shard.clone(),
+                    owner: e.owner.clone(),
+                },
+            );
+        }
+        if fresh {
+            inner.objects.insert(k, e);
+        }
+        fresh
     }
 
     /// Keep only the objects whose [`Head`] passes `keep` (in a re-list in
@@ -394,6 +460,51 @@ mod tests {
         assert_eq!(names, ["a", "b"]);
         store.retain(|h| h.name != "a");
         assert_eq!(store.heads(|h| Some(h.name.to_owned())), ["b"]);
+    }
+
+    fn at(mut s: Secret, rv: &str) -> Secret {
+        s.metadata.resource_version = Some(rv.into());
+        s
+    }
+
+    /// A list merged beside a watch: an object is taken unless the store
+    /// holds a newer copy or the watch deleted it since; a watch event
+    /// older than what a list brought is ignored; a re-list in progress
+    /// gets the merged object too.
+    #[test]
+    fn a_list_merged_beside_the_watch_keeps_the_newest_copy() {
+        let store = Packed::<Secret>::new(SHARD_LABEL, OWNER_ANNOTATION);
+        // New: taken.
+        assert!(store.merge_listed(&at(secret("ns", "a", "1"), "10"), None));
+        // The same again: nothing new.
+        assert!(!store.merge_listed(&at(secret("ns", "a", "1"), "10"), None));
+        // The watch delivered a newer copy first: the list's older one is
+        // left out.
+        store.apply(&Event::Apply(at(secret("ns", "b", "new"), "20")));
+        assert!(!store.merge_listed(&at(secret("ns", "b", "old"), "15"), None));
+        assert_eq!(
+            store.get(Some("ns"), "b").unwrap().data.as_ref().unwrap()["K"].0,
+            b"new"
+        );
+        // A newer listed copy replaces an older one.
+        assert!(store.merge_listed(&at(secret("ns", "b", "newer"), "25"), None));
+        // A watch event older than the merged copy is ignored.
+        assert!(!store.apply(&Event::Apply(at(secret("ns", "b", "late"), "21"))));
+        assert_eq!(
+            store.get(Some("ns"), "b").unwrap().data.as_ref().unwrap()["K"].0,
+            b"newer"
+        );
+        // Deleted by the watch at 30: a list from before does not bring it
+        // back; one from after the object was created again does.
+        assert!(!store.merge_listed(&at(secret("ns", "c", "1"), "28"), Some(30)));
+        assert!(!store.contains(Some("ns"), "c"));
+        assert!(store.merge_listed(&at(secret("ns", "c", "2"), "31"), Some(30)));
+        // During a re-list, the merged object is in what replaces the store.
+        store.apply(&Event::Init);
+        assert!(store.merge_listed(&at(secret("ns", "d", "1"), "40"), None));
+        store.apply(&Event::InitDone);
+        assert!(store.contains(Some("ns"), "d"));
+        assert_eq!(version_of(Some("x")), 0);
     }
 
     #[test]

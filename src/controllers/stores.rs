@@ -972,11 +972,14 @@ where
 /// The watch of a resource kind over every namespace, split by shard
 /// without a label: one watch of the cluster whose store keeps the objects
 /// of the shards started, the others left out as they arrive (before they
-/// are decoded further). A shard started later needs the objects already
-/// there: the watch lists again (once for shards started together), its
-/// store keeping what it holds until the list is complete, and only
-/// objects the list finds new or changed reach `on_event` (after the store
-/// has them). The last shard stopped stops the watch.
+/// are decoded further). The first shard started starts the watch, and its
+/// first list fills the store. A shard started later is loaded beside the
+/// running watch: each namespace of it the watch has seen is listed on its
+/// own (a few objects each), and merged into the store unless the watch
+/// delivered a newer copy or the object's deletion meanwhile; only objects
+/// new to the store reach `on_event`. So a hand-over costs what the gained
+/// shards hold, not what the cluster holds. The last shard stopped stops
+/// the watch.
 struct KeptWatch<K: Namespaced>
 where
     K::DynamicType: std::hash::Hash + Eq + Clone,
@@ -987,68 +990,201 @@ where
     on_event: OnEvent<K>,
     scoped: Scoped<K>,
     kept: Arc<Mutex<Kept>>,
-    relist: Arc<tokio::sync::Notify>,
 }
 
 /// The shards a [`KeptWatch`] keeps.
 #[derive(Default)]
 struct Kept {
     shards: HashSet<u32>,
-    /// Each kept shard's readiness: set by the first complete list of a
-    /// watch started after the shard was kept.
+    /// Each kept shard's readiness.
     readies: HashMap<u32, Ready>,
-    /// Kept shards not listed yet: (generation, shard, what marks it).
-    waiting: Vec<(u64, u32, watch::Sender<bool>)>,
-    /// Counts the shards kept; a watch started at generation `g` lists
-    /// every shard kept up to `g`.
-    generation: u64,
+    /// Shards being loaded: the task, and the objects the watch deleted
+    /// meanwhile (key and version), which a list taken earlier must not
+    /// bring back.
+    loading: HashMap<u32, (tokio::task::AbortHandle, HashMap<String, u64>)>,
+    /// Every namespace the watch has delivered a resource of (kept or
+    /// not): where a shard started later has resources to list.
+    namespaces: HashSet<String>,
     /// Whether the watch runs.
     running: bool,
 }
+
+fn lock_kept(kept: &Mutex<Kept>) -> MutexGuard<'_, Kept> {
+    kept.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// How many namespaces a shard's load lists at once.
+const LOAD_CONCURRENCY: usize = 8;
 
 impl<K> KeptWatch<K>
 where
     K: Namespaced,
     K::DynamicType: Default + std::hash::Hash + Eq + Clone,
 {
-    fn kept(&self) -> MutexGuard<'_, Kept> {
-        self.kept.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Start the watch (with `kept` locked, `running` just set).
-    fn spawn(&self, parts: &mut Vec<Part<K>>) {
-        let store = Packed::new(SHARD_LABEL, OWNER_ANNOTATION);
+    /// Start the watch: the readiness of its first complete list.
+    fn spawn(&self, parts: &mut Vec<Part<K>>) -> Ready {
+        let store: Packed<K> = Packed::new(SHARD_LABEL, OWNER_ANNOTATION);
         let (mark_ready, ready) = Ready::new();
         let (kept, of) = (self.kept.clone(), self.shard_of.clone());
         let keep: Keep = Arc::new(move |ns| {
-            kept.lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .shards
-                .contains(&of(ns))
+            let mut kept = lock_kept(&kept);
+            if !kept.namespaces.contains(ns) {
+                kept.namespaces.insert(ns.to_owned());
+            }
+            kept.shards.contains(&of(ns))
         });
         let scope = Coverage {
             namespace: None,
             keep: Some(keep),
         };
-        let driver = drive_kept(
+        let stream = reflect(
             Api::all(self.watches.client.clone()),
-            self.config.clone(),
-            self.watches.report.clone(),
+            &self.config,
+            &self.watches.report,
             scope,
+            true,
             store.clone(),
-            (self.kept.clone(), mark_ready, self.relist.clone()),
+        );
+        let (kept, of, on_event) = (
+            self.kept.clone(),
+            self.shard_of.clone(),
             self.on_event.clone(),
         );
-        let task = tokio::spawn(driver).abort_handle();
+        let stream = stream.inspect(move |item| {
+            // A deletion during a shard's load: the load must not bring the
+            // object back from a list taken before it.
+            if let Ok((Event::Delete(o), _)) = item {
+                let meta = o.meta();
+                let ns = meta.namespace.as_deref().unwrap_or_default();
+                if let Some((_, deleted)) = lock_kept(&kept).loading.get_mut(&of(ns)) {
+                    deleted.insert(
+                        super::packed::key(Some(ns), &name_of(meta)),
+                        super::packed::version_of(meta.resource_version.as_deref()),
+                    );
+                }
+            }
+        });
+        let task =
+            tokio::spawn(drive(stream, mark_ready, None, move |e| on_event(e))).abort_handle();
         parts.push(Part {
             shard: None,
             selects: None,
             split: Some(self.shard_of.clone()),
             namespace: None,
             store,
-            ready,
+            ready: ready.clone(),
             task: Some(task),
         });
+        ready
+    }
+
+    /// Load `shard` beside the running watch (see the type's docs); `mark`
+    /// is set once every namespace of it is listed.
+    fn load(&self, shard: u32, store: Packed<K>, first: Ready, mark: watch::Sender<bool>) {
+        let (client, kept, of) = (
+            self.watches.client.clone(),
+            self.kept.clone(),
+            self.shard_of.clone(),
+        );
+        let (on_event, report) = (self.on_event.clone(), self.watches.report.clone());
+        let kind = K::kind(&K::DynamicType::default()).into_owned();
+        let api_version = K::api_version(&K::DynamicType::default()).into_owned();
+        let task = tokio::spawn(async move {
+            // The watch's first list tells which namespaces exist.
+            first.wait().await;
+            let mut namespaces: Vec<String> = lock_kept(&kept)
+                .namespaces
+                .iter()
+                .filter(|ns| of(ns) == shard)
+                .cloned()
+                .collect();
+            namespaces.sort();
+            let began = tokio::time::Instant::now();
+            let n = namespaces.len();
+            futures::stream::iter(namespaces)
+                .for_each_concurrent(LOAD_CONCURRENCY, |ns| {
+                    let api: Api<Lenient<K>> = Api::namespaced(client.clone(), &ns);
+                    let (kept, store, on_event, report) = (
+                        kept.clone(),
+                        store.clone(),
+                        on_event.clone(),
+                        report.clone(),
+                    );
+                    let (kind, api_version) = (kind.clone(), api_version.clone());
+                    async move {
+                        for mut o in list_all(&api, &kind, &ns).await {
+                            slim(&mut o);
+                            let k = match o {
+                                Lenient::Decoded(k) => k,
+                                Lenient::Undecodable {
+                                    meta,
+                                    error,
+                                    served_kind,
+                                } => {
+                                    report.skip(
+                                        &kind,
+                                        served_kind.as_deref(),
+                                        &api_version,
+                                        &meta,
+                                        &error,
+                                    );
+                                    continue;
+                                }
+                            };
+                            report.clear(&kind, Some(&ns), &name_of(k.meta()));
+                            let deleted =
+                                lock_kept(&kept).loading.get(&shard).and_then(|(_, d)| {
+                                    d.get(&super::packed::key(Some(&ns), &name_of(k.meta())))
+                                        .copied()
+                                });
+                            if store.merge_listed(&k, deleted) {
+                                on_event(&Event::InitApply(k));
+                            }
+                        }
+                    }
+                })
+                .await;
+            lock_kept(&kept).loading.remove(&shard);
+            tracing::debug!(
+                kind,
+                shard,
+                namespaces = n,
+                seconds = began.elapsed().as_secs_f64(),
+                "shard loaded beside the watch"
+            );
+            mark.send_replace(true);
+        });
+        lock_kept(&self.kept)
+            .loading
+            .insert(shard, (task.abort_handle(), HashMap::new()));
+    }
+}
+
+/// Every object of `K` in `namespace`, a page at a time (retried with a
+/// pause until the API server answers).
+async fn list_all<K>(api: &Api<Lenient<K>>, kind: &str, namespace: &str) -> Vec<Lenient<K>>
+where
+    K: Namespaced,
+    K::DynamicType: Default + std::hash::Hash + Eq + Clone,
+{
+    let mut out = Vec::new();
+    let mut params = kube::api::ListParams::default().limit(500);
+    loop {
+        match api.list(&params).await {
+            Ok(page) => {
+                out.extend(page.items);
+                match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                    Some(next) => params = params.continue_token(&next),
+                    None => return out,
+                }
+            }
+            Err(e) => {
+                tracing::warn!(kind, namespace, error = %e, "could not list a gained shard's namespace; retrying");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                out.clear();
+                params = kube::api::ListParams::default().limit(500);
+            }
+        }
     }
 }
 
@@ -1059,33 +1195,41 @@ where
 {
     fn start(&self, shard: u32) -> Vec<Ready> {
         let mut parts = self.scoped.parts_mut();
-        let mut kept = self.kept();
+        let mut kept = lock_kept(&self.kept);
         if let Some(ready) = kept.readies.get(&shard) {
             return vec![ready.clone()];
         }
         kept.shards.insert(shard);
-        kept.generation += 1;
-        let (mark, ready) = Ready::new();
-        let generation = kept.generation;
-        kept.waiting.push((generation, shard, mark));
-        kept.readies.insert(shard, ready.clone());
-        if kept.running {
-            self.relist.notify_one();
-        } else {
-            kept.running = true;
-            self.spawn(&mut parts);
-        }
+        let running = std::mem::replace(&mut kept.running, true);
+        drop(kept);
+        let ready = match running {
+            // The first list brings every kept shard.
+            false => self.spawn(&mut parts),
+            true => {
+                let (mark, ready) = Ready::new();
+                let (store, first) = parts
+                    .iter()
+                    .find(|p| p.split.is_some())
+                    .map(|p| (p.store.clone(), p.ready.clone()))
+                    .expect("a running watch has its part");
+                self.load(shard, store, first, mark);
+                ready
+            }
+        };
+        lock_kept(&self.kept).readies.insert(shard, ready.clone());
         vec![ready]
     }
 
     fn stop(&self, shard: u32) {
         let mut parts = self.scoped.parts_mut();
-        let mut kept = self.kept();
+        let mut kept = lock_kept(&self.kept);
         if !kept.shards.remove(&shard) {
             return;
         }
         kept.readies.remove(&shard);
-        kept.waiting.retain(|(_, s, _)| *s != shard);
+        if let Some((task, _)) = kept.loading.remove(&shard) {
+            task.abort();
+        }
         if kept.shards.is_empty() {
             kept.running = false;
             parts.retain(|p| {
@@ -1106,87 +1250,6 @@ where
         let scope = Coverage::shard(None, shard, self.shard_of.clone());
         self.watches.report.relisted(&kind, &scope, &HashSet::new());
     }
-}
-
-/// Drive a [`KeptWatch`]'s watch: list again whenever `relist` is notified
-/// (a shard was kept), hold back the list's new or changed objects until
-/// the store has the whole list, then hand them to `on_event` as
-/// `InitApply`, and mark ready the shards kept before the list began.
-fn drive_kept<K>(
-    api: Api<Lenient<K>>,
-    config: watcher::Config,
-    report: Undecodable,
-    scope: Coverage,
-    store: Packed<K>,
-    (kept, mark_ready, relist): (
-        Arc<Mutex<Kept>>,
-        watch::Sender<bool>,
-        Arc<tokio::sync::Notify>,
-    ),
-    on_event: OnEvent<K>,
-) -> BoxFuture<'static, ()>
-where
-    K: Namespaced,
-    K::DynamicType: Default + std::hash::Hash + Eq + Clone,
-{
-    let kind = K::kind(&K::DynamicType::default()).into_owned();
-    async move {
-        loop {
-            let generation = kept.lock().unwrap_or_else(|e| e.into_inner()).generation;
-            let stream = reflect(
-                api.clone(),
-                &config,
-                &report,
-                scope.clone(),
-                true,
-                store.clone(),
-            );
-            let mut stream = std::pin::pin!(stream);
-            // The objects a list in progress found new or changed.
-            let mut listed: Vec<(Option<String>, String)> = Vec::new();
-            loop {
-                let item = tokio::select! {
-                    biased;
-                    () = relist.notified() => break,
-                    item = stream.next() => item,
-                };
-                let Some(item) = item else { return };
-                match item {
-                    Ok((Event::InitApply(o), fresh)) => {
-                        if fresh {
-                            listed.push((o.meta().namespace.clone(), name_of(o.meta())));
-                        }
-                    }
-                    Ok((Event::InitDone, _)) => {
-                        for (namespace, name) in listed.drain(..) {
-                            if let Some(o) = store.get(namespace.as_deref(), &name) {
-                                on_event(&Event::InitApply((*o).clone()));
-                            }
-                        }
-                        mark_ready.send_replace(true);
-                        kept.lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .waiting
-                            .retain(|(g, _, mark)| {
-                                let listed = *g <= generation;
-                                if listed {
-                                    mark.send_replace(true);
-                                }
-                                !listed
-                            });
-                        on_event(&Event::InitDone);
-                    }
-                    Ok((event, fresh)) => {
-                        if fresh {
-                            on_event(&event);
-                        }
-                    }
-                    Err(e) => tracing::warn!(kind, error = %e, "watch failed; retrying"),
-                }
-            }
-        }
-    }
-    .boxed()
 }
 
 /// What every watch of a replica shares: the client, the watched
@@ -1295,7 +1358,6 @@ impl Watches {
                     on_event,
                     scoped: scoped.clone(),
                     kept: Arc::default(),
-                    relist: Arc::default(),
                 })
             } else {
                 Arc::new(ShardedWatch {

@@ -953,9 +953,10 @@ async fn cluster_scope_caches_everything_and_labels_no_resource() {
 
 /// Watching every namespace split by shard (the default scope), resources
 /// carry no label: one watch of the cluster keeps the resources of the
-/// shards started. A shard started later lists again and hands on only
-/// what is new to it; a shard stopped drops its objects; the resources of
-/// other shards never reach the store or the callback.
+/// shards started. A shard started later is loaded beside it (its
+/// namespaces listed one by one) and only its resources are handed on; a
+/// shard stopped drops its objects; the resources of other shards never
+/// reach the store or the callback.
 #[tokio::test]
 async fn one_watch_of_every_namespace_keeps_the_started_shards() {
     use kms_operator::api::kms_secret::KmsSecret;
@@ -1036,7 +1037,7 @@ async fn one_watch_of_every_namespace_keeps_the_started_shards() {
         .collect();
     assert_eq!(take(&seen), listed);
 
-    // A second shard: listed again, only its resources handed on.
+    // A second shard: loaded, only its resources handed on.
     for ready in start(1) {
         tokio::time::timeout(Duration::from_secs(20), ready.wait())
             .await
