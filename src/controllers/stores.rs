@@ -1,7 +1,8 @@
 //! Watched caches: a store per watched namespace (or one for the whole
-//! cluster, and one per owned shard for kinds watched by shard), queried as
-//! one, with a callback on every watch event so controllers can turn events
-//! into queue entries. Objects are stored without their managed fields and
+//! cluster; for kinds split by shard, one per owned shard selected by
+//! label, or, for the resources, one for the whole cluster that keeps the
+//! owned shards' objects: `KeptWatch`), queried as one, with a callback
+//! on every watch event so controllers can turn events into queue entries. Objects are stored without their managed fields and
 //! `kubectl`'s last-applied copy, as JSON decoded on read
 //! ([`super::packed`]).
 //!
@@ -992,21 +993,25 @@ where
     kept: Arc<Mutex<Kept>>,
 }
 
-/// The shards a [`KeptWatch`] keeps.
+/// The shards a `KeptWatch` keeps.
 #[derive(Default)]
 struct Kept {
     shards: HashSet<u32>,
     /// Each kept shard's readiness.
     readies: HashMap<u32, Ready>,
-    /// Shards being loaded: the task, and the objects the watch deleted
-    /// meanwhile (key and version), which a list taken earlier must not
-    /// bring back.
-    loading: HashMap<u32, (tokio::task::AbortHandle, HashMap<String, u64>)>,
+    /// Shards being loaded, with the objects the watch deleted meanwhile
+    /// (key and version), which a list taken earlier must not bring back.
+    loading: HashMap<u32, HashMap<String, u64>>,
+    /// The tasks loading them.
+    loaders: HashMap<u32, tokio::task::AbortHandle>,
     /// Every namespace the watch has delivered a resource of (kept or
     /// not): where a shard started later has resources to list.
     namespaces: HashSet<String>,
     /// Whether the watch runs.
     running: bool,
+    /// Whether the running watch has delivered an object yet: a shard
+    /// kept before that is in its first list.
+    delivered: bool,
 }
 
 fn lock_kept(kept: &Mutex<Kept>) -> MutexGuard<'_, Kept> {
@@ -1028,6 +1033,7 @@ where
         let (kept, of) = (self.kept.clone(), self.shard_of.clone());
         let keep: Keep = Arc::new(move |ns| {
             let mut kept = lock_kept(&kept);
+            kept.delivered = true;
             if !kept.namespaces.contains(ns) {
                 kept.namespaces.insert(ns.to_owned());
             }
@@ -1056,7 +1062,7 @@ where
             if let Ok((Event::Delete(o), _)) = item {
                 let meta = o.meta();
                 let ns = meta.namespace.as_deref().unwrap_or_default();
-                if let Some((_, deleted)) = lock_kept(&kept).loading.get_mut(&of(ns)) {
+                if let Some(deleted) = lock_kept(&kept).loading.get_mut(&of(ns)) {
                     deleted.insert(
                         super::packed::key(Some(ns), &name_of(meta)),
                         super::packed::version_of(meta.resource_version.as_deref()),
@@ -1089,6 +1095,7 @@ where
         let (on_event, report) = (self.on_event.clone(), self.watches.report.clone());
         let kind = K::kind(&K::DynamicType::default()).into_owned();
         let api_version = K::api_version(&K::DynamicType::default()).into_owned();
+        lock_kept(&self.kept).loading.insert(shard, HashMap::new());
         let task = tokio::spawn(async move {
             // The watch's first list tells which namespaces exist.
             first.wait().await;
@@ -1132,19 +1139,28 @@ where
                                 }
                             };
                             report.clear(&kind, Some(&ns), &name_of(k.meta()));
-                            let deleted =
-                                lock_kept(&kept).loading.get(&shard).and_then(|(_, d)| {
-                                    d.get(&super::packed::key(Some(&ns), &name_of(k.meta())))
-                                        .copied()
-                                });
-                            if store.merge_listed(&k, deleted) {
+                            // Under the lock: a shard stopped meanwhile
+                            // (its objects dropped) takes nothing more.
+                            let merged = {
+                                let kept = lock_kept(&kept);
+                                let Some(deleted) = kept.loading.get(&shard) else {
+                                    return;
+                                };
+                                let key = super::packed::key(Some(&ns), &name_of(k.meta()));
+                                store.merge_listed(&k, deleted.get(&key).copied())
+                            };
+                            if merged {
                                 on_event(&Event::InitApply(k));
                             }
                         }
                     }
                 })
                 .await;
-            lock_kept(&kept).loading.remove(&shard);
+            {
+                let mut kept = lock_kept(&kept);
+                kept.loading.remove(&shard);
+                kept.loaders.remove(&shard);
+            }
             tracing::debug!(
                 kind,
                 shard,
@@ -1154,9 +1170,11 @@ where
             );
             mark.send_replace(true);
         });
-        lock_kept(&self.kept)
-            .loading
-            .insert(shard, (task.abort_handle(), HashMap::new()));
+        let mut kept = lock_kept(&self.kept);
+        // Not when it is done already (or the shard stopped).
+        if kept.loading.contains_key(&shard) {
+            kept.loaders.insert(shard, task.abort_handle());
+        }
     }
 }
 
@@ -1201,17 +1219,25 @@ where
         }
         kept.shards.insert(shard);
         let running = std::mem::replace(&mut kept.running, true);
+        let delivered = kept.delivered;
+        if !running {
+            kept.delivered = false;
+        }
         drop(kept);
-        let ready = match running {
-            // The first list brings every kept shard.
-            false => self.spawn(&mut parts),
-            true => {
+        let first = || {
+            parts
+                .iter()
+                .find(|p| p.split.is_some())
+                .map(|p| (p.store.clone(), p.ready.clone()))
+                .expect("a running watch has its part")
+        };
+        let ready = match (running, delivered) {
+            // The first list brings every shard kept before it delivers.
+            (false, _) => self.spawn(&mut parts),
+            (true, false) => first().1,
+            (true, true) => {
                 let (mark, ready) = Ready::new();
-                let (store, first) = parts
-                    .iter()
-                    .find(|p| p.split.is_some())
-                    .map(|p| (p.store.clone(), p.ready.clone()))
-                    .expect("a running watch has its part");
+                let (store, first) = first();
                 self.load(shard, store, first, mark);
                 ready
             }
@@ -1227,7 +1253,8 @@ where
             return;
         }
         kept.readies.remove(&shard);
-        if let Some((task, _)) = kept.loading.remove(&shard) {
+        kept.loading.remove(&shard);
+        if let Some(task) = kept.loaders.remove(&shard) {
             task.abort();
         }
         if kept.shards.is_empty() {
@@ -1335,7 +1362,7 @@ impl Watches {
     /// watch per key: an object may belong to a shard by either). With no
     /// key, the objects belong to their namespace's shard: each watched
     /// namespace of a shard is watched whole, or, watching every namespace,
-    /// one watch keeps the shards started ([`KeptWatch`]).
+    /// one watch keeps the shards started (`KeptWatch`).
     pub fn watch_by<K, F>(
         &self,
         config: &watcher::Config,
