@@ -174,18 +174,14 @@ where
 
     /// Apply a watch event, as kube's reflector store does: a re-list
     /// (`Init`, `InitApply`…, `InitDone`) replaces the whole store when it
-    /// completes; `Apply` and `Delete` change one object. Whether the event
-    /// says anything new: `false` only for an `InitApply` of an object the
-    /// store holds already, byte for byte.
-    pub fn apply(&self, event: &Event<K>) -> bool {
+    /// completes; `Apply` and `Delete` change one object.
+    pub fn apply(&self, event: &Event<K>) {
         match event {
             Event::Init => self.write().relist = Some(HashMap::new()),
             Event::InitApply(o) => {
                 if let Some((k, e)) = self.pack(o) {
                     let mut inner = self.write();
-                    let known = inner.objects.get(&k).is_some_and(|old| old.json == e.json);
                     inner.relist.get_or_insert_default().insert(k, e);
-                    return !known;
                 }
             }
             Event::InitDone => {
@@ -204,7 +200,7 @@ where
                         .get(&k)
                         .is_some_and(|held| older(e.version, held.version))
                     {
-                        return false;
+                        return;
                     }
                     inner.objects.insert(k, e);
                 }
@@ -218,7 +214,6 @@ where
                 }
             }
         }
-        true
     }
 
     /// Merge an object a list outside the watch found (a namespace listed
@@ -441,18 +436,17 @@ mod tests {
         assert!(store.is_empty());
     }
 
-    /// A re-list tells what it lists again unchanged from what is new or
-    /// changed; `retain` drops objects from the store and from a re-list in
+    /// `retain` drops objects from the store and from a re-list in
     /// progress.
     #[test]
-    fn a_relist_tells_unchanged_objects_and_retain_drops_some() {
+    fn retain_drops_objects_from_the_store_and_a_relist() {
         let store = Packed::<Secret>::new(SHARD_LABEL, OWNER_ANNOTATION);
-        assert!(store.apply(&Event::Apply(secret("ns", "a", "1"))));
-        assert!(store.apply(&Event::Apply(secret("ns", "b", "1"))));
+        store.apply(&Event::Apply(secret("ns", "a", "1")));
+        store.apply(&Event::Apply(secret("ns", "b", "1")));
         store.apply(&Event::Init);
-        assert!(!store.apply(&Event::InitApply(secret("ns", "a", "1"))));
-        assert!(store.apply(&Event::InitApply(secret("ns", "b", "2"))));
-        assert!(store.apply(&Event::InitApply(secret("other", "c", "1"))));
+        store.apply(&Event::InitApply(secret("ns", "a", "1")));
+        store.apply(&Event::InitApply(secret("ns", "b", "2")));
+        store.apply(&Event::InitApply(secret("other", "c", "1")));
         store.retain(|h| h.namespace != Some("other"));
         store.apply(&Event::InitDone);
         let mut names = store.heads(|h| Some(h.name.to_owned()));
@@ -489,7 +483,7 @@ mod tests {
         // A newer listed copy replaces an older one.
         assert!(store.merge_listed(&at(secret("ns", "b", "newer"), "25"), None));
         // A watch event older than the merged copy is ignored.
-        assert!(!store.apply(&Event::Apply(at(secret("ns", "b", "late"), "21"))));
+        store.apply(&Event::Apply(at(secret("ns", "b", "late"), "21")));
         assert_eq!(
             store.get(Some("ns"), "b").unwrap().data.as_ref().unwrap()["K"].0,
             b"newer"

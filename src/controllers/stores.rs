@@ -2,7 +2,8 @@
 //! cluster; for kinds split by shard, one per owned shard selected by
 //! label, or, for the resources, one for the whole cluster that keeps the
 //! owned shards' objects: `KeptWatch`), queried as one, with a callback
-//! on every watch event so controllers can turn events into queue entries. Objects are stored without their managed fields and
+//! on every watch event so controllers can turn events into queue
+//! entries. Objects are stored without their managed fields and
 //! `kubectl`'s last-applied copy, as JSON decoded on read
 //! ([`super::packed`]).
 //!
@@ -665,7 +666,7 @@ fn lenient_reflector<K>(
     Packed<K>,
     Ready,
     watch::Sender<bool>,
-    impl Stream<Item = watcher::Result<Fresh<K>>> + Send + 'static,
+    impl Stream<Item = watcher::Result<Event<K>>> + Send + 'static,
 )
 where
     K: Resource + Clone + Debug + DeserializeOwned + Serialize + Send + Sync + 'static,
@@ -676,10 +677,6 @@ where
     let stream = reflect(api, config, report, scope, false, store.clone());
     (store, ready, mark_ready, stream)
 }
-
-/// A watch event, and whether it says anything the store did not hold
-/// ([`Packed::apply`]).
-type Fresh<K> = (Event<K>, bool);
 
 /// The events of a watch of `api` into `store`, each applied to the store
 /// before the stream yields it; with `only_covered`, objects outside
@@ -692,7 +689,7 @@ fn reflect<K>(
     scope: Coverage,
     only_covered: bool,
     store: Packed<K>,
-) -> impl Stream<Item = watcher::Result<Fresh<K>>> + Send + 'static
+) -> impl Stream<Item = watcher::Result<Event<K>>> + Send + 'static
 where
     K: Resource + Clone + Debug + DeserializeOwned + Serialize + Send + Sync + 'static,
     K::DynamicType: Default + std::hash::Hash + Eq + Clone,
@@ -710,11 +707,10 @@ where
             futures::future::ready(pass)
         })
         .modify(slim::<Lenient<K>>);
-    decoded(events, store.clone(), report.clone(), scope).map(move |item| {
-        item.map(|event| {
-            let fresh = store.apply(&event);
-            (event, fresh)
-        })
+    decoded(events, store.clone(), report.clone(), scope).inspect(move |item| {
+        if let Ok(event) = item {
+            store.apply(event);
+        }
     })
 }
 
@@ -1059,7 +1055,7 @@ where
         let stream = stream.inspect(move |item| {
             // A deletion during a shard's load: the load must not bring the
             // object back from a list taken before it.
-            if let Ok((Event::Delete(o), _)) = item {
+            if let Ok(Event::Delete(o)) = item {
                 let meta = o.meta();
                 let ns = meta.namespace.as_deref().unwrap_or_default();
                 if let Some(deleted) = lock_kept(&kept).loading.get_mut(&of(ns)) {
@@ -1471,7 +1467,7 @@ fn drive<K, S, F>(
 where
     K: Resource + Send + 'static,
     K::DynamicType: Default,
-    S: Stream<Item = watcher::Result<Fresh<K>>> + Send + 'static,
+    S: Stream<Item = watcher::Result<Event<K>>> + Send + 'static,
     F: FnMut(&Event<K>) + Send + 'static,
 {
     let kind = K::kind(&K::DynamicType::default()).into_owned();
@@ -1479,7 +1475,7 @@ where
         let mut stream = std::pin::pin!(stream);
         while let Some(item) = stream.next().await {
             match item {
-                Ok((event, _)) => {
+                Ok(event) => {
                     if matches!(event, Event::InitDone) {
                         mark_ready.send_replace(true);
                     }
