@@ -383,8 +383,28 @@ async fn failover_is_fast_sticky_and_fenced() {
     // A paused replica (SIGSTOP past its lease) writes nothing after it
     // resumes: its shards moved, and it must notice before writing.
     setup(&client, std::slice::from_ref(&work), 8, &kms.api()).await;
+    // Every status says Ready: a sync writes its status after its targets
+    // (and after logging them), so no target write of the first syncs is
+    // still on its way when the replica is stopped. (Waiting only for the
+    // Secrets to exist let the last one's log line come after SIGCONT.)
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("secrets.hanzo.ai", "v1alpha1", "KmsSecret"),
+        "kmssecrets",
+    );
+    let crs: Api<DynamicObject> = Api::namespaced_with(client.clone(), &work.name, &ar);
     wait_for(Duration::from_secs(60), || async {
-        (synced_count(&client, std::slice::from_ref(&work)).await == 8).then_some(())
+        let list = crs.list(&Default::default()).await.ok()?;
+        let ready = list
+            .items
+            .iter()
+            .filter(|o| {
+                o.data["status"]["conditions"].as_array().is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                })
+            })
+            .count();
+        (ready == 8 && synced_count(&client, std::slice::from_ref(&work)).await == 8).then_some(())
     })
     .await
     .expect("resources not synced");
@@ -406,11 +426,6 @@ async fn failover_is_fast_sticky_and_fenced() {
     );
     // While it sleeps, the data changes and the new owners write it.
     kms.set_secret("demo", "dev", "/", "A", "2").await;
-    let ar = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("secrets.hanzo.ai", "v1alpha1", "KmsSecret"),
-        "kmssecrets",
-    );
-    let crs: Api<DynamicObject> = Api::namespaced_with(client.clone(), &work.name, &ar);
     for i in 0..8 {
         crs.patch(
             &format!("cr{i}"),
