@@ -76,13 +76,23 @@ pub async fn create_namespace(client: &Client, name: &str) -> anyhow::Result<()>
 }
 
 /// The API server's request counter (`apiserver_request_total`): the sum,
-/// by verb, and by verb and resource.
+/// by verb, and by verb and resource. A busy API server (the end of a
+/// converge on 2 shared cores) can miss a connection's deadline: the read
+/// is tried three times.
 pub async fn apiserver_requests(client: &Client) -> anyhow::Result<stats::ApiRequests> {
-    let req = http::Request::get("/metrics").body(Vec::new())?;
-    let text = client
-        .request_text(req)
-        .await
-        .context("reading the API server's /metrics")?;
+    let mut tries = 0;
+    let text = loop {
+        let req = http::Request::get("/metrics").body(Vec::new())?;
+        match client.request_text(req).await {
+            Ok(text) => break text,
+            Err(e) if tries < 2 => {
+                tries += 1;
+                eprintln!("reading the API server's /metrics: {e}; trying again");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(e) => return Err(e).context("reading the API server's /metrics"),
+        }
+    };
     Ok(stats::apiserver_requests(&text))
 }
 

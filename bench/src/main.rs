@@ -61,8 +61,8 @@ struct Args {
     #[arg(long, default_value_t = 1)]
     repeat: usize,
     /// `floor`: requests in flight at once; default: 3 replicas' workers
-    /// (8 each).
-    #[arg(long, default_value_t = 24)]
+    /// (32 each, the operator's default `--workers`).
+    #[arg(long, default_value_t = 96)]
     floor_concurrency: usize,
     /// Server-side rate limits of the dev KMS: `none`, or `infisical` (per
     /// client and route, 60-second windows: 40 secret reads and writes, 60

@@ -47,6 +47,8 @@ pub struct Replica {
     /// Cache directory.
     pub cache_dir: PathBuf,
     process: Option<Process>,
+    /// Where the running process serves `/metrics`.
+    metrics_addr: Option<String>,
     starts: u32,
 }
 
@@ -71,6 +73,7 @@ impl Replicas {
                     cache_dir: dir.join("cache"),
                     name,
                     process: None,
+                    metrics_addr: None,
                     starts: 0,
                 },
             );
@@ -106,6 +109,7 @@ impl Replicas {
         }
         r.starts += 1;
         let health_addr = replica::free_addr()?;
+        let metrics_addr = replica::free_addr()?;
         let values: BTreeMap<&str, String> = [
             ("bin", s.bin.display().to_string()),
             ("kubeconfig", s.kubeconfig.display().to_string()),
@@ -113,7 +117,7 @@ impl Replicas {
             ("pod", name.to_owned()),
             ("kms_url", s.kms_url.clone()),
             ("cache_dir", r.cache_dir.display().to_string()),
-            ("metrics_addr", replica::free_addr()?),
+            ("metrics_addr", metrics_addr.clone()),
             ("health_addr", health_addr.clone()),
             ("lease_prefix", s.lease_prefix.clone()),
             ("shards", s.shards.to_string()),
@@ -133,6 +137,7 @@ impl Replicas {
             .log_file(s.dir.join(name).join(format!("{}.log", r.starts)))
             .spawn()?;
         r.process = Some(process);
+        r.metrics_addr = Some(metrics_addr);
         Ok(())
     }
 
@@ -184,6 +189,41 @@ impl Replicas {
         for r in self.set.values() {
             let _ = std::fs::remove_dir_all(&r.cache_dir);
         }
+    }
+
+    /// Reconciles finished so far by the running replicas (the sum of
+    /// `controller_runtime_reconcile_total` over their `/metrics`); `None`
+    /// when a replica does not answer or exports no such counter (a peer).
+    pub async fn reconciles(&self) -> Option<f64> {
+        let http = reqwest::Client::new();
+        let mut sum = 0.0;
+        for r in self.set.values().filter(|r| r.process.is_some()) {
+            let addr = r.metrics_addr.as_ref()?;
+            let text = http
+                .get(format!("http://{addr}/metrics"))
+                .timeout(std::time::Duration::from_secs(5))
+                .send()
+                .await
+                .ok()?
+                .text()
+                .await
+                .ok()?;
+            let mut seen = false;
+            for line in text.lines() {
+                if let Some(rest) = line.strip_prefix("controller_runtime_reconcile_total{") {
+                    seen = true;
+                    sum += rest
+                        .rsplit(' ')
+                        .next()
+                        .and_then(|v| v.parse::<f64>().ok())
+                        .unwrap_or(0.0);
+                }
+            }
+            if !seen {
+                return None;
+            }
+        }
+        Some(sum)
     }
 
     /// Whether `/readyz` of every running replica answers 200.

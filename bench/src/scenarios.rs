@@ -431,6 +431,30 @@ impl Session {
         false
     }
 
+    /// Wait until the running replicas finish no reconcile for two seconds
+    /// (a replica restarted by the trial before is done with its opening
+    /// checks), at most `timeout`; true when they did. An operator without
+    /// the counter (a peer) counts as idle.
+    async fn wait_idle(&self, timeout: Duration) -> bool {
+        let started = Instant::now();
+        let mut last: Option<(f64, Instant)> = None;
+        while started.elapsed() < timeout {
+            let Some(n) = self.replicas.reconciles().await else {
+                return true;
+            };
+            match last {
+                Some((m, since)) if (m - n).abs() < 0.5 => {
+                    if since.elapsed() >= Duration::from_secs(2) {
+                        return true;
+                    }
+                }
+                _ => last = Some((n, Instant::now())),
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        false
+    }
+
     /// Stop a replica `trials` times per kind (SIGTERM, SIGKILL) and measure
     /// until its shards are held by others and a change in one of its
     /// namespaces reached the Secret.
@@ -450,6 +474,12 @@ impl Session {
                 if !self.wait_balanced(Duration::from_secs(120)).await {
                     eprintln!(
                         "[{}] shards not balanced; trial {trial} runs anyway",
+                        self.label
+                    );
+                }
+                if !self.wait_idle(Duration::from_secs(60)).await {
+                    eprintln!(
+                        "[{}] replicas still busy after 60 s; trial {trial} runs anyway",
                         self.label
                     );
                 }
