@@ -193,6 +193,11 @@ pub struct RunArgs {
     /// replicas (burst twice that).
     #[arg(long, default_value_t = 20.0, env = "KMS_OPERATOR_KMS_RATE_LIMIT")]
     pub kms_rate_limit: f64,
+    /// Resources each controller of a replica reconciles at once. Most of a
+    /// reconcile waits (for the KMS or the API server), so this is not the
+    /// CPU count; the KMS budget and the API server bound the pace.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=1024), env = "KMS_OPERATOR_WORKERS")]
+    pub workers: u16,
     /// Workload rollouts started per second by auto-reload, for the whole
     /// operator (shared by live replicas).
     #[arg(
@@ -387,6 +392,7 @@ mod tests {
             BindAddr::Addr("0.0.0.0:8081".parse().unwrap())
         );
         assert!((a.kms_rate_limit - 20.0).abs() < f64::EPSILON);
+        assert_eq!(a.workers, 32);
         assert!(a.namespaces.is_empty());
         assert_eq!(a.aws_imds_endpoint, "http://169.254.169.254");
         assert_eq!(a.azure_imds_endpoint, "http://169.254.169.254");

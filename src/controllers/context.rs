@@ -47,7 +47,7 @@ impl Default for Settings {
             global_config_namespace: super::refs::GLOBAL_CONFIG_NAMESPACE.to_owned(),
             defaults: super::refs::Defaults::default(),
             namespaces: Vec::new(),
-            workers: 8,
+            workers: 32,
             max_backoff: Duration::from_secs(300),
             cleanup_timeout: Duration::from_secs(3600),
         }

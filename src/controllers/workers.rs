@@ -79,6 +79,7 @@ pub async fn run_workers<K, R>(
                     () = cancel.cancelled() => Err(SyncError::NotOwner),
                 };
                 let elapsed = started.elapsed();
+                tracing::debug!(%key, shard, ?mark, ms = elapsed.as_millis(), ok = result.is_ok(), "reconciled");
                 match result {
                     Ok(Action::RequeueAt(at)) => {
                         queue.reset_backoff(&key);

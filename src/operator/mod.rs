@@ -181,9 +181,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             registry.clone(),
             gate.clone(),
             if resumed {
-                Duration::ZERO
+                shards::Settle {
+                    at_most: Duration::ZERO,
+                    quiet: Duration::ZERO,
+                }
             } else {
-                args.retry_period * 2
+                shards::Settle {
+                    at_most: args.retry_period * 2,
+                    quiet: args.retry_period / 2,
+                }
             },
         )),
         None => {
@@ -470,6 +476,7 @@ fn wire(
         },
         namespaces,
         cleanup_timeout: args.cleanup_timeout,
+        workers: usize::from(args.workers),
         ..Settings::default()
     };
     let ctx = Arc::new(Context {

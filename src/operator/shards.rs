@@ -116,20 +116,29 @@ impl Ownership for CachedGate {
 /// Watch the shards this replica holds, and only those: for a shard gained,
 /// label its managed objects that lack the label, start its watches, and once they
 /// have listed it let its work run and queue all of it; for a shard that
-/// goes, stop its watches and drop its caches. Nothing starts during the
-/// first `settle` (a replica that starts beside others holds every shard
-/// for a moment, and must not list them all).
+/// goes, stop its watches and drop its caches. Nothing starts until the
+/// replica has settled (see [`settled`]; a replica that starts beside
+/// others holds every shard for a moment, and must not list them all).
 pub fn follow_scopes(
     coordinator: &shard::Coordinator,
     scopes: Arc<ShardScopes>,
     labeler: Arc<Labeler>,
     registry: Registry,
     gate: Arc<dyn Ownership>,
-    settle: Duration,
+    settle: Settle,
 ) -> JoinHandle<()> {
     let mut held = coordinator.subscribe();
+    let coordinator = coordinator.clone();
     tokio::spawn(async move {
-        tokio::time::sleep(settle).await;
+        let began = tokio::time::Instant::now();
+        settled(&coordinator, settle).await;
+        if !settle.at_most.is_zero() {
+            tracing::info!(
+                seconds = began.elapsed().as_secs_f64(),
+                members = coordinator.view().members.len(),
+                "settled; watching the shards held"
+            );
+        }
         let mut started: BTreeMap<u32, tokio::task::AbortHandle> = BTreeMap::new();
         loop {
             let want: BTreeSet<u32> = held.borrow_and_update().iter().copied().collect();
@@ -179,6 +188,70 @@ pub fn follow_scopes(
             }
         }
     })
+}
+
+/// How long a replica that starts fresh waits before it watches what it
+/// holds.
+#[derive(Clone, Copy, Debug)]
+pub struct Settle {
+    /// The longest wait (zero: none, for a replica resuming its shards).
+    pub at_most: Duration,
+    /// How long the live member set must stay the same.
+    pub quiet: Duration,
+}
+
+/// How often [`settled`] looks at the coordinator.
+const SETTLE_LOOK: Duration = Duration::from_millis(50);
+
+/// Wait until this replica's view has settled: the Leases are listed, the
+/// live member set has not changed for `settle.quiet`, and the shards this
+/// replica holds are exactly those the member set assigns to it (nothing
+/// left to hand over or take); or until `settle.at_most` has passed.
+/// Replicas started together see each other within a moment and hand over
+/// within a renewal, so they start watching about `quiet` after the last
+/// of them arrived, each only its own shards, instead of after a fixed
+/// wait.
+async fn settled(coordinator: &shard::Coordinator, settle: Settle) {
+    let deadline = tokio::time::Instant::now() + settle.at_most;
+    let mut last: Option<(Vec<String>, tokio::time::Instant)> = None;
+    loop {
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            return;
+        }
+        let view = coordinator.view();
+        let since = match &last {
+            Some((members, since)) if *members == view.members => *since,
+            _ => {
+                last = Some((view.members.clone(), now));
+                now
+            }
+        };
+        if view_settled(&view) && now.duration_since(since) >= settle.quiet {
+            return;
+        }
+        tokio::time::sleep(SETTLE_LOOK.min(deadline - now)).await;
+    }
+}
+
+/// Whether `view` has its Leases listed, knows itself as a member, has an
+/// assignment for every shard, and holds exactly the shards assigned to it.
+fn view_settled(view: &shard::View) -> bool {
+    if !view.synced
+        || !view.mismatches.is_empty()
+        || !view.members.contains(&view.identity)
+        || view.status.values().any(|st| st.assigned.is_none())
+    {
+        return false;
+    }
+    let assigned: BTreeSet<u32> = view
+        .status
+        .iter()
+        .filter(|(_, st)| st.assigned.as_deref() == Some(view.identity.as_str()))
+        .map(|(s, _)| *s)
+        .collect();
+    let owned: BTreeSet<u32> = view.owned.iter().copied().collect();
+    assigned == owned
 }
 
 /// Follow the coordinator's events until it stops: a full pass for every
@@ -298,4 +371,57 @@ pub fn share_kms_budget(registry: Registry, ctx: Arc<Context>) -> JoinHandle<()>
             ctx.metrics.kms_budget_rate.set(ctx.kms.rate());
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(members: &[&str], assigned: &[(u32, Option<&str>)], owned: &[u32]) -> shard::View {
+        shard::View {
+            identity: "a".to_owned(),
+            shards: assigned.len() as u32,
+            hash_version: shard::HASH_VERSION,
+            owned: owned.to_vec(),
+            members: members.iter().map(|m| (*m).to_owned()).collect(),
+            status: assigned
+                .iter()
+                .map(|(s, m)| {
+                    (
+                        *s,
+                        shard::ShardStatus {
+                            holder: None,
+                            assigned: m.map(str::to_owned),
+                            unchanged_for: None,
+                        },
+                    )
+                })
+                .collect(),
+            mismatches: Vec::new(),
+            synced: true,
+            stopping: false,
+        }
+    }
+
+    #[test]
+    fn a_view_settles_when_it_holds_what_is_assigned_to_it() {
+        let both = [(0, Some("a")), (1, Some("b")), (2, Some("a"))];
+        assert!(view_settled(&view(&["a", "b"], &both, &[0, 2])));
+        // Still holding a shard that goes to another member.
+        assert!(!view_settled(&view(&["a", "b"], &both, &[0, 1, 2])));
+        // Not yet holding one of its own.
+        assert!(!view_settled(&view(&["a", "b"], &both, &[0])));
+        // Alone, before its first renewal: nothing held yet.
+        let alone = [(0, Some("a")), (1, Some("a"))];
+        assert!(!view_settled(&view(&["a"], &alone, &[])));
+        // An assignment not known yet, or itself not among the members.
+        assert!(!view_settled(&view(&["a"], &[(0, None)], &[])));
+        assert!(!view_settled(&view(&["b"], &[(0, Some("b"))], &[])));
+        // More members than shards: holding nothing is settled.
+        assert!(view_settled(&view(&["a", "b"], &[(0, Some("b"))], &[])));
+        let mut unsynced = view(&["a"], &alone, &[0, 1]);
+        assert!(view_settled(&unsynced));
+        unsynced.synced = false;
+        assert!(!view_settled(&unsynced));
+    }
 }

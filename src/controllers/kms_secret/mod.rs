@@ -432,6 +432,7 @@ async fn sync(
     );
 
     // Log in and listen (when due), then fetch.
+    let t_login = std::time::Instant::now();
     let login = if decision == Decision::NotDue {
         None
     } else {
@@ -448,6 +449,7 @@ async fn sync(
         progress.endpoint = Some(choice.describe());
         Some((identity, scope))
     };
+    let t_stream = std::time::Instant::now();
     let stream = match (&login, instant) {
         (_, false) => {
             this.instant.unregister(&key);
@@ -457,6 +459,7 @@ async fn sync(
         (None, true) => this.instant.state_of(&key),
     };
     let mut etag_out = record.as_ref().and_then(|r| r.etag.clone());
+    let t_fetch = std::time::Instant::now();
     let fetched = match &login {
         Some((identity, scope)) => {
             let etag = match decision {
@@ -485,6 +488,14 @@ async fn sync(
         }));
     }
 
+    tracing::debug!(
+        resource = %me,
+        ?decision,
+        login_ms = (t_stream - t_login).as_millis(),
+        stream_ms = (t_fetch - t_stream).as_millis(),
+        fetch_ms = t_fetch.elapsed().as_millis(),
+        "KMS steps of a sync timed"
+    );
     // Plan every target; apply what differs.
     let plan = Planned {
         cr,
