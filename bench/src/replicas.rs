@@ -192,22 +192,22 @@ impl Replicas {
     }
 
     /// Reconciles finished so far by the running replicas (the sum of
-    /// `controller_runtime_reconcile_total` over their `/metrics`); `None`
-    /// when a replica does not answer or exports no such counter (a peer).
-    pub async fn reconciles(&self) -> Option<f64> {
+    /// `controller_runtime_reconcile_total` over their `/metrics`): `None`
+    /// when a replica exports no such counter (a peer); an error when one
+    /// does not answer (still starting).
+    pub async fn reconciles(&self) -> anyhow::Result<Option<f64>> {
         let http = reqwest::Client::new();
         let mut sum = 0.0;
         for r in self.set.values().filter(|r| r.process.is_some()) {
-            let addr = r.metrics_addr.as_ref()?;
+            let addr = r.metrics_addr.as_ref().context("no metrics address")?;
             let text = http
                 .get(format!("http://{addr}/metrics"))
                 .timeout(std::time::Duration::from_secs(5))
                 .send()
-                .await
-                .ok()?
+                .await?
+                .error_for_status()?
                 .text()
-                .await
-                .ok()?;
+                .await?;
             let mut seen = false;
             for line in text.lines() {
                 if let Some(rest) = line.strip_prefix("controller_runtime_reconcile_total{") {
@@ -220,10 +220,10 @@ impl Replicas {
                 }
             }
             if !seen {
-                return None;
+                return Ok(None);
             }
         }
-        Some(sum)
+        Ok(Some(sum))
     }
 
     /// Whether `/readyz` of every running replica answers 200.

@@ -439,8 +439,15 @@ impl Session {
         let started = Instant::now();
         let mut last: Option<(f64, Instant)> = None;
         while started.elapsed() < timeout {
-            let Some(n) = self.replicas.reconciles().await else {
-                return true;
+            let n = match self.replicas.reconciles().await {
+                Ok(Some(n)) => n,
+                Ok(None) => return true,
+                Err(_) => {
+                    // A replica still starting: not idle yet.
+                    last = None;
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                    continue;
+                }
             };
             match last {
                 Some((m, since)) if (m - n).abs() < 0.5 => {

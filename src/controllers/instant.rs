@@ -20,6 +20,7 @@ use tokio::time::Instant;
 use super::key::ObjectKey;
 use super::queue::Queue;
 use crate::kms::events::{Message, Subscription, permanent};
+use crate::kms::flight::SingleFlight;
 use crate::kms::{Identity, IdentityKey, Kms, ProjectRef, Scope};
 use crate::sharding::Ownership;
 
@@ -80,6 +81,8 @@ pub struct InstantUpdates {
     fresh: Fresh,
     /// Project ids by (KMS base URL, slug).
     projects: Mutex<HashMap<(String, String), String>>,
+    /// Project look-ups in flight, by the same key.
+    resolving: SingleFlight<(String, String), Result<String, String>>,
 }
 
 /// How long without a ping before a stream is reopened.
@@ -96,6 +99,7 @@ impl InstantUpdates {
             by_resource: Mutex::new(HashMap::new()),
             fresh: Fresh::default(),
             projects: Mutex::new(HashMap::new()),
+            resolving: SingleFlight::default(),
         }
     }
 
@@ -118,25 +122,51 @@ impl InstantUpdates {
                     .unwrap_or_else(|e| e.into_inner())
                     .get(&cache_key)
                     .cloned();
-                match known {
-                    Some(id) => id,
-                    None => match self.kms.project_id(identity, slug).await {
-                        Ok(id) => {
-                            self.projects
-                                .lock()
-                                .unwrap_or_else(|e| e.into_inner())
-                                .insert(cache_key, id.clone());
-                            id
-                        }
-                        Err(e) => {
-                            tracing::debug!(error = %e, "could not resolve the project for instant updates");
-                            return StreamState::Connecting;
-                        }
-                    },
+                let resolved = match known {
+                    Some(id) => Ok(id),
+                    None => self.resolve(identity, slug, cache_key).await,
+                };
+                match resolved {
+                    Ok(id) => id,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "could not resolve the project for instant updates");
+                        return StreamState::Connecting;
+                    }
                 }
             }
         };
         self.register(key, identity, subscription(project_id, scope))
+    }
+
+    /// Look up the id of project `slug` and remember it. Resources that
+    /// start listening together (a first sync, a gained shard) share one
+    /// look-up; one that shared a failed look-up (another identity's, which
+    /// may lack access) makes its own.
+    async fn resolve(
+        &self,
+        identity: &Identity,
+        slug: &str,
+        cache_key: (String, String),
+    ) -> Result<String, String> {
+        let lookup = || async {
+            self.kms
+                .project_id(identity, slug)
+                .await
+                .map_err(|e| e.to_string())
+        };
+        let shared = self
+            .resolving
+            .run(cache_key.clone(), Instant::now(), lookup)
+            .await;
+        let id = match shared.value {
+            Err(_) if shared.shared => lookup().await?,
+            other => other?,
+        };
+        self.projects
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(cache_key, id.clone());
+        Ok(id)
     }
 
     /// The state of the stream `key` listens to, if any.
@@ -156,6 +186,22 @@ impl InstantUpdates {
                 .unwrap_or_else(|e| e.into_inner())
                 .clone(),
         )
+    }
+
+    /// Wait until the stream `key` listens to has made its first
+    /// connection (or failed it), at most `within`: its state then. A
+    /// resource's first sync waits for it, so that its first status says
+    /// whether it listens, instead of `Connecting` followed by a second
+    /// write a moment later.
+    pub async fn first_connection(&self, key: &ObjectKey, within: Duration) -> Option<StreamState> {
+        let deadline = Instant::now() + within;
+        loop {
+            let state = self.state_of(key)?;
+            if state != StreamState::Opening || Instant::now() >= deadline {
+                return Some(state);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     /// The oldest start an answer for `key` may have had and still be

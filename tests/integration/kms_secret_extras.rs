@@ -452,6 +452,96 @@ async fn a_resource_joining_an_open_stream_after_an_event_reads_the_change() {
 /// while the stream opens. (At 10,000 resources every hand-over rewrote the
 /// status of every resource it moved, twice.)
 #[tokio::test]
+async fn a_first_sync_with_instant_updates_writes_one_status_that_says_subscribed() {
+    use futures::StreamExt;
+    let client = harness::client().await;
+    let ns = TestNamespace::new(&client, "ks-instant-first").await;
+    let kms = DevServer::start(&seed(&[("COUNTER", "0")])).await;
+    universal_credentials(&client, &ns.name).await;
+    let _op = Operator::start(&ns.name, &[&ns.name], &[]).await;
+    // Every version of the resource's status, from before it exists.
+    let resources = crate::kms_secret::kms_secrets(&client, &ns.name);
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
+    let (listed_tx, listed) = tokio::sync::oneshot::channel();
+    let watch = {
+        let seen = seen.clone();
+        let stream = kube::runtime::watcher(
+            resources.clone(),
+            kube::runtime::watcher::Config::default().fields("metadata.name=first"),
+        );
+        tokio::spawn(async move {
+            use kube::runtime::watcher::Event;
+            let mut listed_tx = Some(listed_tx);
+            let mut stream = std::pin::pin!(stream);
+            while let Some(Ok(ev)) = stream.next().await {
+                match ev {
+                    Event::Apply(o) | Event::InitApply(o) => {
+                        let status = o.data["status"].clone();
+                        let mut seen = seen.lock().unwrap();
+                        if !status.is_null() && seen.last() != Some(&status) {
+                            seen.push(status);
+                        }
+                    }
+                    Event::InitDone => {
+                        if let Some(tx) = listed_tx.take() {
+                            let _ = tx.send(());
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        })
+    };
+    // The watch is open before the resource exists.
+    listed.await.expect("the watch did not list");
+    let mut value = cr(
+        "first",
+        &kms.api(),
+        "first-out",
+        json!({"universalAuth": {"credentialsRef": {"secretName": "kms-credentials"}, "secretsScope": scope()}}),
+    );
+    value["spec"]["syncConfig"] = json!({"instantUpdates": true, "resyncInterval": "10m"});
+    apply_cr(&client, &ns.name, value).await;
+    wait_condition(
+        &client,
+        &ns.name,
+        "first",
+        "Ready",
+        "True",
+        Duration::from_secs(60),
+    )
+    .await;
+    // The stream's opening queues the resource for a check: time for it,
+    // and for any status write it would make, to land.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    watch.abort();
+    let seen = seen.lock().unwrap().clone();
+    let condition_of = |status: &Value, type_: &str| {
+        status["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == type_))
+            .map(|c| (c["status"].clone(), c["reason"].clone()))
+    };
+    // (A slow start may fail a first attempt; what counts is from the
+    // first success on.)
+    let first_ready = seen
+        .iter()
+        .position(|st| condition_of(st, "Ready").is_some_and(|(s, _)| s == "True"))
+        .expect("no Ready status seen");
+    assert_eq!(
+        condition_of(&seen[first_ready], "secrets.hanzo.ai/InstantUpdates"),
+        Some((json!("True"), json!("Subscribed"))),
+        "the first Ready status: {:#}",
+        seen[first_ready]
+    );
+    assert_eq!(
+        seen.len(),
+        first_ready + 1,
+        "the status was written again after the first sync: {seen:#?}"
+    );
+}
+
+#[tokio::test]
 async fn listening_again_checks_once_and_rewrites_no_status() {
     let client = harness::client().await;
     let ns = TestNamespace::new(&client, "ks-instant-again").await;

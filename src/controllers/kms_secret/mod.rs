@@ -65,6 +65,9 @@ pub const CONTROLLER: &str = "kmssecret";
 /// resource that is due at the same time.
 const SHARE_WINDOW: Duration = Duration::from_secs(2);
 
+/// How long a first sync waits for its stream's first connection.
+const FIRST_CONNECTION: Duration = Duration::from_secs(2);
+
 /// Finalizers of earlier operator versions, removed when a KmsSecret is
 /// deleted (KmsSecret itself needs none).
 const LEGACY_FINALIZERS: [&str; 3] = [
@@ -458,6 +461,21 @@ async fn sync(
         (Some((identity, scope)), true) => Some(this.instant.ensure(&key, identity, scope).await),
         (None, true) => this.instant.state_of(&key),
     };
+    // A resource whose status says nothing of instant updates yet waits
+    // for its stream's first connection (a moment), so that its first
+    // status says whether it listens.
+    let stream = match stream {
+        Some(StreamState::Opening)
+            if conditions::get(
+                cr.status.as_ref().map_or(&[][..], |s| &s.conditions),
+                ct::INSTANT_UPDATES,
+            )
+            .is_none() =>
+        {
+            this.instant.first_connection(&key, FIRST_CONNECTION).await
+        }
+        other => other,
+    };
     let mut etag_out = record.as_ref().and_then(|r| r.etag.clone());
     let t_fetch = std::time::Instant::now();
     let fetched = match &login {
@@ -517,22 +535,33 @@ async fn sync(
     // that found every target in step, is not a sync: the status keeps
     // when the targets were last brought in step (no status write for
     // it), and the scheduled check stays due when it was.
-    let only_checked = decision == Decision::Conditional
-        && nudged != Some(Nudge::Event)
-        && !wrote
-        && record.as_ref().is_some_and(|r| now < r.next_due);
-    let (last_sync, next_due) = plan::next_times(
-        if only_checked {
-            Decision::NotDue
-        } else {
-            decision
-        },
-        record.as_ref(),
-        interval,
-        polling,
-        now,
-        fastrand::f64(),
-    );
+    let open = stream.as_ref() == Some(&StreamState::Open);
+    let checked = match &record {
+        Some(r)
+            if decision == Decision::Conditional
+                && nudged != Some(Nudge::Event)
+                && !wrote
+                && !plan::check_was_due(r, interval, open, now) =>
+        {
+            Some(r)
+        }
+        _ => None,
+    };
+    let (last_sync, next_due) = match checked {
+        Some(r) => {
+            let (last, due) =
+                plan::times_after_check(r, interval, open, polling, now, fastrand::f64());
+            (Some(last), due)
+        }
+        None => plan::next_times(
+            decision,
+            record.as_ref(),
+            interval,
+            polling,
+            now,
+            fastrand::f64(),
+        ),
+    };
     let target_hashes = targets
         .iter()
         .zip(&desired_all)
@@ -1074,6 +1103,7 @@ async fn write_status(
         return Ok(());
     }
     let ns = cr.namespace().unwrap_or_default();
+    let started = std::time::Instant::now();
     Api::<KmsSecret>::namespaced(ctx.client.clone(), &ns)
         .patch_status(
             &cr.name_any(),
@@ -1082,6 +1112,13 @@ async fn write_status(
         )
         .await
         .map_err(|e| SyncError::kube("writing the status", e))?;
+    tracing::debug!(
+        resource = %cr.name_any(),
+        namespace = %ns,
+        ms = started.elapsed().as_millis(),
+        changed = ?status_changes(&old, &status),
+        "status written"
+    );
     if let (Some(uid), Some(rv)) = (cr.uid(), cr.resource_version()) {
         this.written.written(&uid, &rv, status.clone());
     }
@@ -1102,6 +1139,35 @@ async fn write_status(
         .await;
     }
     Ok(())
+}
+
+/// The condition types (and status fields) that differ between two
+/// statuses, for the debug line of a status write.
+fn status_changes(old: &KmsSecretStatus, new: &KmsSecretStatus) -> Vec<String> {
+    let mut out: Vec<String> = new
+        .conditions
+        .iter()
+        .filter(|c| {
+            conditions::get(&old.conditions, &c.type_).is_none_or(|o| {
+                (&o.status, &o.reason, &o.message, o.observed_generation)
+                    != (&c.status, &c.reason, &c.message, c.observed_generation)
+            })
+        })
+        .map(|c| c.type_.clone())
+        .collect();
+    out.extend(
+        old.conditions
+            .iter()
+            .filter(|c| conditions::get(&new.conditions, &c.type_).is_none())
+            .map(|c| format!("-{}", c.type_)),
+    );
+    if old.last_sync_time != new.last_sync_time {
+        out.push("lastSyncTime".to_owned());
+    }
+    if old.shard != new.shard {
+        out.push("shard".to_owned());
+    }
+    out
 }
 
 /// Opted-in workloads that use any target of the resource.

@@ -337,8 +337,11 @@ pub fn resync_interval(spec: &KmsSecretSpec) -> Result<Duration, SyncError> {
 
 /// The interval with ±10 % jitter; `r` is a uniform number in `[0, 1)`.
 pub fn jittered(interval: Duration, r: f64) -> Duration {
-    interval.mul_f64(0.9 + 0.2 * r)
+    interval.mul_f64(JITTER_LOW + 0.2 * r)
 }
+
+/// The shortest [`jittered`] interval, as a share of the interval.
+const JITTER_LOW: f64 = 0.9;
 
 /// What a sync asks of the KMS.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -400,6 +403,50 @@ pub fn next_times(
         next_due = next_due.min(last_sync.unwrap_or(now) + interval.min(DEFAULT_RESYNC));
     }
     (last_sync, next_due)
+}
+
+/// Whether a check made for a reason other than the schedule (the
+/// resource started listening, its stream opened, its endpoint changed)
+/// was due by the schedule anyway, so that it counts as the scheduled
+/// resync (pure). With the stream `open`, the schedule is the interval's: a
+/// due time set while the stream was still opening (polling) does not
+/// count.
+pub fn check_was_due(record: &SyncRecord, interval: Duration, open: bool, now: SystemTime) -> bool {
+    let due = if open {
+        record
+            .next_due
+            .max(record.last_sync + interval.mul_f64(JITTER_LOW))
+    } else {
+        record.next_due
+    };
+    now >= due
+}
+
+/// The last sync and next due time after a check that found every target
+/// in step and was not due (pure): the last sync stands; so does the due
+/// time, except that one set while the stream was opening (sooner than the
+/// interval allows) gives way to the interval once the stream is `open`,
+/// and while `polling` the next poll comes no sooner than a poll interval
+/// from now (the check was one).
+pub fn times_after_check(
+    record: &SyncRecord,
+    interval: Duration,
+    open: bool,
+    polling: bool,
+    now: SystemTime,
+    r: f64,
+) -> (SystemTime, SystemTime) {
+    let mut due = record.next_due;
+    if open && due < record.last_sync + interval.mul_f64(JITTER_LOW) {
+        due = record.last_sync + jittered(interval, r);
+    }
+    if polling {
+        let poll = interval.min(DEFAULT_RESYNC);
+        due = due
+            .min(record.last_sync + poll)
+            .max(now + jittered(poll, r));
+    }
+    (record.last_sync, due)
 }
 
 /// The data of one target: every fetched secret (no template, or
@@ -522,6 +569,41 @@ mod tests {
             (Some(known.last_sync), known.last_sync + DEFAULT_RESYNC)
         );
     }
+
+    #[test]
+    fn a_check_off_schedule_counts_as_a_resync_only_when_one_was_due() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let hour = Duration::from_secs(3600);
+        let minute = Duration::from_secs(60);
+        // Synced 5 minutes ago while the stream was opening: polled at the
+        // default (due 4 minutes ago).
+        let mut polled = record(3, now - 4 * minute);
+        polled.last_sync = now - 5 * minute;
+        // Stream open: the interval's schedule, not the polling one.
+        assert!(!check_was_due(&polled, hour, true, now));
+        assert!(check_was_due(&polled, hour, false, now));
+        assert!(check_was_due(&polled, hour, true, now + hour));
+        // Its times: the last sync stands, the due time moves to the interval.
+        let (last, due) = times_after_check(&polled, hour, true, false, now, 0.5);
+        assert_eq!(last, polled.last_sync);
+        assert_eq!(due, polled.last_sync + hour);
+        // A due time already on the interval's schedule stays.
+        let mut scheduled = record(3, now + 30 * minute);
+        scheduled.last_sync = now - 30 * minute;
+        assert_eq!(
+            times_after_check(&scheduled, hour, true, false, now, 0.9),
+            (scheduled.last_sync, scheduled.next_due)
+        );
+        // Still polling (the stream not open): the next poll a poll
+        // interval from now at the soonest, not in the past.
+        let (_, due) = times_after_check(&polled, hour, false, true, now, 0.5);
+        assert_eq!(due, now + DEFAULT_RESYNC);
+        let mut recent = record(3, now + 50 * minute);
+        recent.last_sync = now - Duration::from_secs(10);
+        let (_, due) = times_after_check(&recent, hour, false, true, now, 0.5);
+        assert_eq!(due, now + DEFAULT_RESYNC);
+    }
+
     use crate::kms::SecretItem;
     use secrecy::SecretString;
 
