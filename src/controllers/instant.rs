@@ -154,10 +154,12 @@ impl InstantUpdates {
                 .await
                 .map_err(|e| e.to_string())
         };
-        let shared = self
-            .resolving
-            .run(cache_key.clone(), Instant::now(), lookup)
-            .await;
+        // A project's id does not change: any look-up in flight will do,
+        // however early it started.
+        let any = Instant::now()
+            .checked_sub(Duration::from_secs(3600))
+            .unwrap_or_else(Instant::now);
+        let shared = self.resolving.run(cache_key.clone(), any, lookup).await;
         let id = match shared.value {
             Err(_) if shared.shared => lookup().await?,
             other => other?,
