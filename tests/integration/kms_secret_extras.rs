@@ -322,14 +322,7 @@ async fn a_change_before_the_event_stream_opens_is_not_missed() {
         .await;
     universal_credentials(&client, &ns.name).await;
     let _op = Operator::start(&ns.name, &[&ns.name], &[]).await;
-    let mut value = cr(
-        "gap",
-        &kms.api(),
-        "gap-out",
-        json!({"universalAuth": {"credentialsRef": {"secretName": "kms-credentials"}, "secretsScope": scope()}}),
-    );
-    value["spec"]["syncConfig"] = json!({"instantUpdates": true, "resyncInterval": "10m"});
-    apply_cr(&client, &ns.name, value).await;
+    apply_listening_cr(&client, &ns.name, &kms, "gap", "gap-out").await;
     wait_data(
         &client,
         &ns.name,
@@ -451,6 +444,19 @@ async fn a_resource_joining_an_open_stream_after_an_event_reads_the_change() {
 /// the `InstantUpdates` condition does not flip to `Connecting` and back
 /// while the stream opens. (At 10,000 resources every hand-over rewrote the
 /// status of every resource it moved, twice.)
+/// Create KmsSecret `name` writing `out`, with universal auth and instant
+/// updates (resync every 10 minutes).
+async fn apply_listening_cr(client: &Client, ns: &str, kms: &DevServer, name: &str, out: &str) {
+    let mut value = cr(
+        name,
+        &kms.api(),
+        out,
+        json!({"universalAuth": {"credentialsRef": {"secretName": "kms-credentials"}, "secretsScope": scope()}}),
+    );
+    value["spec"]["syncConfig"] = json!({"instantUpdates": true, "resyncInterval": "10m"});
+    apply_cr(client, ns, value).await;
+}
+
 #[tokio::test]
 async fn a_first_sync_with_instant_updates_writes_one_status_that_says_subscribed() {
     use futures::StreamExt;
@@ -494,14 +500,7 @@ async fn a_first_sync_with_instant_updates_writes_one_status_that_says_subscribe
     };
     // The watch is open before the resource exists.
     listed.await.expect("the watch did not list");
-    let mut value = cr(
-        "first",
-        &kms.api(),
-        "first-out",
-        json!({"universalAuth": {"credentialsRef": {"secretName": "kms-credentials"}, "secretsScope": scope()}}),
-    );
-    value["spec"]["syncConfig"] = json!({"instantUpdates": true, "resyncInterval": "10m"});
-    apply_cr(&client, &ns.name, value).await;
+    apply_listening_cr(&client, &ns.name, &kms, "first", "first-out").await;
     wait_condition(
         &client,
         &ns.name,
@@ -548,14 +547,7 @@ async fn listening_again_checks_once_and_rewrites_no_status() {
     let kms = DevServer::start(&seed(&[("COUNTER", "0")])).await;
     universal_credentials(&client, &ns.name).await;
     let mut op = Operator::start(&ns.name, &[&ns.name], &[]).await;
-    let mut value = cr(
-        "calm",
-        &kms.api(),
-        "calm-out",
-        json!({"universalAuth": {"credentialsRef": {"secretName": "kms-credentials"}, "secretsScope": scope()}}),
-    );
-    value["spec"]["syncConfig"] = json!({"instantUpdates": true, "resyncInterval": "10m"});
-    apply_cr(&client, &ns.name, value).await;
+    apply_listening_cr(&client, &ns.name, &kms, "calm", "calm-out").await;
     wait_condition(
         &client,
         &ns.name,
