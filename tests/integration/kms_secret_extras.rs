@@ -437,13 +437,6 @@ async fn a_resource_joining_an_open_stream_after_an_event_reads_the_change() {
     .await;
 }
 
-/// A resource that starts listening again (a restart here; a shard
-/// hand-over is the same) checks its folder once, for the events it may
-/// have missed; when that check finds its targets in step it writes no
-/// status: `lastSyncTime` stays when they were last brought in step, and
-/// the `InstantUpdates` condition does not flip to `Connecting` and back
-/// while the stream opens. (At 10,000 resources every hand-over rewrote the
-/// status of every resource it moved, twice.)
 /// Create KmsSecret `name` writing `out`, with universal auth and instant
 /// updates (resync every 10 minutes).
 async fn apply_listening_cr(client: &Client, ns: &str, kms: &DevServer, name: &str, out: &str) {
@@ -457,6 +450,11 @@ async fn apply_listening_cr(client: &Client, ns: &str, kms: &DevServer, name: &s
     apply_cr(client, ns, value).await;
 }
 
+/// A new resource with instant updates has its status written once, and
+/// that status already says it listens: its first sync waits for the
+/// stream's first connection, and the check the opening makes finds its
+/// targets in step. (At 10,000 resources each was written twice more: as
+/// `Connecting` then `Subscribed`, and a minute later for `lastSyncTime`.)
 #[tokio::test]
 async fn a_first_sync_with_instant_updates_writes_one_status_that_says_subscribed() {
     use futures::StreamExt;
@@ -540,6 +538,13 @@ async fn a_first_sync_with_instant_updates_writes_one_status_that_says_subscribe
     );
 }
 
+/// A resource that starts listening again (a restart here; a shard
+/// hand-over is the same) checks its folder once, for the events it may
+/// have missed; when that check finds its targets in step it writes no
+/// status: `lastSyncTime` stays when they were last brought in step, and
+/// the `InstantUpdates` condition does not flip to `Connecting` and back
+/// while the stream opens. (At 10,000 resources every hand-over rewrote the
+/// status of every resource it moved, twice.)
 #[tokio::test]
 async fn listening_again_checks_once_and_rewrites_no_status() {
     let client = harness::client().await;

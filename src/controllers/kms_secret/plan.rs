@@ -413,13 +413,17 @@ pub fn next_times(
 /// count.
 pub fn check_was_due(record: &SyncRecord, interval: Duration, open: bool, now: SystemTime) -> bool {
     let due = if open {
-        record
-            .next_due
-            .max(record.last_sync + interval.mul_f64(JITTER_LOW))
+        record.next_due.max(earliest_resync(record, interval))
     } else {
         record.next_due
     };
     now >= due
+}
+
+/// The soonest the interval's schedule can make a resync due after the
+/// last sync of `record` (the low end of the jitter).
+fn earliest_resync(record: &SyncRecord, interval: Duration) -> SystemTime {
+    record.last_sync + interval.mul_f64(JITTER_LOW)
 }
 
 /// The last sync and next due time after a check that found every target
@@ -437,7 +441,7 @@ pub fn times_after_check(
     r: f64,
 ) -> (SystemTime, SystemTime) {
     let mut due = record.next_due;
-    if open && due < record.last_sync + interval.mul_f64(JITTER_LOW) {
+    if open && due < earliest_resync(record, interval) {
         due = record.last_sync + jittered(interval, r);
     }
     if polling {
