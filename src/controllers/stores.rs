@@ -195,7 +195,12 @@ where
     /// The cached objects a managed object's owner annotation names
     /// (`Kind/namespace/name`), decoded.
     pub fn owned_by(&self, owner: &str) -> Vec<Arc<K>> {
-        self.decode_where(|h| h.owner == Some(owner))
+        let parts = self.parts();
+        let primary = primary_shards(&parts);
+        parts
+            .iter()
+            .flat_map(|p| p.store.owned_by(owner, |h| listed_here(p, &primary, &h)))
+            .collect()
     }
 
     /// The uids of the cached objects (nothing decoded).
