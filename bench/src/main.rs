@@ -64,6 +64,12 @@ struct Args {
     /// (32 each, the operator's default `--workers`).
     #[arg(long, default_value_t = 96)]
     floor_concurrency: usize,
+    /// `floor`: the status applied: `ready` (one `Ready` condition), or
+    /// `full` (what a first sync writes: `Ready` and the four
+    /// `secrets.hanzo.ai/…` conditions SPEC §2 names, `observedGeneration`,
+    /// `lastSyncTime`, `syncedKeys`, `shard`).
+    #[arg(long, default_value = "ready", value_parser = ["ready", "full"])]
+    floor_status: String,
     /// Server-side rate limits of the dev KMS: `none`, or `infisical` (per
     /// client and route, 60-second windows: 40 secret reads and writes, 60
     /// other reads, 200 other writes per minute, as a recorded Infisical
@@ -343,7 +349,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if want("floor") {
         for &n in &args.sizes {
             let label = format!("floor-{n}");
-            match scenarios::floor(&env, &label, n, args.floor_concurrency).await {
+            let full = args.floor_status == "full";
+            match scenarios::floor(&env, &label, n, args.floor_concurrency, full).await {
                 Ok(f) => results.push(entry("floor", &f)),
                 Err(e) => notes.push(format!("{label} failed: {e:#}")),
             }

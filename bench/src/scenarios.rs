@@ -256,6 +256,17 @@ impl Session {
         let api = cluster::apiserver_requests(&s.client)
             .await?
             .since(&api_before);
+        // Every resource said Ready; now check that their Secrets exist
+        // (one list, not timed, not counted) and watch them for what
+        // follows.
+        s.tracker.watch_secrets();
+        if !s
+            .tracker
+            .wait_secrets_listed(Duration::from_secs(120))
+            .await
+        {
+            eprintln!("[{label}] the Secrets were not listed within 120 s");
+        }
         let exited = s.replicas.exited();
         if !exited.is_empty() {
             eprintln!("[{label}] replicas exited: {exited:?}");
@@ -970,8 +981,9 @@ pub fn table_rows(results: &[(String, Value)]) -> Vec<[String; 3]> {
                 "floor" => (
                     format!("N={} ns={} concurrency={}", v["n"], v["namespaces"], v["concurrency"]),
                     format!(
-                        "{} s (every Secret written, every status applied); apiserver {}; {}",
+                        "{} s (every Secret written, every status applied, status {}); apiserver {}; {}",
                         f(&v["seconds"]),
+                        v["status"].as_str().unwrap_or("ready"),
                         f(&v["apiserver_requests"]),
                         ld(v)
                     ),
@@ -1019,6 +1031,9 @@ pub struct Floor {
     pub namespaces: usize,
     /// Requests in flight at once (the replicas' workers).
     pub concurrency: usize,
+    /// The status applied: `ready` (one condition) or `full` (a first
+    /// sync's).
+    pub status: &'static str,
     /// Load before the start.
     pub load: Load,
     /// Seconds to write every Secret and apply every status.
@@ -1035,9 +1050,17 @@ pub struct Floor {
 /// resources created as for `converge`, then, with `concurrency` requests
 /// in flight, for each resource a server-side apply of its Secret (the
 /// data a sync writes: `env.keys` keys, the managed labels and version
-/// annotation) followed by a server-side apply of its status (`Ready`).
-/// No KMS, no reads, no Events.
-pub async fn floor(env: &Env, label: &str, n: usize, concurrency: usize) -> anyhow::Result<Floor> {
+/// annotation) followed by a server-side apply of its status (`Ready`
+/// alone, or with `full_status` the status a first sync writes: every
+/// condition SPEC §2 requires and the status fields). No KMS, no reads,
+/// no Events, no watches.
+pub async fn floor(
+    env: &Env,
+    label: &str,
+    n: usize,
+    concurrency: usize,
+    full_status: bool,
+) -> anyhow::Result<Floor> {
     use futures::StreamExt;
     use kube::api::{Patch, PatchParams};
     let (_dir, cp, client) = fresh_cluster(env, label).await?;
@@ -1093,13 +1116,37 @@ pub async fn floor(env: &Env, label: &str, n: usize, concurrency: usize) -> anyh
             secrets
                 .patch(&workload::secret_of(name), &params, &Patch::Apply(&secret))
                 .await?;
-            let status = json!({
-                "apiVersion": ar.api_version, "kind": ar.kind,
-                "status": {"conditions": [{
+            let now = k8s_openapi::jiff::Timestamp::now()
+                .round(k8s_openapi::jiff::Unit::Second)?
+                .to_string();
+            let condition = |type_: &str, reason: &str, message: String| {
+                json!({"type": type_, "status": "True", "reason": reason, "message": message,
+                       "lastTransitionTime": now, "observedGeneration": 1})
+            };
+            let status = if full_status {
+                json!({
+                    "conditions": [
+                        condition("secrets.hanzo.ai/Endpoint", "Resolved", "http://127.0.0.1:9/api".into()),
+                        condition("secrets.hanzo.ai/LoadedKMSToken", "OK",
+                            "Logged in to the KMS using the universal auth authentication strategy".into()),
+                        condition("secrets.hanzo.ai/ReadyToSyncSecrets", "OK",
+                            format!("Synced {keys} secrets into 1 target(s)")),
+                        condition("Ready", "Synced", format!("Synced {keys} secrets")),
+                        condition("secrets.hanzo.ai/AutoRedeployReady", "OK",
+                            "0 workload(s) that opted in to auto-reload use the targets".into()),
+                    ],
+                    "observedGeneration": 1, "lastSyncTime": now, "syncedKeys": keys, "shard": 0,
+                })
+            } else {
+                json!({"conditions": [{
                     "type": "Ready", "status": "True", "reason": "Synced",
                     "message": format!("Synced {keys} secrets"),
-                    "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().round(k8s_openapi::jiff::Unit::Second)?.to_string(),
-                }]},
+                    "lastTransitionTime": now,
+                }]})
+            };
+            let status = json!({
+                "apiVersion": ar.api_version, "kind": ar.kind,
+                "status": status,
             });
             let resources: kube::Api<kube::core::DynamicObject> =
                 kube::Api::namespaced_with(client, ns, &ar);
@@ -1125,6 +1172,7 @@ pub async fn floor(env: &Env, label: &str, n: usize, concurrency: usize) -> anyh
         n,
         namespaces: namespaces.len(),
         concurrency,
+        status: if full_status { "full" } else { "ready" },
         load,
         seconds,
         apiserver_requests: api.total,

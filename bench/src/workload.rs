@@ -184,6 +184,8 @@ struct State {
     secrets: HashSet<Key>,
     /// Every value of `KEY` each Secret showed, with when it was first seen.
     seen: HashMap<Key, Vec<(String, Instant)>>,
+    /// Whether the Secret watch has listed every Secret.
+    secrets_listed: bool,
 }
 
 /// Watches the resources and the managed Secrets.
@@ -191,6 +193,8 @@ pub struct Tracker {
     state: Arc<Mutex<State>>,
     tasks: Vec<JoinHandle<()>>,
     crd: Crd,
+    client: Client,
+    secrets_watched: bool,
 }
 
 fn is_ready(obj: &DynamicObject, condition: &str) -> bool {
@@ -243,9 +247,34 @@ impl Tracker {
                 }
             }));
         }
-        let api: Api<Secret> = Api::all(client.clone());
-        let st = state.clone();
-        tasks.push(tokio::spawn(async move {
+        let mut tracker = Self {
+            state,
+            tasks,
+            crd: crd.clone(),
+            client: client.clone(),
+            secrets_watched: false,
+        };
+        // Without a ready condition, the Secrets are what converges.
+        if crd.ready_condition.is_empty() {
+            tracker.watch_secrets();
+        }
+        tracker
+    }
+
+    /// Start watching the managed Secrets (every namespace), if not yet.
+    /// A converge does not watch them while it is timed (they are written
+    /// before their resource's status says Ready, and a watch of every
+    /// Secret costs the API server as much as an operator's own watches);
+    /// it lists them when every resource is ready ([`Tracker::wait_secrets_listed`]),
+    /// and the scenarios after it watch them.
+    pub fn watch_secrets(&mut self) {
+        if self.secrets_watched {
+            return;
+        }
+        self.secrets_watched = true;
+        let api: Api<Secret> = Api::all(self.client.clone());
+        let st = self.state.clone();
+        self.tasks.push(tokio::spawn(async move {
             let mut s = watcher(api, watcher::Config::default().any_semantic()).boxed();
             while let Some(ev) = s.next().await {
                 let Ok(ev) = ev else {
@@ -280,23 +309,42 @@ impl Tracker {
                             st.secrets.remove(&k);
                         }
                     }
-                    watcher::Event::Init | watcher::Event::InitDone => {}
+                    watcher::Event::InitDone => st.secrets_listed = true,
+                    watcher::Event::Init => {}
                 }
             }
         }));
-        Self {
-            state,
-            tasks,
-            crd: crd.clone(),
+    }
+
+    /// Wait until the Secret watch has listed every Secret (`false` after
+    /// `timeout`).
+    pub async fn wait_secrets_listed(&self, timeout: Duration) -> bool {
+        let until = Instant::now() + timeout;
+        while Instant::now() < until {
+            if self
+                .state
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .secrets_listed
+            {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        false
     }
 
     /// Resources that are done: ready (when a condition is asked for) and
-    /// with their Secret present.
+    /// with their Secret present (ready only, until the Secrets are
+    /// watched).
     pub fn converged(&self) -> usize {
         let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if self.crd.ready_condition.is_empty() {
             return st.secrets.len();
+        }
+        if !self.secrets_watched {
+            // Ready only; the Secrets are checked once listed.
+            return st.ready.len();
         }
         st.ready
             .iter()
