@@ -2062,8 +2062,12 @@ async fn scoped_install_syncs_in_its_namespace_and_is_refused_elsewhere() {
         op.log()
     );
     // The status names where the host came from; the user's ConfigMap is
-    // untouched (the install did not take it over).
-    let endpoint = wait_for(Duration::from_secs(10), || async {
+    // untouched (the install did not take it over). The status follows the
+    // Secret within the same reconcile, unless that reconcile stopped in
+    // between (for instance the shard lost to a renewal a loaded API
+    // server answered too late): then it comes with a later pass, so it
+    // gets as long as the Secret did.
+    let endpoint = wait_for(Duration::from_secs(30), || async {
         let o = Api::<DynamicObject>::namespaced_with(
             client.clone(),
             &team.name,
@@ -2082,7 +2086,8 @@ async fn scoped_install_syncs_in_its_namespace_and_is_refused_elsewhere() {
     .unwrap_or_default();
     assert!(
         endpoint.contains(&format!("from kms-config ({}/kms-config)", home.name)),
-        "{endpoint}"
+        "Endpoint condition: {endpoint:?}; operator log:\n{}",
+        op.log()
     );
     let config = Api::<ConfigMap>::namespaced(client.clone(), &home.name)
         .get("kms-config")
