@@ -124,26 +124,15 @@ impl Objects {
         if self.map.get(key).and_then(|e| e.owner.as_ref()) == Some(owner) {
             return;
         }
-        if let Some(keys) = self.by_owner.get_mut(owner) {
-            keys.remove(key);
-            if keys.is_empty() {
-                self.by_owner.remove(owner);
-            }
-        }
+        forget_owned(&mut self.by_owner, owner, key);
     }
 
     fn retain(&mut self, mut keep: impl FnMut(&str, &Entry) -> bool) {
         let by_owner = &mut self.by_owner;
         self.map.retain(|k, e| {
             let kept = keep(k, e);
-            if !kept
-                && let Some(owner) = &e.owner
-                && let Some(keys) = by_owner.get_mut(owner)
-            {
-                keys.remove(k);
-                if keys.is_empty() {
-                    by_owner.remove(owner);
-                }
+            if !kept && let Some(owner) = &e.owner {
+                forget_owned(by_owner, owner, k);
             }
             kept
         });
@@ -164,6 +153,17 @@ impl Objects {
 
     fn len(&self) -> usize {
         self.map.len()
+    }
+}
+
+/// Drop `key` from `owner`'s keys in the index (and `owner` with its last
+/// key).
+fn forget_owned(by_owner: &mut HashMap<Box<str>, HashSet<Box<str>>>, owner: &str, key: &str) {
+    if let Some(keys) = by_owner.get_mut(owner) {
+        keys.remove(key);
+        if keys.is_empty() {
+            by_owner.remove(owner);
+        }
     }
 }
 
