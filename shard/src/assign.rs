@@ -24,11 +24,14 @@
 //! stays with the member that ranks it highest unless that member is full.
 //! Walking the same two steps shard by shard instead (the first design); on
 //! random member sets that variant moved up to about twice as many extra
-//! shards on a join (extra = beyond the newcomer's share, which must move anyway). With 16
-//! shards, a join or leave moves on average 0.0 / 0.8 / 1.1 / 1.6 / 2.2 extra
-//! shards for 2 / 3 / 4 / 5 / 6 members, and at most two per member in the
-//! tests. Exact ⌊S/R⌋/⌈S/R⌉ balance without remembering the previous owners
-//! cannot always move only the newcomer's share: when R changes, every
+//! shards on a join (extra = beyond the newcomer's share, which must move
+//! anyway). With 16 shards, a join or leave moves on average 0.0 / 0.8 / 1.1 /
+//! 1.6 / 2.2 extra shards for 2 / 3 / 4 / 5 / 6 members, and at most two per
+//! member in the tests. With more shards per member the cascade grows
+//! (members 2 → 3 over 58 shards: 7 extra), and the tests bound it by two per
+//! member plus one per eight shards. Exact ⌊S/R⌋/⌈S/R⌉ balance without
+//! remembering the previous owners cannot always move only the newcomer's
+//! share: when R changes, every
 //! member's quota changes and a few shards cascade.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -174,6 +177,31 @@ mod tests {
         }
     }
 
+    /// The most shards a join or leave moves beyond the newcomer's share, as
+    /// the tests hold it: two per member plus one per eight shards. Two per
+    /// member alone is exceeded by one, rarely, when a quota drops by ten or
+    /// more (members 2 → 3 over 58 shards moved 7 extra; over 300,000 random
+    /// joins of 1–8 members to 1–64 shards, 7 went one above `2 × members` and
+    /// none above this bound). Not a proven maximum: the cascade of quota
+    /// changes grows with the shards each member gives up.
+    fn cascade_bound(members: usize, shards: u32) -> usize {
+        2 * members + shards as usize / 8
+    }
+
+    /// The join the property test found above `2 × members`: kept with the
+    /// bound it really has.
+    #[test]
+    fn join_of_a_third_member_over_58_shards() {
+        let members = names(&["lj0", "pe73-vxozs-v"]);
+        let grown = names(&["lj0", "pe73-vxozs-v", "s"]);
+        let (before, after) = (assign(&members, 58), assign(&grown, 58));
+        let share = after.values().filter(|m| *m == "s").count();
+        assert_eq!(share, 19 + usize::from(counts(&after)["s"] == 20));
+        let extra = moves(&before, &after) - share;
+        assert!(extra > 2 * grown.len(), "extra {extra}");
+        assert!(extra <= cascade_bound(grown.len(), 58), "extra {extra}");
+    }
+
     fn member_set() -> impl Strategy<Value = Vec<String>> {
         prop::collection::btree_set("[a-z][a-z0-9-]{0,12}", 1..9)
             .prop_map(|set| set.into_iter().collect())
@@ -222,9 +250,10 @@ mod tests {
             grown.push(newcomer.clone());
             let after = assign(&grown, shards);
             // The shards that must move are the newcomer's share; the cascade
-            // on top of it stays below two per member.
+            // on top of it stays below two per member plus one per eight
+            // shards (see `cascade_bound`).
             let share = after.values().filter(|m| **m == newcomer).count();
-            let bound = share + 2 * grown.len();
+            let bound = share + cascade_bound(grown.len(), shards);
             let m = moves(&before, &after);
             prop_assert!(m <= bound, "join moved {m} > {bound}");
             // Leaving is the reverse change.
