@@ -31,8 +31,8 @@
 //! (members 2 → 3 over 58 shards: 7 extra), and the tests bound it by two per
 //! member plus one per eight shards. Exact ⌊S/R⌋/⌈S/R⌉ balance without
 //! remembering the previous owners cannot always move only the newcomer's
-//! share: when R changes, every
-//! member's quota changes and a few shards cascade.
+//! share: when R changes, every member's quota changes and a few shards
+//! cascade.
 
 use std::collections::{BTreeMap, BTreeSet};
 
