@@ -194,6 +194,11 @@ struct Args {
     /// Longest wait for convergence, seconds.
     #[arg(long, default_value_t = 900)]
     converge_timeout: u64,
+    /// CPU limit of every replica, in cores (`0.5` is the chart's
+    /// `resources.limits.cpu: 500m`), enforced by a CPU cgroup per replica
+    /// (`cpu.max` or `cpu.cfs_quota_us`; needs root). Default: none.
+    #[arg(long)]
+    replica_cpu: Option<f64>,
 }
 
 fn find_repo() -> anyhow::Result<PathBuf> {
@@ -289,6 +294,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         pod_namespace: args.pod_namespace.clone(),
         keys: args.keys,
         converge_timeout: Duration::from_secs(args.converge_timeout),
+        replica_cpu: args.replica_cpu,
         kms_limits: match args.kms_limits.as_str() {
             "none" => None,
             "infisical" => Some(json!({"secrets": 40, "read": 60, "write": 200})),
@@ -313,6 +319,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 "operator_command": env.template,
                 "operator_args": env.extra_args,
                 "kms_limits": env.kms_limits,
+                "replica_cpu": env.replica_cpu,
                 "resource": format!("{}/{} {} ({})", env.crd.group, env.crd.version, env.crd.kind, env.crd.plural),
                 "notes": notes,
                 "results": results.iter().map(|(k, v)| json!({"scenario": k, "result": v})).collect::<Vec<_>>(),

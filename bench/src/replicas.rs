@@ -15,6 +15,8 @@ pub use kms_testkit::replica::Usage;
 
 use crate::peer;
 
+mod cpu_limit;
+
 /// What every replica of a session shares.
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -38,6 +40,8 @@ pub struct Settings {
     pub extra_args: Vec<String>,
     /// Where replica directories go.
     pub dir: PathBuf,
+    /// CPU limit of every replica in cores, `None` for none.
+    pub cpu_limit: Option<f64>,
 }
 
 /// One replica: a name, its cache, and its process while it runs.
@@ -47,6 +51,8 @@ pub struct Replica {
     /// Cache directory.
     pub cache_dir: PathBuf,
     process: Option<Process>,
+    /// Its CPU cgroup while it runs under `Settings::cpu_limit`.
+    cgroup: Option<cpu_limit::Group>,
     /// Where the running process serves `/metrics`.
     metrics_addr: Option<String>,
     starts: u32,
@@ -73,6 +79,7 @@ impl Replicas {
                     cache_dir: dir.join("cache"),
                     name,
                     process: None,
+                    cgroup: None,
                     metrics_addr: None,
                     starts: 0,
                 },
@@ -136,6 +143,18 @@ impl Replicas {
             .health_addr(&health_addr)
             .log_file(s.dir.join(name).join(format!("{}.log", r.starts)))
             .spawn()?;
+        if let (Some(cores), Some(pid)) = (s.cpu_limit, process.pid()) {
+            // A start replaces the group of the previous one (empty by now).
+            r.cgroup = None;
+            match cpu_limit::Group::limit(&format!("kms-bench-{name}-{pid}"), pid, cores) {
+                Ok(group) => r.cgroup = Some(group),
+                Err(e) => {
+                    let mut process = process;
+                    process.kill();
+                    return Err(e.context(format!("limiting the CPU of {name}")));
+                }
+            }
+        }
         r.process = Some(process);
         r.metrics_addr = Some(metrics_addr);
         Ok(())

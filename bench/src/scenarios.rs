@@ -56,6 +56,8 @@ pub struct Env {
     /// Server-side rate limits of the dev KMS (`POST /admin/ratelimit`
     /// body), `None` for none.
     pub kms_limits: Option<serde_json::Value>,
+    /// CPU limit of every replica in cores (a cgroup each), `None` for none.
+    pub replica_cpu: Option<f64>,
 }
 
 impl Env {
@@ -218,6 +220,7 @@ impl Session {
                 shards: env.shards,
                 key_file,
                 extra_args: env.extra_args.clone(),
+                cpu_limit: env.replica_cpu,
                 dir: dir.join("replicas"),
             },
             r,
