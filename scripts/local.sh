@@ -85,7 +85,7 @@ echo "==> $REPLICAS operator replica(s)"
 for i in $(seq 0 $((REPLICAS - 1))); do
   pidf=$STATE/operator-$i.pid
   running "$pidf" && continue
-  nohup "$BIN" --log-format text run --pod-name "kms-operator-$i" --pod-namespace "$OPERATOR_NS" \
+  nohup "$BIN" --log-format text run --pod-name "kms-operator-$i" --pod-namespace "$OPERATOR_NS" --expected-replicas "$REPLICAS" \
     --health-addr "127.0.0.1:$((18081 + i))" --metrics-addr "127.0.0.1:$((18443 + i))" \
     >"$STATE/operator-$i.log" 2>&1 &
   echo $! >"$pidf"

@@ -142,7 +142,7 @@ struct Args {
     devserver_bin: Option<PathBuf>,
     /// Command that starts one replica, with placeholders {bin},
     /// {kubeconfig}, {namespace}, {pod}, {kms_url}, {cache_dir},
-    /// {metrics_addr}, {health_addr}, {lease_prefix}, {shards}, {key_file}. Default:
+    /// {metrics_addr}, {health_addr}, {lease_prefix}, {shards}, {key_file}, {replicas}. Default:
     /// kms-operator's `run` with those flags.
     #[arg(long)]
     operator_cmd: Option<String>,

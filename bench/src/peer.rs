@@ -18,10 +18,10 @@ use anyhow::bail;
 pub const DEFAULT_TEMPLATE: &str = "{bin} --log-format json --log-level info run \
 --pod-name {pod} --pod-namespace {namespace} --lease-prefix {lease_prefix} \
 --shards {shards} --cache-dir {cache_dir} --cache-encryption-key-file {key_file} \
---metrics-addr {metrics_addr} --health-addr {health_addr}";
+--metrics-addr {metrics_addr} --health-addr {health_addr} --expected-replicas {replicas}";
 
 /// The placeholders a template may use.
-pub const PLACEHOLDERS: [&str; 11] = [
+pub const PLACEHOLDERS: [&str; 12] = [
     "bin",
     "kubeconfig",
     "namespace",
@@ -33,6 +33,7 @@ pub const PLACEHOLDERS: [&str; 11] = [
     "lease_prefix",
     "shards",
     "key_file",
+    "replicas",
 ];
 
 /// Split `template` into words: whitespace separates, `'…'` keeps
@@ -149,6 +150,10 @@ mod tests {
         assert_eq!(argv[0], "<bin>");
         assert!(argv.windows(2).any(|w| w == ["--pod-name", "<pod>"]));
         assert!(argv.windows(2).any(|w| w == ["--cache-dir", "<cache_dir>"]));
+        assert!(
+            argv.windows(2)
+                .any(|w| w == ["--expected-replicas", "<replicas>"])
+        );
         assert!(
             argv.windows(2)
                 .any(|w| w == ["--health-addr", "<health_addr>"])

@@ -110,6 +110,7 @@ impl Replicas {
     /// free health and metrics ports, a log file per start.
     pub fn start(&mut self, name: &str) -> anyhow::Result<()> {
         let s = &self.settings;
+        let count = self.set.len();
         let r = self.set.get_mut(name).context("no such replica")?;
         if r.process.is_some() {
             return Ok(());
@@ -129,6 +130,7 @@ impl Replicas {
             ("lease_prefix", s.lease_prefix.clone()),
             ("shards", s.shards.to_string()),
             ("key_file", s.key_file.display().to_string()),
+            ("replicas", count.to_string()),
         ]
         .into_iter()
         .collect();

@@ -184,11 +184,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 shards::Settle {
                     at_most: Duration::ZERO,
                     quiet: Duration::ZERO,
+                    expected: None,
                 }
             } else {
                 shards::Settle {
                     at_most: args.retry_period * 2,
                     quiet: args.retry_period / 2,
+                    expected: args.expected_replicas.map(|n| n as usize),
                 }
             },
         )),

@@ -196,21 +196,26 @@ pub fn follow_scopes(
 pub struct Settle {
     /// The longest wait (zero: none, for a replica resuming its shards).
     pub at_most: Duration,
-    /// How long the live member set must stay the same.
+    /// How long the live member set must stay the same, when no count of
+    /// replicas is expected.
     pub quiet: Duration,
+    /// How many live members to wait for instead of a quiet member set
+    /// (`--expected-replicas`).
+    pub expected: Option<usize>,
 }
 
 /// How often [`settled`] looks at the coordinator.
 const SETTLE_LOOK: Duration = Duration::from_millis(50);
 
 /// Wait until this replica's view has settled: the Leases are listed, the
-/// live member set has not changed for `settle.quiet`, and the shards this
-/// replica holds are exactly those the member set assigns to it (nothing
-/// left to hand over or take); or until `settle.at_most` has passed.
-/// Replicas started together see each other within a moment and hand over
-/// within a renewal, so they start watching about `quiet` after the last
-/// of them arrived, each only its own shards, instead of after a fixed
-/// wait.
+/// live member set has not changed for `settle.quiet` (or has
+/// `settle.expected` members), and the shards this replica holds are
+/// exactly those the member set assigns to it (nothing left to hand over or
+/// take); or until `settle.at_most` has passed. Replicas started together
+/// see each other within a moment and hand over within a renewal, so they
+/// start watching about `quiet` after the last of them arrived (at once
+/// when they know how many to wait for), each only its own shards, instead
+/// of after a fixed wait.
 async fn settled(coordinator: &shard::Coordinator, settle: Settle) {
     let deadline = tokio::time::Instant::now() + settle.at_most;
     let mut last: Option<(Vec<String>, tokio::time::Instant)> = None;
@@ -227,10 +232,22 @@ async fn settled(coordinator: &shard::Coordinator, settle: Settle) {
                 now
             }
         };
-        if view_settled(&view) && now.duration_since(since) >= settle.quiet {
+        if view_settled(&view) && complete(view.members.len(), now.duration_since(since), &settle) {
             return;
         }
         tokio::time::sleep(SETTLE_LOOK.min(deadline - now)).await;
+    }
+}
+
+/// Whether the member set is the one to start with: as many members as
+/// expected, or, with no count expected, a set unchanged for `settle.quiet`.
+/// With a count expected, fewer members wait (for `at_most`) even when
+/// quiet: pods of one StatefulSet start seconds apart, and the first must
+/// not take every shard's objects into its caches meanwhile.
+fn complete(members: usize, unchanged_for: Duration, settle: &Settle) -> bool {
+    match settle.expected {
+        Some(expected) => members >= expected,
+        None => unchanged_for >= settle.quiet,
     }
 }
 
@@ -423,5 +440,27 @@ mod tests {
         assert!(view_settled(&unsynced));
         unsynced.synced = false;
         assert!(!view_settled(&unsynced));
+    }
+
+    #[test]
+    fn the_member_set_is_complete_when_quiet_or_when_all_expected_are_live() {
+        let quiet = Settle {
+            at_most: Duration::from_secs(4),
+            quiet: Duration::from_secs(1),
+            expected: None,
+        };
+        assert!(!complete(1, Duration::from_millis(999), &quiet));
+        assert!(complete(1, Duration::from_secs(1), &quiet));
+        let three = Settle {
+            expected: Some(3),
+            ..quiet
+        };
+        // All three live: no quiet moment needed.
+        assert!(complete(3, Duration::ZERO, &three));
+        // A rolling update's extra pod counts too.
+        assert!(complete(4, Duration::ZERO, &three));
+        // Two of three, however long quiet: wait for the third (at most
+        // `at_most`, which `settled` enforces).
+        assert!(!complete(2, Duration::from_secs(3), &three));
     }
 }

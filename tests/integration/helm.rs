@@ -928,6 +928,11 @@ fn default_checks(ctx: &Ctx, r: &Rendered) {
         r.env_value("KMS_OPERATOR_RETRY_PERIOD").as_deref(),
         Some("2s")
     );
+    assert_eq!(
+        r.env_value("KMS_OPERATOR_EXPECTED_REPLICAS").as_deref(),
+        Some("3"),
+        "start-up waits for the replica count"
+    );
     assert_eq!(r.env_value("KMS_OPERATOR_ALLOW_CROSS_NAMESPACE_REFS"), None);
     assert_eq!(
         r.container()["image"],
@@ -975,6 +980,10 @@ fn matrix(ns: &str, a: &str, b: &str) -> Vec<Entry> {
             watched: vec![],
             check: Box::new(|ctx, r| {
                 assert_eq!(r.replicas(), 1);
+                assert_eq!(
+                    r.env_value("KMS_OPERATOR_EXPECTED_REPLICAS").as_deref(),
+                    Some("1")
+                );
                 assert!(
                     r.pod_spec().get("affinity").is_none(),
                     "anti-affinity with one replica"
@@ -1206,6 +1215,10 @@ fn matrix(ns: &str, a: &str, b: &str) -> Vec<Entry> {
                     r.replicas(),
                     2,
                     "controllerManager.replicas takes precedence"
+                );
+                assert_eq!(
+                    r.env_value("KMS_OPERATOR_EXPECTED_REPLICAS").as_deref(),
+                    Some("2")
                 );
                 assert_eq!(
                     strings(&r.container()["args"]),
