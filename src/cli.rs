@@ -121,8 +121,9 @@ pub struct RunArgs {
     /// that starts fresh watches its shards once that many members are live
     /// and it holds exactly its share, instead of once the member set has
     /// been quiet for half a retry period; either way it waits two retry
-    /// periods at most. A wrong value costs no more than that wait.
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..), env = "KMS_OPERATOR_EXPECTED_REPLICAS")]
+    /// periods at most. A wrong value costs no more than that wait; 0 is
+    /// no count (a release scaled to zero, then up).
+    #[arg(long, env = "KMS_OPERATOR_EXPECTED_REPLICAS")]
     pub expected_replicas: Option<u32>,
     /// Directory of the persistent cache; empty disables it.
     #[arg(long, env = "KMS_OPERATOR_CACHE_DIR")]

@@ -187,11 +187,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                     expected: None,
                 }
             } else {
-                shards::Settle {
-                    at_most: args.retry_period * 2,
-                    quiet: args.retry_period / 2,
-                    expected: args.expected_replicas.map(|n| n as usize),
-                }
+                shards::Settle::fresh(args.retry_period, args.expected_replicas)
             },
         )),
         None => {

@@ -204,6 +204,19 @@ pub struct Settle {
     pub expected: Option<usize>,
 }
 
+impl Settle {
+    /// The wait of a replica that starts fresh: two retry periods at most,
+    /// for `expected` live members (`--expected-replicas`; 0 is none) or
+    /// else for a member set unchanged for half a retry period.
+    pub fn fresh(retry_period: Duration, expected: Option<u32>) -> Self {
+        Self {
+            at_most: retry_period * 2,
+            quiet: retry_period / 2,
+            expected: expected.filter(|n| *n > 0).map(|n| n as usize),
+        }
+    }
+}
+
 /// How often [`settled`] looks at the coordinator.
 const SETTLE_LOOK: Duration = Duration::from_millis(50);
 
@@ -444,11 +457,16 @@ mod tests {
 
     #[test]
     fn the_member_set_is_complete_when_quiet_or_when_all_expected_are_live() {
-        let quiet = Settle {
-            at_most: Duration::from_secs(4),
-            quiet: Duration::from_secs(1),
-            expected: None,
-        };
+        let quiet = Settle::fresh(Duration::from_secs(2), None);
+        assert_eq!(
+            (quiet.at_most, quiet.quiet),
+            (Duration::from_secs(4), Duration::from_secs(1))
+        );
+        // A release scaled to zero renders 0: no count.
+        assert_eq!(
+            Settle::fresh(Duration::from_secs(2), Some(0)).expected,
+            None
+        );
         assert!(!complete(1, Duration::from_millis(999), &quiet));
         assert!(complete(1, Duration::from_secs(1), &quiet));
         let three = Settle {

@@ -975,6 +975,16 @@ fn matrix(ns: &str, a: &str, b: &str) -> Vec<Entry> {
             check: Box::new(default_checks),
         },
         Entry {
+            name: "replicaCount 0",
+            values: json!({"replicaCount": 0}),
+            watched: vec![],
+            check: Box::new(|_, r| {
+                assert_eq!(r.replicas(), 0);
+                // Scaled up later by hand: no count to wait for.
+                assert_eq!(r.env_value("KMS_OPERATOR_EXPECTED_REPLICAS"), None);
+            }),
+        },
+        Entry {
             name: "replicaCount 1",
             values: json!({"replicaCount": 1}),
             watched: vec![],
