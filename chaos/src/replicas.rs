@@ -38,6 +38,10 @@ pub struct Settings {
     pub retry_period: u64,
     /// `--kms-rate-limit`.
     pub kms_rate_limit: f64,
+    /// `--expected-replicas`: the run's initial replica count, as the chart
+    /// renders its `replicaCount` (scaling later does not change it, as
+    /// `kubectl scale` does not change a StatefulSet's environment).
+    pub expected_replicas: usize,
     /// `--cache-encryption-key-file`.
     pub key_file: PathBuf,
     /// Where replica directories go.
@@ -259,6 +263,7 @@ impl Replicas {
             .arg(format!("--renew-deadline={}", s.renew_deadline))
             .arg(format!("--retry-period={}", s.retry_period))
             .arg(format!("--kms-rate-limit={}", s.kms_rate_limit))
+            .arg(format!("--expected-replicas={}", s.expected_replicas))
             .cache_dir(&cache_dir)
             .arg("--cache-encryption-key-file")
             .arg(&s.key_file)

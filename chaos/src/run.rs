@@ -274,6 +274,7 @@ async fn run_on(opts: &Options, cp: Arc<ControlPlane>) -> anyhow::Result<Report>
                     renew_deadline: p.renew_deadline,
                     retry_period: p.retry_period,
                     kms_rate_limit: p.kms_rate_limit,
+                    expected_replicas: p.replicas,
                     key_file,
                     dir: opts.work_dir.join("replicas"),
                 },
