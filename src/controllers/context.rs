@@ -84,6 +84,10 @@ pub struct Context {
     /// Steps that must finish even when their reconcile is dropped (a lease
     /// created and then recorded or revoked); shutdown waits for them.
     pub critical: tokio_util::task::TaskTracker,
+    /// Cancelled when the operator stops and the reconciles in flight have
+    /// had their grace: those still running are dropped, as on a lost
+    /// shard (the next holder does them).
+    pub stop: tokio_util::sync::CancellationToken,
     /// The global configuration (`kms-config`), updated by its watch.
     pub global: Arc<RwLock<GlobalConfig>>,
     /// How many times the global configuration changed: a resource that
@@ -232,6 +236,7 @@ impl Context {
             cache: None,
             referenced: Arc::default(),
             critical: tokio_util::task::TaskTracker::new(),
+            stop: tokio_util::sync::CancellationToken::new(),
             global: Arc::default(),
             global_epoch: Arc::default(),
             served: crate::api::served::ServedKinds::default(),

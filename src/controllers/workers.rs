@@ -77,6 +77,9 @@ pub async fn run_workers<K, R>(
                 let result = tokio::select! {
                     r = with_urgency(urgency, reconciler.reconcile(&ctx, &key, shard, &cancel)) => r,
                     () = cancel.cancelled() => Err(SyncError::NotOwner),
+                    // The operator stops and the grace is over: dropped,
+                    // as on a lost shard.
+                    () = ctx.stop.cancelled() => Err(SyncError::NotOwner),
                 };
                 let elapsed = started.elapsed();
                 tracing::debug!(%key, shard, ?mark, ms = elapsed.as_millis(), ok = result.is_ok(), "reconciled");
@@ -334,5 +337,57 @@ mod tests {
             done_when_the_timer_fired < KEYS / 2,
             "the timer ran only after {done_when_the_timer_fired} of {KEYS} keys"
         );
+    }
+
+    /// A reconcile that waits on something that never answers (a KMS
+    /// holding its request); it counts its starts.
+    struct Hangs(std::sync::atomic::AtomicUsize);
+
+    impl Reconciler<String> for Hangs {
+        fn reconcile<'a>(
+            &'a self,
+            _ctx: &'a Context,
+            _key: &'a String,
+            _shard: u32,
+            _cancel: &'a CancellationToken,
+        ) -> futures::future::BoxFuture<'a, Result<Action, SyncError>> {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Box::pin(futures::future::pending())
+        }
+    }
+
+    /// Closing the queue takes no new work but waits for the reconciles in
+    /// flight; the stop token drops them, and the workers end.
+    #[tokio::test(start_paused = true)]
+    async fn the_stop_drops_reconciles_still_in_flight() {
+        let mut ctx = Context::test();
+        ctx.settings.workers = 2;
+        let ctx = Arc::new(ctx);
+        let queue: Arc<Queue<String>> = Arc::new(Queue::new());
+        for i in 0..3 {
+            queue.add(format!("ns/key-{i}"), 0);
+        }
+        let reconciler = Arc::new(Hangs(std::sync::atomic::AtomicUsize::new(0)));
+        let workers = tokio::spawn(run_workers(
+            ctx.clone(),
+            queue.clone(),
+            "test",
+            reconciler.clone(),
+        ));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(reconciler.0.load(std::sync::atomic::Ordering::SeqCst), 2);
+        queue.close();
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(
+            !workers.is_finished(),
+            "closing alone waits for the reconciles in flight"
+        );
+        ctx.stop.cancel();
+        tokio::time::timeout(Duration::from_secs(1), workers)
+            .await
+            .expect("the workers end once their reconciles are dropped")
+            .unwrap();
+        // The third key was never started: the queue was closed.
+        assert_eq!(reconciler.0.load(std::sync::atomic::Ordering::SeqCst), 2);
     }
 }

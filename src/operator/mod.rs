@@ -237,9 +237,18 @@ async fn resumed_member(client: &Client, args: &RunArgs, identity: &str) -> bool
     }
 }
 
-/// The graceful stop: no new work, the reconciles in flight finish (20 s at
-/// most), the cache is flushed, the shards are handed over, and lease steps
-/// that must not be dropped finish (15 s at most).
+/// How long the reconciles in flight get to finish when the operator stops,
+/// before those still running are dropped. A reconcile finishes in
+/// milliseconds when the KMS and the API server answer; one still running
+/// after this is waiting on a failing KMS (retrying for up to 15 s) or a
+/// write the API server holds, and the next holder of its shard does it
+/// again sooner than it would finish.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// The graceful stop: no new work, the reconciles in flight finish
+/// ([`STOP_GRACE`], then those left are dropped as on a lost shard), the
+/// cache is flushed, the shards are handed over, and lease steps that must
+/// not be dropped finish (15 s at most).
 async fn stop(
     registry: &Registry,
     ctx: &Context,
@@ -249,12 +258,24 @@ async fn stop(
 ) {
     tracing::info!("shutting down: no new work; waiting for reconciles in flight");
     registry.close();
-    let drained = futures::future::join_all(workers);
-    if tokio::time::timeout(Duration::from_secs(20), drained)
+    let mut drained = futures::future::join_all(workers);
+    if tokio::time::timeout(STOP_GRACE, &mut drained)
         .await
         .is_err()
     {
-        tracing::warn!("reconciles still running after 20s; exiting anyway");
+        tracing::info!(
+            grace = ?STOP_GRACE,
+            "reconciles still running at the end of the grace; dropping them (the next holder of their shards does them)"
+        );
+        ctx.stop.cancel();
+        if tokio::time::timeout(Duration::from_secs(5), drained)
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "workers still running 5s after their reconciles were dropped; exiting anyway"
+            );
+        }
     }
     if let Some(store) = &ctx.cache
         && let Err(e) = store.flush_async().await
@@ -491,6 +512,7 @@ fn wire(
         cache,
         referenced,
         critical: tokio_util::task::TaskTracker::new(),
+        stop: tokio_util::sync::CancellationToken::new(),
         global,
         global_epoch,
         served,

@@ -342,6 +342,74 @@ async fn a_change_before_the_event_stream_opens_is_not_missed() {
     .await;
 }
 
+/// A stop while a KMS request hangs: the reconcile waiting on it has the
+/// stop's grace (5 s), then is dropped as on a lost shard and the shards
+/// are handed over. Before, the stop waited up to 20 s for it (a reconcile
+/// retries a failing KMS for up to 15 s), so a rollout during a KMS outage
+/// spent that on every pod. The Secret keeps its data.
+#[tokio::test]
+async fn a_stop_does_not_wait_out_a_hanging_kms() {
+    let client = harness::client().await;
+    let ns = TestNamespace::new(&client, "ks-stop-hang").await;
+    let kms = DevServer::start(&seed(&[("COUNTER", "0")])).await;
+    universal_credentials(&client, &ns.name).await;
+    let mut op = Operator::start(&ns.name, &[&ns.name], &[]).await;
+    let auth = json!({"universalAuth": {"credentialsRef": {"secretName": "kms-credentials"}, "secretsScope": scope()}});
+    apply_cr(&client, &ns.name, cr("app", &kms.api(), "app-out", auth)).await;
+    wait_data(
+        &client,
+        &ns.name,
+        "app-out",
+        &expect(&[("COUNTER", "0")]),
+        Duration::from_secs(30),
+    )
+    .await;
+    // Every list now hangs for a minute; a new scope makes the resource
+    // list again.
+    kms.fault(json!({"route": LIST, "latencyMs": 60000})).await;
+    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns.name,
+        &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+            "secrets.hanzo.ai",
+            "v1alpha1",
+            "KmsSecret",
+        )),
+    );
+    let patch = json!({"spec": {"authentication": {"universalAuth": {"secretsScope": {"envSlug": "prod"}}}}});
+    api.patch("app", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("patch the scope");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let took = op.stop_within(Duration::from_secs(40));
+    let took = took.expect("the replica did not stop within 40 s");
+    assert!(
+        took < Duration::from_secs(12),
+        "the stop took {took:?}: it waited for the hanging reconcile"
+    );
+    assert!(
+        op.output
+            .text()
+            .contains("reconciles still running at the end of the grace"),
+        "the reconcile was not in flight at the stop: the test proves nothing"
+    );
+    assert!(
+        !op.output.text().contains("workers still running"),
+        "the hanging reconcile was not dropped"
+    );
+    let secret = Api::<Secret>::namespaced(client.clone(), &ns.name)
+        .get("app-out")
+        .await
+        .expect("the Secret is kept");
+    let data = secret.data.unwrap_or_default();
+    assert_eq!(
+        data.get("COUNTER").map(|b| b.0.as_slice()),
+        Some(&b"0"[..]),
+        "the Secret keeps its data"
+    );
+    kms.clear_faults().await;
+}
+
 /// A KmsSecret that starts listening on a stream that is already open,
 /// just after an event it was not there to hear, must not be served another
 /// resource's answer from before that change: it would keep the old value

@@ -290,6 +290,12 @@ impl Operator {
     pub fn stop(&mut self) {
         self.process.stop(STOP_TIMEOUT);
     }
+
+    /// SIGTERM, then wait up to `timeout` before killing it: how long it
+    /// took to exit, `None` if it had to be killed.
+    pub fn stop_within(&mut self, timeout: Duration) -> Option<Duration> {
+        self.process.stop(timeout)
+    }
 }
 
 /// Create the universal-auth credentials Secret `name` in `ns` (the
