@@ -9,7 +9,9 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use crate::harness::{self, TestNamespace, wait_for};
-use crate::kms_secret::{apply_cr, condition, expect, wait_condition, wait_data};
+use crate::kms_secret::{
+    apply_cr, condition, data_of, expect, kms_secrets, wait_condition, wait_data,
+};
 use crate::support::{DevServer, Operator, TempDir, seed};
 
 const LIST: &str = "GET /api/v3/secrets/raw";
@@ -367,17 +369,9 @@ async fn a_stop_does_not_wait_out_a_hanging_kms() {
     // Every list now hangs for a minute; a new scope makes the resource
     // list again.
     kms.fault(json!({"route": LIST, "latencyMs": 60000})).await;
-    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        &ns.name,
-        &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
-            "secrets.hanzo.ai",
-            "v1alpha1",
-            "KmsSecret",
-        )),
-    );
     let patch = json!({"spec": {"authentication": {"universalAuth": {"secretsScope": {"envSlug": "prod"}}}}});
-    api.patch("app", &PatchParams::default(), &Patch::Merge(&patch))
+    kms_secrets(&client, &ns.name)
+        .patch("app", &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .expect("patch the scope");
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -401,10 +395,9 @@ async fn a_stop_does_not_wait_out_a_hanging_kms() {
         .get("app-out")
         .await
         .expect("the Secret is kept");
-    let data = secret.data.unwrap_or_default();
     assert_eq!(
-        data.get("COUNTER").map(|b| b.0.as_slice()),
-        Some(&b"0"[..]),
+        data_of(&secret),
+        expect(&[("COUNTER", "0")]),
         "the Secret keeps its data"
     );
     kms.clear_faults().await;
