@@ -1,12 +1,17 @@
 //! Sprig-style helpers on lists and maps: `default`, `join`, `dict`, `get`,
-//! `hasKey`, `keys`.
+//! `hasKey`, `keys`. Each charges the items it visits and reserves the
+//! bytes it builds before building them.
 
 use std::collections::BTreeMap;
 
 use minijinja::value::{Rest, ValueKind, ValueOrKwargs};
 use minijinja::{Error, State, Value};
 
-use crate::args::{arity, charge, defined, fail, text};
+use crate::args::{arity, defined, fail, not_cancelled, reserve, text, work};
+use crate::cost;
+
+/// Bytes a map entry or list slot costs besides its text.
+const SLOT_BYTES: u64 = 32;
 
 /// Sprig's notion of empty: undefined, none, `""`, `0`, `false`, an empty
 /// list or map.
@@ -46,11 +51,12 @@ pub(crate) fn join(state: &State, args: &[Value]) -> Result<Value, Error> {
         .map_err(|_| fail("join", "the second argument must be a list"))?;
     let mut parts = Vec::new();
     for item in items {
+        work(state, cost::NODE)?;
         if item.is_none() || item.is_undefined() {
             continue;
         }
         let part = text(state, "join", "a list item", &item)?.into_owned();
-        charge(state, part.len() + sep.len())?;
+        reserve(state, (part.len() as u64).saturating_add(sep.len() as u64))?;
         parts.push(part);
     }
     Ok(Value::from(parts.join(&sep)))
@@ -62,9 +68,11 @@ fn key_text(state: &State, func: &str, key: &Value) -> Result<String, Error> {
 
 /// `dict("k1", v1, "k2", v2, …)`; keyword arguments (`dict(k1=v1)`) work too.
 pub(crate) fn dict(state: &State, args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
+    not_cancelled(state)?;
     let mut positional = Vec::new();
     let mut map = BTreeMap::new();
     for arg in args.0 {
+        work(state, cost::NODE)?;
         let value = arg.into_value();
         if value.is_kwargs() {
             for key in value
@@ -74,7 +82,9 @@ pub(crate) fn dict(state: &State, args: Rest<ValueOrKwargs>) -> Result<Value, Er
                 let item = value
                     .get_item(&key)
                     .map_err(|_| fail("dict", "bad keyword arguments"))?;
-                map.insert(key_text(state, "dict", &key)?, item);
+                let key = key_text(state, "dict", &key)?;
+                reserve(state, (key.len() as u64).saturating_add(SLOT_BYTES))?;
+                map.insert(key, item);
             }
         } else {
             positional.push(value);
@@ -87,7 +97,9 @@ pub(crate) fn dict(state: &State, args: Rest<ValueOrKwargs>) -> Result<Value, Er
         ));
     }
     for pair in positional.chunks(2) {
-        map.insert(key_text(state, "dict", &pair[0])?, pair[1].clone());
+        let key = key_text(state, "dict", &pair[0])?;
+        reserve(state, (key.len() as u64).saturating_add(SLOT_BYTES))?;
+        map.insert(key, pair[1].clone());
     }
     Ok(Value::from(map))
 }
@@ -141,9 +153,12 @@ pub(crate) fn keys(state: &State, args: &[Value]) -> Result<Value, Error> {
             return Err(fail("keys", "expects maps"));
         }
         for key in map.try_iter().map_err(|_| fail("keys", "expects maps"))? {
-            all.push(key_text(state, "keys", &key)?);
+            let key = key_text(state, "keys", &key)?;
+            reserve(state, (key.len() as u64).saturating_add(SLOT_BYTES))?;
+            all.push(key);
         }
     }
+    work(state, cost::nodes(all.len() as u64))?;
     all.sort();
     Ok(Value::from_iter(all))
 }

@@ -6,6 +6,11 @@
 //! - Limits: template size (checked before parsing), fuel (instructions and
 //!   data, so time and memory), recursion depth, output size (checked while
 //!   writing).
+//! - Budgets: the renders of one resource share a [`Budget`]
+//!   ([`Engine::render_in`]); each render may use at most the smaller of its
+//!   own fuel and what the budget has left, and what it used (its setup
+//!   included: parsing the source, copying the data) is taken from the
+//!   budget. A [`Canceller`](crate::Canceller) stops them.
 //! - Output: booleans print as `true`/`false` (as in Go), `none` prints
 //!   nothing. Binary values (bytes that are not UTF-8, e.g. from
 //!   `decodeBase64ToBytes`) are kept byte for byte by
@@ -18,15 +23,17 @@
 //!   [`crate::gotemplate`] with Go's semantics, under the same limits (fuel,
 //!   nesting, output size, stack).
 
+use std::borrow::Cow;
 use std::io;
 
 use minijinja::value::ValueKind;
 use minijinja::{AutoEscape, Environment, Output, State, UndefinedBehavior, Value};
 
 use crate::args::{Helper, HelperFailure, register};
+use crate::budget::{Budget, Scope};
 use crate::data::{self, SecretData};
 use crate::error::{ErrorKind, TemplateError};
-use crate::{collections, encoding, gotemplate, jwk, pemutil, pkcs12, strings};
+use crate::{collections, cost, encoding, gotemplate, jwk, pemutil, pkcs12, strings};
 
 /// Every helper registered as both a function and a filter (except `dict`,
 /// a function only, which takes keyword arguments too).
@@ -97,22 +104,29 @@ pub struct Limits {
     pub template_bytes: usize,
     /// Largest rendered output, in bytes.
     pub output_bytes: usize,
-    /// Fuel of one render: about one unit per instruction and per 64 bytes
-    /// of data created, so it bounds both time and memory.
+    /// Fuel of one render: about one unit per instruction, per 64 bytes of
+    /// data created and per step of a helper's work, so it bounds both time
+    /// and memory.
     pub fuel: u64,
+    /// Fuel of all the renders of one resource together (its
+    /// [`Budget`]): a resource renders many templates, each with its own
+    /// [`fuel`](Self::fuel), and together they may use no more than this.
+    pub resource_fuel: u64,
     /// Deepest nesting of blocks, loops and macro calls.
     pub recursion: usize,
 }
 
 impl Default for Limits {
     /// 64 KiB templates, 1 MiB output (the most a Secret holds), 250,000
-    /// fuel (about 16 MiB of data; a certificate template uses a few
-    /// hundred), recursion 64.
+    /// fuel per render (about 16 MiB of data, or 5–25 ms of CPU; a
+    /// certificate template uses a few thousand), 1,000,000 per resource,
+    /// recursion 64.
     fn default() -> Self {
         Limits {
             template_bytes: 64 * 1024,
             output_bytes: 1024 * 1024,
             fuel: 250_000,
+            resource_fuel: 1_000_000,
             recursion: 64,
         }
     }
@@ -139,9 +153,26 @@ impl Default for Engine {
     }
 }
 
-/// Binary values written during a render (a state extension).
+/// Binary values written during a render (a state extension), and their
+/// total size.
 #[derive(Default)]
-struct BinaryParts(Vec<Vec<u8>>);
+struct BinaryParts {
+    parts: Vec<Vec<u8>>,
+    bytes: usize,
+}
+
+/// Marks the error of a render whose binary values outgrew the output
+/// limit.
+#[derive(Debug)]
+struct BinaryTooLarge;
+
+impl std::fmt::Display for BinaryTooLarge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("binary output too large")
+    }
+}
+
+impl std::error::Error for BinaryTooLarge {}
 
 /// Writes rendered output, failing past the output limit.
 struct LimitedWriter {
@@ -165,10 +196,15 @@ impl io::Write for LimitedWriter {
     }
 }
 
+/// Writes a value as `{{ value }}` does. A binary value is kept aside (a
+/// marker goes into the text) and spliced back by
+/// [`Engine::render_bytes`]; its bytes are charged and count towards the
+/// output limit, `limit`.
 fn format_value(
     out: &mut Output,
     state: &mut State,
     value: &Value,
+    limit: usize,
 ) -> Result<(), minijinja::Error> {
     match value.kind() {
         ValueKind::Bool => out.write_str(if value.is_true() { "true" } else { "false" })?,
@@ -178,12 +214,26 @@ fn format_value(
             match std::str::from_utf8(bytes) {
                 Ok(text) => out.write_str(text)?,
                 Err(_) => {
+                    state.consume_fuel(cost::bytes_usize(bytes.len()))?;
                     let parts = state.get_or_insert_extension_with(BinaryParts::default);
-                    parts.0.push(bytes.to_vec());
-                    let index = parts.0.len() - 1;
+                    if bytes.len() > limit.saturating_sub(parts.bytes) {
+                        return Err(minijinja::Error::new(
+                            minijinja::ErrorKind::InvalidOperation,
+                            "binary output too large",
+                        )
+                        .with_source(BinaryTooLarge));
+                    }
+                    parts.bytes += bytes.len();
+                    parts.parts.push(bytes.to_vec());
+                    let index = parts.parts.len() - 1;
                     write!(out, "{BINARY_START}{index}{BINARY_END}")?;
                 }
             }
+        }
+        // Lists and maps are written through a bounded writer, each byte
+        // charged (minijinja's printing of nested values is slow per byte).
+        ValueKind::Seq | ValueKind::Map | ValueKind::Iterable => {
+            out.write_str(&crate::args::stringify(state, value)?)?;
         }
         _ => minijinja::escape_formatter(out, state, value)?,
     }
@@ -202,7 +252,8 @@ impl Engine {
         // (`FOO.Value` is undefined). Its snapshots of variables are never
         // printed: errors are mapped from their kind and detail only.
         env.set_debug(true);
-        env.set_formatter(format_value);
+        let output_limit = limits.output_bytes;
+        env.set_formatter(move |out, state, value| format_value(out, state, value, output_limit));
         // `debug()` would print every secret.
         env.remove_global("debug");
         // minijinja's `d` is its `default`; make it ours.
@@ -215,7 +266,7 @@ impl Engine {
             |state: &State, piped: Value, args: minijinja::value::Rest<Value>| {
                 let mut all = args.0;
                 all.push(piped);
-                collections::default(state, &all)
+                crate::args::call(collections::default, state, &all)
             },
         );
         env.add_function("dict", collections::dict);
@@ -225,6 +276,12 @@ impl Engine {
     /// The limits this engine enforces.
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    /// A fresh budget for the renders of one resource:
+    /// [`Limits::resource_fuel`].
+    pub fn budget(&self) -> Budget {
+        Budget::new(self.limits.resource_fuel)
     }
 
     /// Parses a template without rendering it (for admission-time checks).
@@ -241,40 +298,72 @@ impl Engine {
             .map_err(|err| translate(field, &err, &SecretData::new(), false))
     }
 
-    /// Renders a template to text. Binary output (bytes that are not UTF-8)
-    /// is an error here; use [`render_bytes`](Self::render_bytes) for
-    /// targets that can hold binary data (Secret data).
+    /// Renders a template to text, with a budget of its own. Binary output
+    /// (bytes that are not UTF-8) is an error here; use
+    /// [`render_bytes`](Self::render_bytes) for targets that can hold binary
+    /// data (Secret data).
     pub fn render(
         &self,
         field: &str,
         source: &str,
         data: &SecretData,
     ) -> Result<String, TemplateError> {
-        self.precheck(field, source)?;
-        if self.is_go(source) {
-            let bytes = self.render_go(field, source, data)?;
-            return String::from_utf8(bytes).map_err(|_| binary_output(field));
-        }
-        let (text, parts) = self.render_raw(field, source, data)?;
-        if !parts.is_empty() {
-            return Err(binary_output(field));
-        }
-        Ok(text)
+        self.render_in(field, source, data, &mut self.budget())
     }
 
-    /// Renders a template to bytes. A binary value in the output (e.g.
-    /// `{{ P12.Value | decodeBase64ToBytes }}`) is written byte for byte.
+    /// Renders a template to bytes, with a budget of its own. A binary value
+    /// in the output (e.g. `{{ P12.Value | decodeBase64ToBytes }}`) is
+    /// written byte for byte.
     pub fn render_bytes(
         &self,
         field: &str,
         source: &str,
         data: &SecretData,
     ) -> Result<Vec<u8>, TemplateError> {
+        self.render_bytes_in(field, source, data, &mut self.budget())
+    }
+
+    /// [`render`](Self::render) within a resource's budget: the render may
+    /// use at most the smaller of [`Limits::fuel`] and what `budget` has
+    /// left, and what it used is taken from `budget`. A spent budget fails
+    /// at once with [`ErrorKind::OutOfFuel`]; a cancelled one (its
+    /// [`Canceller`](crate::Canceller)) with [`ErrorKind::Cancelled`], and a
+    /// render running when it is cancelled stops promptly with that error.
+    pub fn render_in(
+        &self,
+        field: &str,
+        source: &str,
+        data: &SecretData,
+        budget: &mut Budget,
+    ) -> Result<String, TemplateError> {
         self.precheck(field, source)?;
-        if self.is_go(source) {
-            return self.render_go(field, source, data);
+        self.begin(field, source, data, budget)?;
+        if self.choose(field, source, budget)? {
+            let bytes = self.render_go(field, source, data, budget)?;
+            return String::from_utf8(bytes).map_err(|_| binary_output(field));
         }
-        let (text, parts) = self.render_raw(field, source, data)?;
+        let (text, parts) = self.render_raw(field, source, data, budget)?;
+        if !parts.is_empty() {
+            return Err(binary_output(field));
+        }
+        Ok(text)
+    }
+
+    /// [`render_bytes`](Self::render_bytes) within a resource's budget (see
+    /// [`render_in`](Self::render_in)).
+    pub fn render_bytes_in(
+        &self,
+        field: &str,
+        source: &str,
+        data: &SecretData,
+        budget: &mut Budget,
+    ) -> Result<Vec<u8>, TemplateError> {
+        self.precheck(field, source)?;
+        self.begin(field, source, data, budget)?;
+        if self.choose(field, source, budget)? {
+            return self.render_go(field, source, data, budget);
+        }
+        let (text, parts) = self.render_raw(field, source, data, budget)?;
         if parts.is_empty() {
             return Ok(text.into_bytes());
         }
@@ -312,7 +401,8 @@ impl Engine {
     }
 
     /// Renders a template as a Go template whatever its syntax (the engine
-    /// choice of [`render_bytes`](Self::render_bytes) skipped).
+    /// choice of [`render_bytes`](Self::render_bytes) skipped), with a
+    /// budget of its own.
     pub fn render_go_bytes(
         &self,
         field: &str,
@@ -320,7 +410,9 @@ impl Engine {
         data: &SecretData,
     ) -> Result<Vec<u8>, TemplateError> {
         self.precheck(field, source)?;
-        self.render_go(field, source, data)
+        let mut budget = self.budget();
+        self.begin(field, source, data, &mut budget)?;
+        self.render_go(field, source, data, &mut budget)
     }
 
     fn precheck(&self, field: &str, source: &str) -> Result<(), TemplateError> {
@@ -352,17 +444,44 @@ impl Engine {
     /// before parsing; a template minijinja cannot parse goes to Go when Go
     /// can parse it and it holds no Jinja-only tag (`{%`, `{#`).
     fn is_go(&self, source: &str) -> bool {
+        self.syntax_is_go(source, &mut || Ok::<(), ()>(()))
+            .unwrap_or(false)
+    }
+
+    /// [`is_go`](Self::is_go) within `budget`: each parse the choice needs
+    /// (an ambiguous template is parsed as Jinja, then as Go) is charged
+    /// before it runs.
+    fn choose(
+        &self,
+        field: &str,
+        source: &str,
+        budget: &mut Budget,
+    ) -> Result<bool, TemplateError> {
+        self.syntax_is_go(source, &mut || charge_parse(field, source, budget))
+    }
+
+    /// The syntax choice, `before_parse` called before each parse it needs.
+    fn syntax_is_go<E>(
+        &self,
+        source: &str,
+        before_parse: &mut dyn FnMut() -> Result<(), E>,
+    ) -> Result<bool, E> {
         if find_go_syntax(source).is_some() {
-            return true;
+            return Ok(true);
         }
         if !source.contains("{{") || source.contains("{%") || source.contains("{#") {
-            return false;
+            return Ok(false);
         }
+        before_parse()?;
         let jinja_fails = self
             .env
             .template_from_str(source)
             .is_err_and(|e| e.kind() == minijinja::ErrorKind::SyntaxError);
-        jinja_fails && self.go_check(source).is_ok()
+        if !jinja_fails {
+            return Ok(false);
+        }
+        before_parse()?;
+        Ok(self.go_check(source).is_ok())
     }
 
     fn go_check(&self, source: &str) -> Result<(), gotemplate::GoError> {
@@ -371,33 +490,111 @@ impl Engine {
         })
     }
 
-    /// Renders a Go template to bytes.
+    /// Starts a render within `budget`: fails when the budget is cancelled
+    /// or spent, and takes the render's setup from it (its source parsed,
+    /// its data copied).
+    fn begin(
+        &self,
+        field: &str,
+        source: &str,
+        data: &SecretData,
+        budget: &mut Budget,
+    ) -> Result<(), TemplateError> {
+        if budget.is_cancelled() {
+            return Err(cancelled(field));
+        }
+        let data_bytes = data
+            .iter()
+            .map(|(k, e)| (k.len() + e.value.len() + e.secret_path.len()) as u64)
+            .fold(0u64, u64::saturating_add);
+        spend(
+            field,
+            budget,
+            cost::render_setup(source.len(), data.len(), data_bytes),
+        )
+    }
+
+    /// The fuel the render may use: its own, or what `budget` has left.
+    fn allowance(&self, field: &str, budget: &Budget) -> Result<u64, TemplateError> {
+        if budget.is_cancelled() {
+            return Err(cancelled(field));
+        }
+        match budget.allowance(self.limits.fuel) {
+            0 => Err(resource_out_of_fuel(field)),
+            allowance => Ok(allowance),
+        }
+    }
+
+    /// The error of a render that used `allowance` fuel of `budget`, as the
+    /// caller should see it: cancelled when the budget was, out of fuel
+    /// for the resource when the budget (not the render's fuel) ran out.
+    fn settle(&self, mut err: TemplateError, allowance: u64, budget: &Budget) -> TemplateError {
+        if budget.is_cancelled() {
+            return cancelled(&err.field);
+        }
+        if err.kind == ErrorKind::OutOfFuel && allowance < self.limits.fuel {
+            err = resource_out_of_fuel(&err.field);
+        }
+        err
+    }
+
+    /// Renders a Go template to bytes within `budget`. The render's state
+    /// is the engine's (fuel [`Limits::fuel`]) with the fuel beyond its
+    /// allowance used up front, so what it used is known exactly, whether
+    /// it succeeds or fails.
     fn render_go(
         &self,
         field: &str,
         source: &str,
         data: &SecretData,
+        budget: &mut Budget,
     ) -> Result<Vec<u8>, TemplateError> {
+        let allowance = self.allowance(field, budget)?;
         let limits = &self.limits;
-        stacker::grow(RENDER_STACK_BYTES, || {
+        let _scope = Scope::enter(&budget.canceller());
+        let (result, used) = stacker::grow(RENDER_STACK_BYTES, || {
             let state = self.env.empty_state();
-            gotemplate::render(&state, source, data, limits.output_bytes, limits.recursion)
-        })
-        .map_err(|e| go_error(field, source, e, data))
+            let unused = limits.fuel.saturating_sub(allowance);
+            if unused > 0 {
+                let _ = state.consume_fuel(unused);
+            }
+            let result =
+                gotemplate::render(&state, source, data, limits.output_bytes, limits.recursion);
+            let consumed = state.fuel_levels().map_or(0, |(consumed, _)| consumed);
+            (result, consumed.saturating_sub(unused))
+        });
+        budget.spend(used);
+        result.map_err(|e| self.settle(go_error(field, source, e, data), allowance, budget))
     }
 
+    /// The environment of a render that may use `allowance` fuel: the
+    /// engine's, or a copy with less fuel (cheap: its parts are shared).
+    fn env_for(&self, allowance: u64) -> Cow<'_, Environment<'static>> {
+        if allowance >= self.limits.fuel {
+            return Cow::Borrowed(&self.env);
+        }
+        let mut env = self.env.clone();
+        env.set_fuel(Some(allowance));
+        Cow::Owned(env)
+    }
+
+    /// Renders a minijinja template within `budget`. What a failed render
+    /// used is not known (minijinja keeps its state), so it is charged its
+    /// whole allowance.
     fn render_raw(
         &self,
         field: &str,
         source: &str,
         data: &SecretData,
+        budget: &mut Budget,
     ) -> Result<(String, Vec<Vec<u8>>), TemplateError> {
-        self.precheck(field, source)?;
-        let template = self
-            .env
+        let allowance = self.allowance(field, budget)?;
+        let env = self.env_for(allowance);
+        let template = env
             .template_from_named_str(field, source)
             .map_err(|err| translate(field, &err, data, false))?;
         let limit = self.limits.output_bytes;
+        let _scope = Scope::enter(&budget.canceller());
         let (result, writer) = stacker::grow(RENDER_STACK_BYTES, || {
             let mut writer = LimitedWriter {
                 buf: Vec::new(),
@@ -409,19 +606,28 @@ impl Engine {
             let result = template
                 .render_captured_to(data::context(data), &mut writer)
                 .map(|captured| {
-                    captured
-                        .state()
+                    let state = captured.state();
+                    let parts = state
                         .get_extension::<BinaryParts>()
-                        .map(|p| p.0.clone())
-                        .unwrap_or_default()
+                        .map(|p| p.parts.clone())
+                        .unwrap_or_default();
+                    let used = state.fuel_levels().map_or(0, |(consumed, _)| consumed);
+                    (parts, used)
                 })
                 .map_err(|err| translate(field, &err, data, true));
             (result, writer)
         });
+        budget.spend(match &result {
+            Ok((_, used)) => *used,
+            Err(_) => allowance,
+        });
+        if budget.is_cancelled() && result.is_err() {
+            return Err(cancelled(field));
+        }
         if writer.exceeded {
             return Err(output_too_large(field, limit));
         }
-        let parts = result?;
+        let (parts, _) = result.map_err(|e| self.settle(e, allowance, budget))?;
         let text = String::from_utf8(writer.buf).map_err(|_| {
             TemplateError::new(
                 field,
@@ -454,6 +660,41 @@ fn go_error(
     TemplateError::new(field, line, err.kind, scrub(&err.message, data))
 }
 
+/// Takes `fuel` from `budget`, or fails (the budget spent) when it has less.
+fn spend(field: &str, budget: &mut Budget, fuel: u64) -> Result<(), TemplateError> {
+    if fuel >= budget.remaining() {
+        budget.spend(fuel);
+        return Err(resource_out_of_fuel(field));
+    }
+    budget.spend(fuel);
+    Ok(())
+}
+
+/// Charges parsing `source` once more (deciding its syntax).
+fn charge_parse(field: &str, source: &str, budget: &mut Budget) -> Result<(), TemplateError> {
+    spend(field, budget, cost::parse(source.len()))
+}
+
+/// The error of a render stopped by its canceller.
+fn cancelled(field: &str) -> TemplateError {
+    TemplateError::new(
+        field,
+        None,
+        ErrorKind::Cancelled,
+        "the templates took too long to render and were stopped (too expensive)",
+    )
+}
+
+/// The error of a render whose resource's budget is spent.
+fn resource_out_of_fuel(field: &str) -> TemplateError {
+    TemplateError::new(
+        field,
+        None,
+        ErrorKind::OutOfFuel,
+        "out of fuel for this resource: its templates together do too much work",
+    )
+}
+
 fn output_too_large(field: &str, limit: usize) -> TemplateError {
     TemplateError::new(
         field,
@@ -464,7 +705,7 @@ fn output_too_large(field: &str, limit: usize) -> TemplateError {
 }
 
 /// The 1-based line of a byte offset.
-fn line_of(source: &str, pos: usize) -> usize {
+pub(crate) fn line_of(source: &str, pos: usize) -> usize {
     source[..pos.min(source.len())].matches('\n').count() + 1
 }
 
@@ -656,9 +897,17 @@ fn translate(
     use minijinja::ErrorKind as K;
     let line = err.line();
     let detail = err.detail().unwrap_or("");
-    let from_helper = std::error::Error::source(err).is_some_and(|s| s.is::<HelperFailure>());
-    if from_helper {
+    let source = std::error::Error::source(err);
+    if source.is_some_and(|s| s.is::<HelperFailure>()) {
         return TemplateError::new(field, line, ErrorKind::Function, detail);
+    }
+    if source.is_some_and(|s| s.is::<BinaryTooLarge>()) {
+        return TemplateError::new(
+            field,
+            line,
+            ErrorKind::OutputTooLarge,
+            "the binary values in the output are larger than the output limit",
+        );
     }
     let with_detail = |what: &str| {
         if detail.is_empty() {

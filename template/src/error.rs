@@ -23,7 +23,8 @@ pub enum ErrorKind {
     /// A helper function refused its input (bad base64, a PEM block that does
     /// not parse, a wrong PKCS#12 password, …).
     Function,
-    /// The render used up its fuel: too much work or too much data.
+    /// The render used up its fuel, or the resource its
+    /// [`Budget`](crate::Budget): too much work or too much data.
     OutOfFuel,
     /// The rendered output is larger than [`Limits::output_bytes`](crate::Limits).
     OutputTooLarge,
@@ -31,6 +32,10 @@ pub enum ErrorKind {
     BinaryOutput,
     /// Any other evaluation error (wrong types, nesting too deep, …).
     Render,
+    /// The render was stopped by its [`Canceller`](crate::Canceller): the
+    /// caller's deadline passed (the resource's templates are too
+    /// expensive).
+    Cancelled,
 }
 
 impl ErrorKind {
@@ -47,6 +52,7 @@ impl ErrorKind {
             ErrorKind::OutputTooLarge => "output_too_large",
             ErrorKind::BinaryOutput => "binary_output",
             ErrorKind::Render => "render",
+            ErrorKind::Cancelled => "cancelled",
         }
     }
 }

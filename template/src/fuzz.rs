@@ -1,6 +1,9 @@
 //! Property-based fuzzing of the engine with templates built from its own
 //! syntax and helpers and from random text, over random secrets: a render
-//! never panics, and its output respects the output limit. Runs on stable
+//! never panics, and its output respects the output limit. The shapes of
+//! the hostile templates that once stalled or crashed the operator (huge
+//! sizes, shared lists walked exponentially, costly key derivations,
+//! `fail` with a secret) are seeds among the fragments. Runs on stable
 //! Rust with proptest: `FUZZ_CASES` cases (256 by default, as in CI;
 //! `FUZZ_CASES=100000 cargo test --release -p kms-template fuzz` for a long
 //! run, see docs/testing.md).
@@ -67,9 +70,40 @@ fn fragment() -> impl Strategy<Value = String> {
     ]
 }
 
+/// Hostile shapes: each a whole template, or a piece that builds a huge
+/// or shared value (`$s`, `$c`, `$a`, `ns.c`) for the fragments after it.
+const SEEDS: &[&str] = &[
+    "{{ indent 100000000000 \"x\" }}",
+    "{{ nindent 3000000000 \"x\" }}",
+    "{{ indent 9223372036854775807 \"x\" }}",
+    "{{ range until 5000 }}{{ $_ := printf \"%1048576d\" 1 }}{{ end }}",
+    "{{ join (repeat 60000 \"x\") (until 100000) }}",
+    "{{ $s := repeat 1048576 \"x\" }}",
+    "{{ $s := repeat 1048576 \"x\" }}{{ regexReplaceAllLiteral \"\" $s \"yy\" }}",
+    "{{ $c := list (repeat 1048576 \"x\") }}{{ range until 10 }}{{ $c = list $c $c }}{{ end }}",
+    "{{ $a := list \"x\" }}{{ range until 40 }}{{ $a = list $a $a }}{{ end }}",
+    "{{ $_ := set (dict) \"k\" $a }}",
+    "{{ deepEqual $a $c }}",
+    "{{ toJson $c }}{{ quote $c }}{{ $c }}",
+    "{{ sha512sum $s }}",
+    "{{ $b := decodeBase64ToBytes .P.Value }}{{ range until 100000 }}{{ $_ := pkcs12certPass \"pw\" $b }}{{ end }}",
+    "{{ fail (upper .A.Value) }}",
+    "{{ .A.Value | b64enc | fail }}",
+    "{% set ns = namespace(c=['x' * 1048576]) %}{% for i in range(10) %}{% set ns.c = [ns.c, ns.c] %}{% endfor %}",
+    "{{ toJson(ns.c) }}{{ upper(ns.c) }}",
+];
+
 fn template() -> impl Strategy<Value = String> {
-    prop::collection::vec(fragment(), 0..24).prop_map(|parts| parts.concat())
+    let part = prop_oneof![
+        8 => fragment(),
+        1 => prop::sample::select(SEEDS).prop_map(str::to_owned),
+    ];
+    prop::collection::vec(part, 0..24).prop_map(|parts| parts.concat())
 }
+
+/// A PKCS#12 bundle whose MAC asks for 1,000,000 key-derivation
+/// iterations (its content is empty), base64.
+const COSTLY_BUNDLE: &str = "MFgCAQMwEQYJKoZIhvcNAQcBoAQEAjAAMEAwLzALBglghkgBZQMEAgEEIAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAABAgBAQEBAQEBAQIDD0JA";
 
 fn secrets() -> impl Strategy<Value = SecretData> {
     let value = prop_oneof![
@@ -78,11 +112,13 @@ fn secrets() -> impl Strategy<Value = SecretData> {
         Just(b"LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0t".to_vec()),
         Just(b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".to_vec()),
         Just(b"{\"kty\":\"EC\",\"crv\":\"P-256\",\"x\":\"AA\",\"y\":\"AA\"}".to_vec()),
+        Just(COSTLY_BUNDLE.as_bytes().to_vec()),
     ];
     prop::collection::btree_map(
         prop_oneof![
             Just("A".to_owned()),
             Just("B".to_owned()),
+            Just("P".to_owned()),
             Just("k-1".to_owned()),
             "[A-Z_]{1,4}"
         ],

@@ -15,8 +15,9 @@ use pkcs8::{EncodePrivateKey, EncodePublicKey, LineEnding};
 use rsa::BoxedUint;
 use serde::Deserialize;
 
-use crate::args::{arity, defined, fail, text};
-use crate::encoding::to_json_value;
+use crate::args::{arity, defined, fail, reserve, text, work};
+use crate::encoding::{PARSED_GROWTH, to_json_value};
+use crate::keys::{ED25519_FUEL, P256_FUEL, P384_FUEL, P521_FUEL, rsa_fuel};
 
 /// base64url, padding optional.
 const B64URL: GeneralPurpose = GeneralPurpose::new(
@@ -63,6 +64,7 @@ fn parse(state: &State, func: &str, input: &Value) -> Result<Jwk, Error> {
         to_json_value(state, func, input, 0)?
     } else {
         let text = text(state, func, "the JWK", input)?;
+        reserve(state, (text.len() as u64).saturating_mul(PARSED_GROWTH))?;
         serde_json::from_str(&text).map_err(|_| fail(func, "the input is not valid JSON"))?
     };
     let jwk: Jwk = serde_json::from_value(json).map_err(|_| {
@@ -138,9 +140,23 @@ macro_rules! ec_pem {
     }};
 }
 
-fn rsa_pem(func: &str, m: &Member, jwk: &Jwk, private: bool) -> Result<Value, Error> {
+fn rsa_pem(
+    state: &State,
+    func: &str,
+    m: &Member,
+    jwk: &Jwk,
+    private: bool,
+) -> Result<Value, Error> {
     let n = m.get(&jwk.n, "n")?;
     let e = m.get(&jwk.e, "e")?;
+    // A private key without its primes has them recovered from `d`: as
+    // costly as checking the key, a few times over.
+    let recover = if private && (jwk.p.is_none() || jwk.q.is_none()) {
+        4
+    } else {
+        1
+    };
+    work(state, rsa_fuel(n.len() * 4).saturating_mul(recover))?;
     if !private {
         let key = rsa::PublicKey::new(uint(&n), uint(&e))
             .map_err(|_| fail(func, "the JWK is not a valid RSA public key"))?;
@@ -202,15 +218,27 @@ fn convert(state: &State, func: &str, args: &[Value], private: bool) -> Result<V
         .ok_or_else(|| fail(func, "the JWK has no `kty` member"))?;
     let crv = jwk.crv.as_deref();
     match (kty, crv) {
-        ("RSA", _) => rsa_pem(func, &m, &jwk, private),
-        ("EC", Some("P-256")) => ec_pem!(p256, 32, func, m, &jwk, private),
-        ("EC", Some("P-384")) => ec_pem!(p384, 48, func, m, &jwk, private),
-        ("EC", Some("P-521")) => ec_pem!(p521, 66, func, m, &jwk, private),
+        ("RSA", _) => rsa_pem(state, func, &m, &jwk, private),
+        ("EC", Some("P-256")) => {
+            work(state, P256_FUEL)?;
+            ec_pem!(p256, 32, func, m, &jwk, private)
+        }
+        ("EC", Some("P-384")) => {
+            work(state, P384_FUEL)?;
+            ec_pem!(p384, 48, func, m, &jwk, private)
+        }
+        ("EC", Some("P-521")) => {
+            work(state, P521_FUEL)?;
+            ec_pem!(p521, 66, func, m, &jwk, private)
+        }
         ("EC", _) => Err(fail(
             func,
             "unsupported EC curve (supported: P-256, P-384, P-521)",
         )),
-        ("OKP", Some("Ed25519")) => ed25519_pem(func, &m, &jwk, private),
+        ("OKP", Some("Ed25519")) => {
+            work(state, ED25519_FUEL)?;
+            ed25519_pem(func, &m, &jwk, private)
+        }
         ("OKP", _) => Err(fail(func, "unsupported OKP curve (supported: Ed25519)")),
         ("oct", _) => Err(fail(func, "symmetric (`oct`) keys have no PEM form")),
         _ => Err(fail(func, "unsupported key type (supported: RSA, EC, OKP)")),

@@ -5,12 +5,70 @@
 //!
 //! Supported algorithms: RSA, ECDSA on P-256, P-384 and P-521, Ed25519.
 
-use minijinja::Error;
+use minijinja::{Error, State};
 use pkcs8::{DecodePrivateKey, DecodePublicKey, EncodePrivateKey, EncodePublicKey};
 use rsa::pkcs1::DecodeRsaPrivateKey;
 
-use crate::args::fail;
+use crate::args::{fail, work};
 use crate::pemutil;
+
+/// Fuel of an EC key on P-256 (reading it and deriving its public key:
+/// a scalar multiplication or two, about 0.6 ms).
+pub(crate) const P256_FUEL: u64 = 20_000;
+
+/// Fuel of an EC key on P-384 (about 2 ms).
+pub(crate) const P384_FUEL: u64 = 72_000;
+
+/// Fuel of an EC key on P-521 (about 1.5 ms).
+pub(crate) const P521_FUEL: u64 = 48_000;
+
+/// Fuel of an Ed25519 key (about 40 µs).
+pub(crate) const ED25519_FUEL: u64 = 2_000;
+
+/// Fuel of an RSA key besides its size.
+const RSA_BASE_FUEL: u64 = 2_000;
+
+/// Fuel per KiB³ of an RSA key's DER: reading it checks it with
+/// arithmetic on its modulus, which grows with the cube of its size (a
+/// 4096-bit key, 2.3 KiB, takes about 0.4 ms; a 16384-bit one, 28 ms).
+const RSA_KIB3_FUEL: u64 = 1_000;
+
+/// Fuel of an RSA key of `der_len` bytes of DER.
+pub(crate) fn rsa_fuel(der_len: usize) -> u64 {
+    let kib = (der_len as u64).div_ceil(1024);
+    RSA_BASE_FUEL.saturating_add(kib.saturating_pow(3).saturating_mul(RSA_KIB3_FUEL))
+}
+
+/// The most an EC key costs, when its curve is not known yet.
+const EC_FUEL: u64 = P384_FUEL;
+
+const RSA_OID: pkcs8::ObjectIdentifier =
+    pkcs8::ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.1");
+const ED25519_OID: pkcs8::ObjectIdentifier = pkcs8::ObjectIdentifier::new_unwrap("1.3.101.112");
+const P256_OID: pkcs8::ObjectIdentifier =
+    pkcs8::ObjectIdentifier::new_unwrap("1.2.840.10045.3.1.7");
+const P384_OID: pkcs8::ObjectIdentifier = pkcs8::ObjectIdentifier::new_unwrap("1.3.132.0.34");
+const P521_OID: pkcs8::ObjectIdentifier = pkcs8::ObjectIdentifier::new_unwrap("1.3.132.0.35");
+
+/// Fuel of reading the PKCS#8 key `der`, from its algorithm (read without
+/// any arithmetic), before the key itself is read.
+fn pkcs8_fuel(der: &[u8]) -> u64 {
+    let Ok(info) = pkcs8::PrivateKeyInfoRef::try_from(der) else {
+        return RSA_BASE_FUEL;
+    };
+    let curve = info
+        .algorithm
+        .parameters
+        .and_then(|p| p.decode_as::<pkcs8::ObjectIdentifier>().ok());
+    match (info.algorithm.oid, curve) {
+        (RSA_OID, _) => rsa_fuel(der.len()),
+        (ED25519_OID, _) => ED25519_FUEL,
+        (_, Some(P256_OID)) => P256_FUEL,
+        (_, Some(P384_OID)) => P384_FUEL,
+        (_, Some(P521_OID)) => P521_FUEL,
+        _ => EC_FUEL,
+    }
+}
 
 /// A private key in PKCS#8 form with its public key (SubjectPublicKeyInfo).
 pub(crate) struct PrivateKey {
@@ -81,8 +139,9 @@ fn ed25519_key(func: &str, key: ed25519_dalek::SigningKey) -> Result<PrivateKey,
     })
 }
 
-/// Reads a PKCS#8 DER private key of a supported algorithm.
-pub(crate) fn from_pkcs8(func: &str, der: &[u8]) -> Result<PrivateKey, Error> {
+/// Reads a PKCS#8 DER private key of a supported algorithm (charged first).
+pub(crate) fn from_pkcs8(state: &State, func: &str, der: &[u8]) -> Result<PrivateKey, Error> {
+    work(state, pkcs8_fuel(der))?;
     if let Ok(key) = p256::SecretKey::from_pkcs8_der(der) {
         return ec_key!(func, key);
     }
@@ -104,7 +163,8 @@ pub(crate) fn from_pkcs8(func: &str, der: &[u8]) -> Result<PrivateKey, Error> {
     ))
 }
 
-fn from_sec1(func: &str, der: &[u8]) -> Result<PrivateKey, Error> {
+fn from_sec1(state: &State, func: &str, der: &[u8]) -> Result<PrivateKey, Error> {
+    work(state, EC_FUEL)?;
     if let Ok(key) = p256::SecretKey::from_sec1_der(der) {
         return ec_key!(func, key);
     }
@@ -120,18 +180,19 @@ fn from_sec1(func: &str, der: &[u8]) -> Result<PrivateKey, Error> {
     ))
 }
 
-fn from_pkcs1(func: &str, der: &[u8]) -> Result<PrivateKey, Error> {
+fn from_pkcs1(state: &State, func: &str, der: &[u8]) -> Result<PrivateKey, Error> {
+    work(state, rsa_fuel(der.len()))?;
     let key = rsa::PrivateKey::from_pkcs1_der(der)
         .map_err(|_| fail(func, "the RSA private key is not valid"))?;
     rsa_key(func, key)
 }
 
 /// Reads the first private key block of a PEM text.
-pub(crate) fn from_pem(func: &str, input: &str) -> Result<PrivateKey, Error> {
-    for block in pemutil::parse(func, input)? {
+pub(crate) fn from_pem(state: &State, func: &str, input: &str) -> Result<PrivateKey, Error> {
+    for block in pemutil::parse(state, func, input)? {
         let tag = block.tag().to_ascii_uppercase();
         match tag.as_str() {
-            "PRIVATE KEY" => return from_pkcs8(func, block.contents()),
+            "PRIVATE KEY" => return from_pkcs8(state, func, block.contents()),
             "RSA PRIVATE KEY" => {
                 if block.headers().get("Proc-Type").is_some() {
                     return Err(fail(
@@ -139,7 +200,7 @@ pub(crate) fn from_pem(func: &str, input: &str) -> Result<PrivateKey, Error> {
                         "the private key is encrypted; only unencrypted keys are supported",
                     ));
                 }
-                return from_pkcs1(func, block.contents());
+                return from_pkcs1(state, func, block.contents());
             }
             "EC PRIVATE KEY" => {
                 if block.headers().get("Proc-Type").is_some() {
@@ -148,7 +209,7 @@ pub(crate) fn from_pem(func: &str, input: &str) -> Result<PrivateKey, Error> {
                         "the private key is encrypted; only unencrypted keys are supported",
                     ));
                 }
-                return from_sec1(func, block.contents());
+                return from_sec1(state, func, block.contents());
             }
             "ENCRYPTED PRIVATE KEY" => {
                 return Err(fail(

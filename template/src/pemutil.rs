@@ -15,7 +15,14 @@ use minijinja::{Error, State, Value};
 use x509_parser::extensions::ParsedExtension;
 use x509_parser::prelude::FromDer;
 
-use crate::args::{arity, fail, text};
+use crate::args::{arity, fail, reserve_usize, text, work};
+use crate::cost;
+
+/// Fuel of parsing one certificate, besides its bytes.
+const CERT_FUEL: u64 = 200;
+
+/// DER bytes of a certificate one fuel pays for when parsed.
+const CERT_BYTES_PER_FUEL: u64 = 16;
 
 /// Encodes one PEM block.
 pub(crate) fn encode(tag: &str, der: &[u8]) -> String {
@@ -25,8 +32,11 @@ pub(crate) fn encode(tag: &str, der: &[u8]) -> String {
     )
 }
 
-/// Parses every PEM block of `input`. Text between blocks is skipped.
-pub(crate) fn parse(func: &str, input: &str) -> Result<Vec<pem::Pem>, Error> {
+/// Parses every PEM block of `input`. Text between blocks is skipped. The
+/// scan and the decoded blocks are charged first.
+pub(crate) fn parse(state: &State, func: &str, input: &str) -> Result<Vec<pem::Pem>, Error> {
+    work(state, cost::bytes_usize(input.len()))?;
+    reserve_usize(state, input.len())?;
     pem::parse_many(input).map_err(|_| fail(func, "the input holds a malformed PEM block"))
 }
 
@@ -50,7 +60,8 @@ pub(crate) fn filter_pem(state: &State, args: &[Value]) -> Result<Value, Error> 
     arity("filterPEM", args, 2, 2)?;
     let wanted = text(state, "filterPEM", "the PEM type", &args[0])?;
     let input = text(state, "filterPEM", "the input", &args[1])?;
-    let blocks = parse("filterPEM", &input)?;
+    let blocks = parse(state, "filterPEM", &input)?;
+    reserve_usize(state, input.len().saturating_mul(2))?;
     let mut out = String::new();
     for block in blocks
         .iter()
@@ -83,8 +94,12 @@ pub(crate) struct CertInfo {
 }
 
 impl CertInfo {
-    /// Parses a DER certificate.
-    pub(crate) fn from_der(func: &str, der: &[u8]) -> Result<CertInfo, Error> {
+    /// Parses a DER certificate (charged first).
+    pub(crate) fn from_der(state: &State, func: &str, der: &[u8]) -> Result<CertInfo, Error> {
+        work(
+            state,
+            CERT_FUEL.saturating_add((der.len() as u64).div_ceil(CERT_BYTES_PER_FUEL)),
+        )?;
         let (_, cert) = x509_parser::certificate::X509Certificate::from_der(der)
             .map_err(|_| fail(func, "a certificate does not parse as X.509"))?;
         let mut aki = None;
@@ -133,13 +148,14 @@ impl CertInfo {
 
 /// Parses the `CERTIFICATE` blocks of a PEM text (other blocks are skipped),
 /// dropping exact duplicates.
-pub(crate) fn certificates(func: &str, input: &str) -> Result<Vec<CertInfo>, Error> {
+pub(crate) fn certificates(state: &State, func: &str, input: &str) -> Result<Vec<CertInfo>, Error> {
     let mut certs: Vec<CertInfo> = Vec::new();
-    for block in parse(func, input)? {
+    for block in parse(state, func, input)? {
         if !block.tag().eq_ignore_ascii_case("CERTIFICATE") {
             continue;
         }
-        let info = CertInfo::from_der(func, block.contents())?;
+        let info = CertInfo::from_der(state, func, block.contents())?;
+        work(state, cost::nodes(certs.len() as u64))?;
         if !certs.iter().any(|c| c.der == info.der) {
             certs.push(info);
         }
@@ -155,10 +171,16 @@ pub(crate) struct Ordered {
     pub complete: bool,
 }
 
+/// Fuel of [`order`]ing `n` certificates (it compares every pair).
+pub(crate) fn order_fuel(n: usize) -> u64 {
+    cost::nodes((n as u64).saturating_mul(n as u64))
+}
+
 /// Orders `certs` leaf → intermediates → root. The walk starts at `leaf`
 /// when given (the certificate of a PKCS#12 key), else at the one
 /// certificate that issued no other. When that is ambiguous the input
 /// order is kept; certificates the walk does not reach follow in input order.
+/// The caller charges [`order_fuel`] first.
 pub(crate) fn order(certs: &[CertInfo], leaf: Option<usize>) -> Ordered {
     let n = certs.len();
     let start = leaf.or_else(|| {
@@ -178,20 +200,22 @@ pub(crate) fn order(certs: &[CertInfo], leaf: Option<usize>) -> Ordered {
         };
     };
     let mut order = vec![start];
+    let mut placed = vec![false; n];
+    placed[start] = true;
     let mut current = start;
     while !certs[current].is_root() {
-        let next = (0..n).find(|&j| !order.contains(&j) && certs[current].issued_by(&certs[j]));
+        let next = (0..n).find(|&j| !placed[j] && certs[current].issued_by(&certs[j]));
         match next {
             Some(j) => {
                 order.push(j);
+                placed[j] = true;
                 current = j;
             }
             None => break,
         }
     }
     let complete = order.len() == n;
-    let rest: Vec<usize> = (0..n).filter(|i| !order.contains(i)).collect();
-    order.extend(rest);
+    order.extend((0..n).filter(|&i| !placed[i]));
     Ordered { order, complete }
 }
 
@@ -209,11 +233,13 @@ pub(crate) fn filter_cert_chain(state: &State, args: &[Value]) -> Result<Value, 
         ));
     }
     let input = text(state, FUNC, "the input", &args[1])?;
-    let certs = certificates(FUNC, &input)?;
+    let certs = certificates(state, FUNC, &input)?;
     if certs.is_empty() {
         return Err(fail(FUNC, "the input holds no certificate"));
     }
+    work(state, order_fuel(certs.len()))?;
     let ordered = order(&certs, None);
+    reserve_usize(state, input.len().saturating_mul(2))?;
     if !ordered.complete {
         return Err(fail(FUNC, "the certificates do not form a single chain"));
     }

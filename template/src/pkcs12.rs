@@ -2,8 +2,10 @@
 //!
 //! Readers (`pkcs12key`, `pkcs12keyPass`, `pkcs12cert`, `pkcs12certPass`)
 //! take the binary bundle (a bytes value, usually from
-//! `decodeBase64ToBytes`) and decode it with `p12-keystore`: modern
-//! (PBES2/AES) and legacy (RC2, 3DES) encryption, with or without MAC.
+//! `decodeBase64ToBytes`) and decode it with [`crate::keystore`]: modern
+//! (PBES2/AES) and legacy (RC2, 3DES) encryption, with or without MAC, at
+//! most [`keystore::MAX_ITERATIONS`] iterations per key derivation, each
+//! derivation charged before it runs.
 //!
 //! Writers (`pemToPkcs12`, `pemToPkcs12Pass`, `fullPemToPkcs12`,
 //! `fullPemToPkcs12Pass`) return the bundle base64-encoded. They build it
@@ -16,14 +18,13 @@
 //! anyone who does not hold it, and identical inputs give identical bytes.
 //! Encryption: PBES2 (PBKDF2-HMAC-SHA256, AES-256-CBC), MAC HMAC-SHA256,
 //! both with [`ITERATIONS`] iterations — what OpenSSL 3 and Java read by
-//! default.
+//! default. The derivations are charged before they run, like the
+//! readers'.
 
 use der::asn1::{ObjectIdentifier, OctetString, OctetStringRef, SetOfVec};
 use der::{Any, Decode, Encode};
 use hmac::{KeyInit, Mac};
 use minijinja::{Error, State, Value};
-use p12_keystore::Pkcs12Archive;
-use p12_keystore::error::Error as P12Error;
 use pkcs5::pbes2;
 use pkcs12::cms::cert::x509::attr::{Attribute, AttributeValue, Attributes};
 use pkcs12::cms::cert::x509::spki::AlgorithmIdentifierOwned;
@@ -36,10 +37,11 @@ use pkcs12::{CertBag, DigestInfo, MacData, SafeBag};
 use sha1::Sha1;
 use sha2::{Digest, Sha256};
 
-use crate::args::{arity, binary, fail, text};
+use crate::args::{arity, binary, fail, reserve_usize, text, work};
 use crate::encoding::encode_base64;
-use crate::keys;
+use crate::keystore::{self, Archive, WRITER_HASH, pbkdf2_fuel, pkcs12_kdf_fuel};
 use crate::pemutil::{self, CertInfo};
+use crate::{cost, keys};
 
 /// Key-derivation and MAC iterations of the bundles we write.
 pub(crate) const ITERATIONS: u32 = 10_000;
@@ -59,43 +61,12 @@ const SHROUDED_KEY_BAG_OID: ObjectIdentifier =
 
 // ---------------------------------------------------------------- readers
 
-/// Whether the bytes look like base64 text (a bundle not yet decoded).
-fn looks_like_base64(data: &[u8]) -> bool {
-    data.len() >= 16
-        && data
-            .iter()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'=' | b'\r' | b'\n'))
-}
-
-fn read_error(func: &str, err: &P12Error, data: &[u8]) -> Error {
-    match err {
-        P12Error::MacError(_) => fail(func, "wrong password, or the bundle is corrupted"),
-        P12Error::UnpadError | P12Error::Pkcs5Error(_) => fail(
-            func,
-            "decryption failed: wrong password, or the bundle is corrupted",
-        ),
-        P12Error::InvalidParameters => fail(
-            func,
-            "the bundle's encryption parameters are invalid or too costly (over 1,000,000 iterations)",
-        ),
-        P12Error::UnsupportedEncryptionScheme | P12Error::UnsupportedMacAlgorithm => fail(
-            func,
-            "the bundle uses an unsupported encryption or MAC algorithm",
-        ),
-        _ if looks_like_base64(data) => fail(
-            func,
-            "the input is not a PKCS#12 bundle; it looks like base64, decode it first with decodeBase64ToBytes",
-        ),
-        _ => fail(func, "the input is not a valid PKCS#12 bundle"),
-    }
-}
-
-fn read(state: &State, func: &str, password: &str, bundle: &Value) -> Result<Pkcs12Archive, Error> {
+fn read(state: &State, func: &str, password: &str, bundle: &Value) -> Result<Archive, Error> {
     let data = binary(state, func, "the bundle", bundle)?;
     if data.len() > MAX_BUNDLE_BYTES {
         return Err(fail(func, "the bundle is larger than 1 MiB"));
     }
-    Pkcs12Archive::from_pkcs12(data, password).map_err(|e| read_error(func, &e, data))
+    keystore::read(state, func, data, password)
 }
 
 /// The (password, bundle) arguments of a reader.
@@ -117,7 +88,7 @@ fn reader_args<'a>(
     }
 }
 
-fn key_of(func: &str, archive: &Pkcs12Archive) -> Result<usize, Error> {
+fn key_of(func: &str, archive: &Archive) -> Result<usize, Error> {
     match archive.keys.len() {
         0 => Err(fail(func, "the bundle holds no private key")),
         1 => Ok(0),
@@ -132,10 +103,8 @@ fn key_pem(state: &State, func: &str, args: &[Value], with_password: bool) -> Re
     let (password, bundle) = reader_args(state, func, args, with_password)?;
     let archive = read(state, func, &password, bundle)?;
     let key = &archive.keys[key_of(func, &archive)?];
-    Ok(Value::from(pemutil::encode(
-        "PRIVATE KEY",
-        key.key.as_der(),
-    )))
+    reserve_usize(state, key.der.len().saturating_mul(2))?;
+    Ok(Value::from(pemutil::encode("PRIVATE KEY", &key.der)))
 }
 
 fn cert_pem(
@@ -149,11 +118,12 @@ fn cert_pem(
     let mut certs: Vec<CertInfo> = Vec::new();
     let mut key_ids: Vec<Option<Vec<u8>>> = Vec::new();
     for bag in &archive.certs {
-        let der = bag.cert.as_der();
+        let der = bag.der.as_slice();
+        work(state, cost::nodes(certs.len() as u64))?;
         if certs.iter().any(|c| c.der == der) {
             continue;
         }
-        certs.push(CertInfo::from_der(func, der)?);
+        certs.push(CertInfo::from_der(state, func, der)?);
         key_ids.push(bag.local_key_id.clone());
     }
     if certs.is_empty() {
@@ -169,13 +139,16 @@ fn cert_pem(
                     .position(|k| k.as_deref() == Some(id.as_ref()))
             });
             by_id.or_else(|| {
-                let parsed = keys::from_pkcs8(func, key.key.as_der()).ok()?;
+                let parsed = keys::from_pkcs8(state, func, &key.der).ok()?;
                 certs.iter().position(|c| keys::matches(&parsed, &c.spki))
             })
         }
         _ => None,
     };
+    work(state, pemutil::order_fuel(certs.len()))?;
     let ordered = pemutil::order(&certs, leaf);
+    let der_bytes: usize = certs.iter().map(|c| c.der.len()).sum();
+    reserve_usize(state, der_bytes.saturating_mul(2))?;
     let mut out = String::new();
     for i in ordered.order {
         out.push_str(&pemutil::encode("CERTIFICATE", &certs[i].der));
@@ -244,14 +217,18 @@ fn asn1(func: &str) -> impl Fn(der::Error) -> Error + '_ {
     move |_| fail(func, "the bundle cannot be encoded")
 }
 
-/// PBES2 (PBKDF2-HMAC-SHA256, AES-256-CBC) encryption of `data`.
+/// PBES2 (PBKDF2-HMAC-SHA256, AES-256-CBC) encryption of `data`, its
+/// derivation charged first.
 fn encrypt(
+    state: &State,
     func: &str,
     derivation: &Derivation,
     label: &str,
     password: &str,
     data: &[u8],
 ) -> Result<(AlgorithmIdentifierOwned, Vec<u8>), Error> {
+    work(state, pbkdf2_fuel(WRITER_HASH, ITERATIONS, 32))?;
+    work(state, cost::bytes_usize(data.len()))?;
     let salt: [u8; 16] = derivation.bytes(func, &format!("{label} salt"))?;
     let iv: [u8; 16] = derivation.bytes(func, &format!("{label} iv"))?;
     let params = pbes2::Parameters::generate_pbkdf2_sha256_aes256cbc(ITERATIONS, &salt, iv)
@@ -287,6 +264,7 @@ fn local_key_id_attributes(func: &str, id: &[u8]) -> Result<Attributes, Error> {
 /// Builds the DER of a PKCS#12 bundle: the key, the leaf (`chain[0]`) and
 /// the CA certificates.
 fn build(
+    state: &State,
     func: &str,
     password: &str,
     key: &keys::PrivateKey,
@@ -313,6 +291,7 @@ fn build(
         });
     }
     let (alg, encrypted) = encrypt(
+        state,
         func,
         &derivation,
         "certificates",
@@ -338,7 +317,7 @@ fn build(
     };
 
     // The key, as a shrouded key bag in a plain safe.
-    let (alg, encrypted) = encrypt(func, &derivation, "key", password, &key.pkcs8)?;
+    let (alg, encrypted) = encrypt(state, func, &derivation, "key", password, &key.pkcs8)?;
     let key_bag = SafeBag {
         bag_id: SHROUDED_KEY_BAG_OID,
         bag_value: EncryptedPrivateKeyInfo {
@@ -363,6 +342,7 @@ fn build(
     // The authenticated safe and its MAC.
     let safes = vec![certs_safe, keys_safe].to_der().map_err(asn1(func))?;
     let mac_salt: [u8; 16] = derivation.bytes(func, "mac salt")?;
+    work(state, pkcs12_kdf_fuel(WRITER_HASH, ITERATIONS, 32))?;
     let mac_key = pkcs12::kdf::derive_key_utf8::<Sha256>(
         password,
         &mac_salt,
@@ -419,7 +399,7 @@ fn write(
     } else {
         String::new()
     };
-    let certs = pemutil::certificates(func, &cert_input)?;
+    let certs = pemutil::certificates(state, func, &cert_input)?;
     if certs.is_empty() {
         return Err(fail(
             func,
@@ -431,14 +411,15 @@ fn write(
     } else {
         vec![&certs[0]]
     };
-    let key = keys::from_pem(func, &key_input)?;
+    let key = keys::from_pem(state, func, &key_input)?;
     if !keys::matches(&key, &chain[0].spki) {
         return Err(fail(
             func,
             "the private key does not belong to the (first) certificate",
         ));
     }
-    let der = build(func, &password, &key, &chain)?;
+    let der = build(state, func, &password, &key, &chain)?;
+    reserve_usize(state, der.len().saturating_mul(2))?;
     Ok(Value::from(encode_base64(&der)))
 }
 

@@ -30,6 +30,24 @@ fn secrets(pairs: &[(&str, &str)]) -> SecretData {
     data(pairs)
 }
 
+/// Checks what our reader read against an independent reader,
+/// `p12-keystore`: the same key, byte for byte, and the same certificates.
+fn agrees_with_p12_keystore(bundle: &[u8], password: &str, key_pem: &str, certs_pem: &str) {
+    let theirs = p12_keystore::Pkcs12Archive::from_pkcs12(bundle, password).unwrap();
+    assert_eq!(theirs.keys.len(), 1);
+    assert_eq!(der(key_pem), theirs.keys[0].key.as_der());
+    let mut ours = pem_ders(certs_pem);
+    let mut their_certs: Vec<Vec<u8>> = theirs
+        .certs
+        .iter()
+        .map(|c| c.cert.as_der().to_vec())
+        .collect();
+    ours.sort();
+    their_certs.sort();
+    their_certs.dedup();
+    assert_eq!(ours, their_certs);
+}
+
 /// The P-256 scalar of a PKCS#8 PEM key (to compare keys across encodings).
 fn p256_scalar(key_pem: &str) -> Vec<u8> {
     p256::SecretKey::from_pkcs8_pem(key_pem)
@@ -50,6 +68,7 @@ fn pem_to_pkcs12_round_trip_without_password() {
     let key = ok("{{ P12.Value | decodeBase64ToBytes | pkcs12key }}", &d);
     assert!(key.starts_with("-----BEGIN PRIVATE KEY-----\n"));
     assert_eq!(p256_scalar(&key), p256_scalar(&pki.leaf.key));
+    agrees_with_p12_keystore(&unb64(&p12), "", &key, &cert);
 }
 
 #[test]
@@ -266,6 +285,7 @@ fn legacy_bundles_from_vectors() {
             &d,
         );
         assert_eq!(p256_scalar(&k), p256_scalar(key));
+        agrees_with_p12_keystore(&unb64(file), password, &k, &certs);
     }
 }
 
@@ -606,6 +626,7 @@ fn we_read_what_openssl_writes() {
             &d,
         );
         assert_eq!(p256_scalar(&key), p256_scalar(&pki.leaf.key), "{name}");
+        agrees_with_p12_keystore(&p12, pass, &key, &certs);
         if pass.is_empty() {
             assert_eq!(
                 certs,

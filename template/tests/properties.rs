@@ -14,6 +14,7 @@ fn limits() -> Limits {
         output_bytes: 64 * 1024,
         fuel: 20_000,
         recursion: 32,
+        ..Limits::default()
     }
 }
 

@@ -11,15 +11,21 @@
 //!
 //! Every step burns fuel from the render's minijinja state, so a hostile
 //! template runs out of fuel instead of looping; nesting is bounded by the
-//! recursion limit, the output by the output limit.
+//! recursion limit, the output by the output limit (checked while a value
+//! is printed, not after). Every step also checks the render's canceller.
+//! Functions charge their own work through [`Ctx`] before doing it.
+
+use std::cell::RefCell;
+use std::rc::Rc;
 
 use minijinja::State;
 
-use super::fmt::{TooDeep, print_action};
+use super::fmt::{PrintError, Sink, print_action};
 use super::funcs::{self, Call, Func, Ty};
 use super::parse::{Arg, Cmd, Control, Node, Number, Pipe, Tree};
 use super::value::{Elem, V};
 use crate::error::ErrorKind;
+use crate::{budget, cost};
 
 /// An execution error: where, what kind, and a message without secrets.
 #[derive(Debug)]
@@ -39,16 +45,6 @@ impl ExecError {
     }
 }
 
-impl From<TooDeep> for ExecError {
-    fn from(_: TooDeep) -> ExecError {
-        ExecError {
-            pos: None,
-            kind: ErrorKind::Render,
-            message: "a value is nested too deep to print".into(),
-        }
-    }
-}
-
 /// What a function returns when it fails.
 #[derive(Debug)]
 pub(crate) enum FnError {
@@ -58,27 +54,147 @@ pub(crate) enum FnError {
     Fuel,
     /// A helper refused its input (message safe to show).
     Helper(String),
+    /// The template called `fail` (its message is not shown: it is
+    /// usually built from a secret).
+    Fail,
+    /// The render was cancelled.
+    Cancelled,
 }
 
-impl From<TooDeep> for FnError {
-    fn from(_: TooDeep) -> FnError {
-        FnError::Msg("a value is nested too deep".into())
+impl From<PrintError> for FnError {
+    fn from(e: PrintError) -> FnError {
+        match e {
+            PrintError::TooDeep => FnError::Msg("a value is nested too deep".into()),
+            PrintError::Full => FnError::Fuel,
+        }
     }
 }
 
-/// What functions get besides their arguments: fuel accounting and the
-/// minijinja state the operator helpers are written against.
+/// Most regular expressions a render keeps compiled.
+const REGEX_CACHE: usize = 8;
+
+/// What functions get besides their arguments: fuel accounting, the
+/// minijinja state the operator helpers are written against, the template
+/// source (to tell a key the template wrote from one it computed) and the
+/// regular expressions compiled so far.
 pub(crate) struct Ctx<'a, 'env> {
     /// The render's state (fuel).
     pub state: &'a State<'env, 'env>,
+    /// The template's source.
+    source: &'a str,
+    /// Compiled regular expressions, by pattern.
+    regexes: RefCell<Vec<(String, Rc<regex::Regex>)>>,
 }
 
-impl Ctx<'_, '_> {
-    /// Charges fuel for about `bytes` bytes of new data.
-    pub fn charge(&self, bytes: usize) -> Result<(), FnError> {
-        self.state
-            .consume_fuel((bytes / 64) as u64 + 1)
-            .map_err(|_| FnError::Fuel)
+impl<'a, 'env> Ctx<'a, 'env> {
+    /// The context of a render of `source`.
+    pub fn new(state: &'a State<'env, 'env>, source: &'a str) -> Self {
+        Ctx {
+            state,
+            source,
+            regexes: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// Charges `fuel` for work about to be done; fails when the render was
+    /// cancelled.
+    pub fn work(&self, fuel: u64) -> Result<(), FnError> {
+        if budget::cancelled() {
+            return Err(FnError::Cancelled);
+        }
+        self.state.consume_fuel(fuel).map_err(|_| FnError::Fuel)
+    }
+
+    /// Charges the fuel of `bytes` bytes about to be produced, before they
+    /// are allocated: more than the fuel left can pay for fails.
+    pub fn reserve(&self, bytes: u64) -> Result<(), FnError> {
+        self.work(cost::bytes(bytes))
+    }
+
+    /// [`reserve`](Self::reserve) for a `usize` size.
+    pub fn reserve_usize(&self, bytes: usize) -> Result<(), FnError> {
+        self.reserve(bytes as u64)
+    }
+
+    /// The fuel left.
+    pub fn fuel_left(&self) -> u64 {
+        crate::args::fuel_left(self.state)
+    }
+
+    /// A sink for text a function builds: as many bytes and nodes as the
+    /// fuel left can pay for.
+    pub fn sink(&self) -> Sink {
+        let fuel = self.fuel_left();
+        Sink::new(cost::bytes_for(fuel), fuel / cost::NODE.max(1))
+    }
+
+    /// Charges what was written into `sink`.
+    pub fn charge_sink(&self, sink: &Sink) -> Result<(), FnError> {
+        self.work(cost::bytes_usize(sink.len()).saturating_add(cost::nodes(sink.nodes())))
+    }
+
+    /// Text built by `write` into a sink the fuel left bounds, charged.
+    pub fn print(
+        &self,
+        write: impl FnOnce(&mut Sink) -> Result<(), PrintError>,
+    ) -> Result<Vec<u8>, FnError> {
+        if budget::cancelled() {
+            return Err(FnError::Cancelled);
+        }
+        let mut sink = self.sink();
+        match write(&mut sink) {
+            Ok(()) => {}
+            Err(PrintError::Full) => {
+                // The sink held all the fuel could pay for: the work done
+                // uses it up.
+                let _ = self.state.consume_fuel(u64::MAX);
+                return Err(FnError::Fuel);
+            }
+            Err(e) => {
+                self.charge_sink(&sink)?;
+                return Err(e.into());
+            }
+        }
+        self.charge_sink(&sink)?;
+        Ok(sink.into_bytes())
+    }
+
+    /// A key for an error message: the key itself when the template's
+    /// source holds it (the template wrote it), else only its length (it
+    /// may have been computed from a secret value).
+    pub fn shown_key(&self, key: &str) -> String {
+        if !key.is_empty() && self.source.contains(key) {
+            format!("{key:?}")
+        } else {
+            format!("computed by the template ({} bytes)", key.len())
+        }
+    }
+
+    /// The compiled regular expression of `pattern`: from this render's
+    /// cache, or compiled (and charged) now. A pattern whose program is
+    /// larger than [`cost::REGEX_PROGRAM_BYTES`] is refused.
+    pub fn regex(&self, pattern: &str) -> Result<Rc<regex::Regex>, FnError> {
+        if let Some((_, re)) = self.regexes.borrow().iter().find(|(p, _)| p == pattern) {
+            return Ok(re.clone());
+        }
+        self.work(cost::REGEX_COMPILE.saturating_add(cost::bytes_usize(pattern.len())))?;
+        let re = regex::RegexBuilder::new(pattern)
+            .size_limit(cost::REGEX_PROGRAM_BYTES)
+            .dfa_size_limit(cost::REGEX_DFA_BYTES)
+            .build()
+            .map_err(|_| {
+                FnError::Msg(format!(
+                    "error parsing regexp: invalid pattern, or its program is larger than {} KiB",
+                    cost::REGEX_PROGRAM_BYTES / 1024
+                ))
+            })?;
+        let re = Rc::new(re);
+        let mut cache = self.regexes.borrow_mut();
+        if cache.len() >= REGEX_CACHE {
+            cache.remove(0);
+        }
+        cache.push((pattern.to_owned(), re.clone()));
+        Ok(re)
     }
 }
 
@@ -109,16 +225,33 @@ fn out_of_fuel() -> ExecError {
     }
 }
 
+fn cancelled() -> ExecError {
+    ExecError {
+        pos: None,
+        kind: ErrorKind::Cancelled,
+        message: "the render was cancelled".into(),
+    }
+}
+
+fn output_too_large(limit: usize) -> ExecError {
+    ExecError {
+        pos: None,
+        kind: ErrorKind::OutputTooLarge,
+        message: format!("the output is larger than the limit of {limit} bytes"),
+    }
+}
+
 impl<'a, 'env> Exec<'a, 'env> {
-    /// A new execution.
+    /// A new execution of `tree`, parsed from `source`.
     pub fn new(
         state: &'a State<'env, 'env>,
+        source: &'a str,
         tree: &'a Tree,
         out_limit: usize,
         max_depth: usize,
     ) -> Self {
         Exec {
-            ctx: Ctx { state },
+            ctx: Ctx::new(state, source),
             tree,
             out: Vec::new(),
             out_limit,
@@ -137,23 +270,50 @@ impl<'a, 'env> Exec<'a, 'env> {
     }
 
     fn fuel(&self, n: u64) -> R<()> {
+        if budget::cancelled() {
+            return Err(cancelled());
+        }
         self.ctx.state.consume_fuel(n).map_err(|_| out_of_fuel())
     }
 
     fn write(&mut self, bytes: &[u8]) -> R<()> {
-        self.fuel(bytes.len() as u64 / 64)?;
-        if self.out.len() + bytes.len() > self.out_limit {
-            return Err(ExecError {
-                pos: None,
-                kind: ErrorKind::OutputTooLarge,
-                message: format!(
-                    "the output is larger than the limit of {} bytes",
-                    self.out_limit
-                ),
-            });
+        self.fuel(bytes.len() as u64 / cost::BYTES_PER_FUEL)?;
+        if bytes.len() > self.out_limit - self.out.len() {
+            return Err(output_too_large(self.out_limit));
         }
         self.out.extend_from_slice(bytes);
         Ok(())
+    }
+
+    /// Prints `value` (`{{ value }}`) into the output, through a sink that
+    /// stops at the output limit or when the fuel left cannot pay for more.
+    fn print(&mut self, value: &V) -> R<()> {
+        let room = (self.out_limit - self.out.len()) as u64;
+        let fuel = self.ctx.fuel_left();
+        let fuel_bytes = cost::bytes_for(fuel);
+        let mut sink = Sink::new(room.min(fuel_bytes), fuel / cost::NODE.max(1));
+        match print_action(&mut sink, value) {
+            Ok(()) => {}
+            Err(PrintError::TooDeep) => {
+                return Err(ExecError {
+                    pos: None,
+                    kind: ErrorKind::Render,
+                    message: "a value is nested too deep to print".into(),
+                });
+            }
+            Err(PrintError::Full) if room <= fuel_bytes && sink.nodes() <= fuel => {
+                // What was printed up to the limit is charged.
+                let _ = self
+                    .fuel(cost::nodes(sink.nodes()).saturating_add(cost::bytes_usize(sink.len())));
+                return Err(output_too_large(self.out_limit));
+            }
+            Err(PrintError::Full) => {
+                let _ = self.ctx.state.consume_fuel(u64::MAX);
+                return Err(out_of_fuel());
+            }
+        }
+        self.fuel(cost::nodes(sink.nodes()))?;
+        self.write(&sink.into_bytes())
     }
 
     fn walk(&mut self, dot: &V, nodes: &[Node]) -> R<Flow> {
@@ -164,9 +324,7 @@ impl<'a, 'env> Exec<'a, 'env> {
                 Node::Action(pipe) => {
                     let value = self.eval_pipeline(dot, pipe)?;
                     if pipe.decl.is_empty() {
-                        let mut buf = Vec::new();
-                        print_action(&mut buf, &value)?;
-                        self.write(&buf)?;
+                        self.print(&value)?;
                     }
                 }
                 Node::Control {
@@ -263,28 +421,31 @@ impl<'a, 'env> Exec<'a, 'env> {
                 if pipe.decl.len() > 1 {
                     return Err(ExecError::render(
                         pipe.pos,
-                        format!("can't use {n} to iterate over more than one variable"),
+                        "can't use an integer to iterate over more than one variable",
                     ));
                 }
                 self.fuel((*n).max(0) as u64)?;
                 (0..*n).map(|i| (V::Nil, V::int(i))).collect()
             }
-            V::List(items, _) => items
-                .iter()
-                .enumerate()
-                .map(|(i, v)| (V::int(i as i64), v.clone()))
-                .collect(),
-            V::Map(map, elem) => map
-                .borrow()
-                .iter()
-                .map(|(k, v)| {
-                    let v = match (elem, v) {
-                        (Elem::Secret, v) => v.clone(),
-                        (_, v) => v.clone(),
-                    };
-                    (V::str(k.as_str()), v)
-                })
-                .collect(),
+            V::List(items, _) => {
+                self.fuel(items.len() as u64)?;
+                items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| (V::int(i as i64), v.clone()))
+                    .collect()
+            }
+            V::Map(map, _) => {
+                let map = map.borrow();
+                let key_bytes = map
+                    .keys()
+                    .map(|k| k.len() as u64)
+                    .fold(0, u64::saturating_add);
+                self.fuel((map.len() as u64).saturating_add(key_bytes / cost::BYTES_PER_FUEL))?;
+                map.iter()
+                    .map(|(k, v)| (V::str(k.as_str()), v.clone()))
+                    .collect()
+            }
             V::Nil => Vec::new(),
             other => {
                 return Err(ExecError::render(
@@ -574,6 +735,12 @@ impl<'a, 'env> Exec<'a, 'env> {
         if let Some(f) = final_ {
             argv.push(validate(f, ty_at(num_in - 1), pos)?);
         }
+        // A call pays for reading its string arguments.
+        let read = argv
+            .iter()
+            .map(|a| a.as_bytes().map_or(0, <[u8]>::len) as u64)
+            .fold(0, u64::saturating_add);
+        self.fuel(1 + read / cost::BYTES_PER_FUEL)?;
         let result = match func.call {
             Call::Plain(f) => f(&self.ctx, argv),
             Call::Helper(helper) => funcs::call_helper(&self.ctx, helper, argv),
@@ -593,6 +760,15 @@ impl<'a, 'env> Exec<'a, 'env> {
         }
         result.map_err(|e| match e {
             FnError::Fuel => out_of_fuel(),
+            FnError::Cancelled => cancelled(),
+            FnError::Fail => ExecError {
+                pos: Some(pos),
+                kind: ErrorKind::Function,
+                message: format!(
+                    "the template called fail at line {}",
+                    crate::engine::line_of(self.ctx.source, pos)
+                ),
+            },
             FnError::Helper(message) => ExecError {
                 pos: Some(pos),
                 kind: ErrorKind::Function,

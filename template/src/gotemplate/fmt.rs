@@ -7,6 +7,12 @@
 //! Floats are written as Go writes them: `%v` is the shortest
 //! representation that round-trips, in exponent form from 1e+21 or below
 //! 1e-4 (`1e+06`, `1.5`, `1e-05`).
+//!
+//! Everything is written into a [`Sink`], which refuses to grow past its
+//! limit (the output limit, or the bytes the fuel left can pay for) and
+//! counts the nodes of the values it prints, so printing a list that holds
+//! a long string many times, or another list many times, stops as soon as
+//! the limit is reached instead of building the whole text first.
 
 use super::value::{IntTy, V};
 
@@ -14,11 +20,97 @@ use super::value::{IntTy, V};
 /// list can be nested very deep).
 const MAX_DEPTH: usize = 1000;
 
-/// Printing failed: the value is nested too deep.
-#[derive(Debug)]
-pub(crate) struct TooDeep;
+/// Printing stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PrintError {
+    /// The value is nested too deep.
+    TooDeep,
+    /// The text reached the sink's limit (bytes or nodes).
+    Full,
+}
 
-type R = Result<(), TooDeep>;
+type R = Result<(), PrintError>;
+
+/// A byte buffer that refuses to grow past a limit, and counts the nodes
+/// printed into it.
+pub(crate) struct Sink {
+    buf: Vec<u8>,
+    limit: usize,
+    nodes: u64,
+    node_limit: u64,
+}
+
+impl Sink {
+    /// A sink of at most `limit` bytes and `node_limit` nodes.
+    pub(crate) fn new(limit: u64, node_limit: u64) -> Sink {
+        Sink {
+            buf: Vec::new(),
+            limit: usize::try_from(limit).unwrap_or(usize::MAX),
+            nodes: 0,
+            node_limit,
+        }
+    }
+
+    /// A sink without limits, for text whose size was reserved already.
+    pub(crate) fn unbounded() -> Sink {
+        Sink::new(u64::MAX, u64::MAX)
+    }
+
+    /// Bytes written.
+    pub(crate) fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Nodes printed.
+    pub(crate) fn nodes(&self) -> u64 {
+        self.nodes
+    }
+
+    /// The bytes written.
+    pub(crate) fn into_bytes(self) -> Vec<u8> {
+        self.buf
+    }
+
+    /// Whether `n` more bytes fit.
+    pub(crate) fn room(&self, n: usize) -> R {
+        if n > self.limit - self.buf.len() {
+            return Err(PrintError::Full);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn put(&mut self, bytes: &[u8]) -> R {
+        self.room(bytes.len())?;
+        self.buf.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    pub(crate) fn byte(&mut self, b: u8) -> R {
+        self.put(&[b])
+    }
+
+    pub(crate) fn fill(&mut self, b: u8, n: usize) -> R {
+        self.room(n)?;
+        self.buf.extend(std::iter::repeat_n(b, n));
+        Ok(())
+    }
+
+    /// Inserts `n` bytes `b` at `at` (padding before text already written).
+    fn insert_fill(&mut self, at: usize, b: u8, n: usize) -> R {
+        self.room(n)?;
+        self.buf.splice(at..at, std::iter::repeat_n(b, n));
+        Ok(())
+    }
+
+    /// Counts one node.
+    pub(crate) fn node(&mut self) -> R {
+        self.nodes += 1;
+        if self.nodes > self.node_limit {
+            return Err(PrintError::Full);
+        }
+        Ok(())
+    }
+}
 
 /// A parsed `%` directive.
 #[derive(Debug, Clone, Copy, Default)]
@@ -44,76 +136,61 @@ impl Spec {
 }
 
 /// Writes what `{{ value }}` writes.
-pub(crate) fn print_action(out: &mut Vec<u8>, value: &V) -> R {
+pub(crate) fn print_action(out: &mut Sink, value: &V) -> R {
     match value {
-        V::Nil => {
-            out.extend_from_slice(b"<no value>");
-            Ok(())
-        }
+        V::Nil => out.put(b"<no value>"),
         v => fmt_value(out, v, Spec::plain('v'), 0),
     }
 }
 
 /// `%v` of a value, as a string (for Sprig's `strval`, `toString`, …).
-pub(crate) fn sprint_one(value: &V) -> Result<Vec<u8>, TooDeep> {
-    let mut out = Vec::new();
+pub(crate) fn sprint_one(out: &mut Sink, value: &V) -> R {
     match value {
-        V::Str(s) => out.extend_from_slice(s.as_bytes()),
-        V::Bytes(b) => out.extend_from_slice(b),
-        V::Nil => out.extend_from_slice(b"<nil>"),
-        v => fmt_value(&mut out, v, Spec::plain('v'), 0)?,
+        V::Str(s) => out.put(s.as_bytes()),
+        V::Bytes(b) => out.put(b),
+        V::Nil => out.put(b"<nil>"),
+        v => fmt_value(out, v, Spec::plain('v'), 0),
     }
-    Ok(out)
 }
 
 /// `fmt.Sprint`: spaces between operands when neither is a string.
-pub(crate) fn sprint(args: &[V]) -> Result<Vec<u8>, TooDeep> {
-    let mut out = Vec::new();
+pub(crate) fn sprint(out: &mut Sink, args: &[V]) -> R {
     let mut prev_string = false;
     for (i, arg) in args.iter().enumerate() {
         let is_string = arg.is_string();
         if i > 0 && !is_string && !prev_string {
-            out.push(b' ');
+            out.byte(b' ')?;
         }
-        fmt_arg(&mut out, arg, Spec::plain('v'))?;
+        fmt_arg(out, arg, Spec::plain('v'))?;
         prev_string = is_string;
     }
-    Ok(out)
+    Ok(())
 }
 
 /// `fmt.Sprintln`: spaces between all operands, a newline at the end.
-pub(crate) fn sprintln(args: &[V]) -> Result<Vec<u8>, TooDeep> {
-    let mut out = Vec::new();
+pub(crate) fn sprintln(out: &mut Sink, args: &[V]) -> R {
     for (i, arg) in args.iter().enumerate() {
         if i > 0 {
-            out.push(b' ');
+            out.byte(b' ')?;
         }
-        fmt_arg(&mut out, arg, Spec::plain('v'))?;
+        fmt_arg(out, arg, Spec::plain('v'))?;
     }
-    out.push(b'\n');
-    Ok(out)
+    out.byte(b'\n')
 }
 
 /// An argument of print/printf (nil prints as `<nil>`, not `<no value>`).
-fn fmt_arg(out: &mut Vec<u8>, arg: &V, spec: Spec) -> R {
+fn fmt_arg(out: &mut Sink, arg: &V, spec: Spec) -> R {
     match arg {
-        V::Nil => {
-            match spec.verb {
-                'v' => pad(out, b"<nil>", spec, false),
-                'T' => pad(out, b"<nil>", spec, false),
-                verb => {
-                    out.extend_from_slice(format!("%!{verb}(<nil>)").as_bytes());
-                }
-            }
-            Ok(())
-        }
+        V::Nil => match spec.verb {
+            'v' | 'T' => padded(out, spec, false, |out| out.put(b"<nil>")),
+            verb => out.put(format!("%!{verb}(<nil>)").as_bytes()),
+        },
         v => fmt_value(out, v, spec, 0),
     }
 }
 
 /// `fmt.Sprintf`.
-pub(crate) fn sprintf(format: &[u8], args: &[V]) -> Result<Vec<u8>, TooDeep> {
-    let mut out = Vec::new();
+pub(crate) fn sprintf(out: &mut Sink, format: &[u8], args: &[V]) -> R {
     let mut next = 0;
     let mut i = 0;
     while i < format.len() {
@@ -123,7 +200,7 @@ pub(crate) fn sprintf(format: &[u8], args: &[V]) -> Result<Vec<u8>, TooDeep> {
             while i < format.len() && format[i] != b'%' {
                 i += 1;
             }
-            out.extend_from_slice(&format[start..i]);
+            out.put(&format[start..i])?;
             continue;
         }
         i += 1;
@@ -144,7 +221,12 @@ pub(crate) fn sprintf(format: &[u8], args: &[V]) -> Result<Vec<u8>, TooDeep> {
         }
         let mut width = None;
         while i < format.len() && format[i].is_ascii_digit() {
-            width = Some(width.unwrap_or(0usize).saturating_mul(10) + (format[i] - b'0') as usize);
+            width = Some(
+                width
+                    .unwrap_or(0usize)
+                    .saturating_mul(10)
+                    .saturating_add((format[i] - b'0') as usize),
+            );
             i += 1;
         }
         spec.width = width.map(|w| w.min(1 << 20));
@@ -152,13 +234,15 @@ pub(crate) fn sprintf(format: &[u8], args: &[V]) -> Result<Vec<u8>, TooDeep> {
             i += 1;
             let mut prec = 0usize;
             while i < format.len() && format[i].is_ascii_digit() {
-                prec = prec.saturating_mul(10) + (format[i] - b'0') as usize;
+                prec = prec
+                    .saturating_mul(10)
+                    .saturating_add((format[i] - b'0') as usize);
                 i += 1;
             }
             spec.prec = Some(prec.min(1 << 20));
         }
         if i >= format.len() {
-            out.extend_from_slice(b"%!(NOVERB)");
+            out.put(b"%!(NOVERB)")?;
             break;
         }
         let verb = match std::str::from_utf8(&format[i..]) {
@@ -170,7 +254,7 @@ pub(crate) fn sprintf(format: &[u8], args: &[V]) -> Result<Vec<u8>, TooDeep> {
         };
         i += verb.len_utf8().max(1);
         if verb == '%' {
-            out.push(b'%');
+            out.byte(b'%')?;
             continue;
         }
         spec.verb = verb;
@@ -180,83 +264,83 @@ pub(crate) fn sprintf(format: &[u8], args: &[V]) -> Result<Vec<u8>, TooDeep> {
             spec.plus_v = true;
         }
         match args.get(next) {
-            None => out.extend_from_slice(format!("%!{verb}(MISSING)").as_bytes()),
+            None => out.put(format!("%!{verb}(MISSING)").as_bytes())?,
             Some(arg) => {
                 next += 1;
                 if verb == 'T' {
-                    pad(&mut out, arg.type_name().as_bytes(), spec, false);
+                    padded(out, spec, false, |out| out.put(arg.type_name().as_bytes()))?;
                 } else {
-                    fmt_arg(&mut out, arg, spec)?;
+                    fmt_arg(out, arg, spec)?;
                 }
             }
         }
     }
     if next < args.len() {
-        out.extend_from_slice(b"%!(EXTRA ");
+        out.put(b"%!(EXTRA ")?;
         for (n, arg) in args[next..].iter().enumerate() {
             if n > 0 {
-                out.extend_from_slice(b", ");
+                out.put(b", ")?;
             }
             if let V::Nil = arg {
-                out.extend_from_slice(b"<nil>");
+                out.put(b"<nil>")?;
             } else {
-                out.extend_from_slice(arg.type_name().as_bytes());
-                out.push(b'=');
-                fmt_value(&mut out, arg, Spec::plain('v'), 0)?;
+                out.put(arg.type_name().as_bytes())?;
+                out.byte(b'=')?;
+                fmt_value(out, arg, Spec::plain('v'), 0)?;
             }
         }
-        out.push(b')');
+        out.byte(b')')?;
     }
-    Ok(out)
+    Ok(())
 }
 
-/// Pads `text` to the width. `number` puts zero padding after the sign.
-fn pad(out: &mut Vec<u8>, text: &[u8], spec: Spec, number: bool) {
-    let len = String::from_utf8_lossy(text).chars().count();
+/// Writes the text `body` writes, padded to the width. `number` puts zero
+/// padding after the sign. The text is written first and the padding
+/// inserted before it, so no copy of the text is made.
+fn padded(out: &mut Sink, spec: Spec, number: bool, body: impl FnOnce(&mut Sink) -> R) -> R {
+    let start = out.len();
+    body(out)?;
     let width = spec.width.unwrap_or(0);
+    if width == 0 {
+        return Ok(());
+    }
+    let len = String::from_utf8_lossy(&out.buf[start..]).chars().count();
     if len >= width {
-        out.extend_from_slice(text);
-        return;
+        return Ok(());
     }
     let fill = width - len;
     if spec.minus {
-        out.extend_from_slice(text);
-        out.extend(std::iter::repeat_n(b' ', fill));
+        out.fill(b' ', fill)
     } else if spec.zero {
-        if number && matches!(text.first(), Some(b'+' | b'-' | b' ')) {
-            out.push(text[0]);
-            out.extend(std::iter::repeat_n(b'0', fill));
-            out.extend_from_slice(&text[1..]);
-        } else {
-            out.extend(std::iter::repeat_n(b'0', fill));
-            out.extend_from_slice(text);
-        }
+        let signed = number && matches!(out.buf.get(start), Some(b'+' | b'-' | b' '));
+        out.insert_fill(start + usize::from(signed), b'0', fill)
     } else {
-        out.extend(std::iter::repeat_n(b' ', fill));
-        out.extend_from_slice(text);
+        out.insert_fill(start, b' ', fill)
     }
 }
 
 /// `%!d(string=x)`: the value printed with `%v` and the directive's flags.
-fn bad_verb(out: &mut Vec<u8>, value: &V, spec: Spec, depth: usize) -> R {
-    out.extend_from_slice(format!("%!{}(", spec.verb).as_bytes());
-    out.extend_from_slice(value.type_name().as_bytes());
-    out.push(b'=');
+fn bad_verb(out: &mut Sink, value: &V, spec: Spec, depth: usize) -> R {
+    out.put(format!("%!{}(", spec.verb).as_bytes())?;
+    out.put(value.type_name().as_bytes())?;
+    out.byte(b'=')?;
     fmt_value(out, value, Spec { verb: 'v', ..spec }, depth + 1)?;
-    out.push(b')');
-    Ok(())
+    out.byte(b')')
 }
 
 /// Formats one value with a verb.
-pub(crate) fn fmt_value(out: &mut Vec<u8>, value: &V, spec: Spec, depth: usize) -> R {
+pub(crate) fn fmt_value(out: &mut Sink, value: &V, spec: Spec, depth: usize) -> R {
     if depth > MAX_DEPTH {
-        return Err(TooDeep);
+        return Err(PrintError::TooDeep);
     }
+    out.node()?;
     match value {
         // Inside a list or map: `<nil>` whatever the verb.
-        V::Nil => pad(out, b"<nil>", spec, false),
+        V::Nil => padded(out, spec, false, |out| out.put(b"<nil>"))?,
         V::Bool(b) => match spec.verb {
-            'v' | 't' => pad(out, if *b { b"true" } else { b"false" }, spec, false),
+            'v' | 't' => padded(out, spec, false, |out| {
+                out.put(if *b { b"true" } else { b"false" })
+            })?,
             _ => bad_verb(out, value, spec, depth)?,
         },
         V::Int(n, ty) => fmt_int(out, value, *n, *ty, spec, depth)?,
@@ -266,89 +350,81 @@ pub(crate) fn fmt_value(out: &mut Vec<u8>, value: &V, spec: Spec, depth: usize) 
             fmt_string(out, value, bytes, spec, depth)?;
         }
         V::List(items, _) => {
-            out.push(b'[');
+            out.byte(b'[')?;
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(b' ');
+                    out.byte(b' ')?;
                 }
                 fmt_value(out, item, spec, depth + 1)?;
             }
-            out.push(b']');
+            out.byte(b']')?;
         }
         V::Map(map, _) => {
-            out.extend_from_slice(b"map[");
+            out.put(b"map[")?;
             let map = map.borrow();
             for (i, (k, v)) in map.iter().enumerate() {
                 if i > 0 {
-                    out.push(b' ');
+                    out.byte(b' ')?;
                 }
                 fmt_value(out, &V::str(k.as_str()), spec, depth + 1)?;
-                out.push(b':');
+                out.byte(b':')?;
                 fmt_value(out, v, spec, depth + 1)?;
             }
-            out.push(b']');
+            out.byte(b']')?;
         }
         V::Secret(s) => {
-            out.push(b'{');
+            out.byte(b'{')?;
             if spec.plus_v && spec.verb == 'v' {
-                out.extend_from_slice(b"Value:");
+                out.put(b"Value:")?;
             }
             fmt_value(out, &s.value, spec, depth + 1)?;
-            out.push(b' ');
+            out.byte(b' ')?;
             if spec.plus_v && spec.verb == 'v' {
-                out.extend_from_slice(b"SecretPath:");
+                out.put(b"SecretPath:")?;
             }
             fmt_value(out, &V::Str(s.path.clone()), spec, depth + 1)?;
-            out.push(b'}');
+            out.byte(b'}')?;
         }
     }
     Ok(())
 }
 
-fn fmt_string(out: &mut Vec<u8>, value: &V, bytes: &[u8], spec: Spec, depth: usize) -> R {
+fn fmt_string(out: &mut Sink, value: &V, bytes: &[u8], spec: Spec, depth: usize) -> R {
+    let text = match spec.prec {
+        Some(p) => truncate_runes(bytes, p),
+        None => bytes,
+    };
     match spec.verb {
-        'v' | 's' => {
-            let text = match spec.prec {
-                Some(p) => truncate_runes(bytes, p),
-                None => bytes,
-            };
-            pad(out, text, spec, false);
-        }
-        'q' => {
-            let text = match spec.prec {
-                Some(p) => truncate_runes(bytes, p),
-                None => bytes,
-            };
-            let quoted = if spec.sharp && can_backquote(text) {
-                let mut q = Vec::with_capacity(text.len() + 2);
-                q.push(b'`');
-                q.extend_from_slice(text);
-                q.push(b'`');
-                q
+        'v' | 's' => padded(out, spec, false, |out| out.put(text)),
+        'q' => padded(out, spec, false, |out| {
+            if spec.sharp && can_backquote(text) {
+                out.byte(b'`')?;
+                out.put(text)?;
+                out.byte(b'`')
             } else {
-                quote_bytes(text, spec.plus).into_bytes()
-            };
-            pad(out, &quoted, spec, false);
-        }
-        'x' | 'X' => {
-            let upper = spec.verb == 'X';
-            let mut hex = String::with_capacity(bytes.len() * 2);
-            for (i, b) in bytes.iter().enumerate() {
-                if spec.space && i > 0 {
-                    hex.push(' ');
-                }
-                if spec.sharp && (spec.space || i == 0) {
-                    hex.push_str(if upper { "0X" } else { "0x" });
-                }
-                if upper {
-                    hex.push_str(&format!("{b:02X}"));
-                } else {
-                    hex.push_str(&format!("{b:02x}"));
-                }
+                quote_into(out, text, spec.plus)
             }
-            pad(out, hex.as_bytes(), spec, false);
+        }),
+        'x' | 'X' => padded(out, spec, false, |out| hex_into(out, bytes, spec)),
+        _ => bad_verb(out, value, spec, depth),
+    }
+}
+
+/// `%x` of a string: two digits per byte, with the flags' spaces and
+/// prefixes.
+fn hex_into(out: &mut Sink, bytes: &[u8], spec: Spec) -> R {
+    const LOWER: &[u8; 16] = b"0123456789abcdef";
+    const UPPER: &[u8; 16] = b"0123456789ABCDEF";
+    let upper = spec.verb == 'X';
+    let digits = if upper { UPPER } else { LOWER };
+    for (i, b) in bytes.iter().enumerate() {
+        if spec.space && i > 0 {
+            out.byte(b' ')?;
         }
-        _ => bad_verb(out, value, spec, depth)?,
+        if spec.sharp && (spec.space || i == 0) {
+            out.put(if upper { b"0X" } else { b"0x" })?;
+        }
+        out.put(&[digits[(b >> 4) as usize], digits[(b & 15) as usize]])?;
     }
     Ok(())
 }
@@ -390,30 +466,51 @@ pub(crate) fn is_print(c: char) -> bool {
         | 0xE000..=0xF8FF | 0xFFFE | 0xFFFF | 0xF0000..)
 }
 
-/// Go's `strconv.Quote` (`ascii`: `QuoteToASCII`).
+/// Most bytes one byte of input becomes in [`quote_bytes`] (`\x01`).
+pub(crate) const QUOTE_GROWTH: u64 = 4;
+
+/// Go's `strconv.Quote` (`ascii`: `QuoteToASCII`). The caller reserves
+/// [`QUOTE_GROWTH`] bytes per input byte (and 2) first.
 pub(crate) fn quote_bytes(bytes: &[u8], ascii: bool) -> String {
-    let mut out = String::with_capacity(bytes.len() + 2);
-    out.push('"');
-    let mut rest = bytes;
-    while !rest.is_empty() {
-        let (chunk, bad) = match std::str::from_utf8(rest) {
-            Ok(s) => (s, None),
-            Err(e) => (
-                std::str::from_utf8(&rest[..e.valid_up_to()]).unwrap_or_default(),
-                Some(rest[e.valid_up_to()]),
-            ),
-        };
-        for c in chunk.chars() {
-            quote_char(&mut out, c, '"', ascii);
+    let mut out = Sink::unbounded();
+    // An unbounded sink never refuses bytes.
+    let _ = quote_into(&mut out, bytes, ascii);
+    String::from_utf8(out.into_bytes()).unwrap_or_default()
+}
+
+/// [`quote_bytes`] into a sink. Runs of characters that need no escape
+/// are copied at once.
+fn quote_into(out: &mut Sink, bytes: &[u8], ascii: bool) -> R {
+    out.byte(b'"')?;
+    let plain = |c: char| {
+        c != '"'
+            && c != '\\'
+            && if ascii {
+                c.is_ascii() && is_print(c)
+            } else {
+                is_print(c)
+            }
+    };
+    let mut esc = String::new();
+    for chunk in bytes.utf8_chunks() {
+        let text = chunk.valid();
+        let mut run = 0;
+        for (at, c) in text.char_indices() {
+            if plain(c) {
+                continue;
+            }
+            out.put(&text.as_bytes()[run..at])?;
+            run = at + c.len_utf8();
+            esc.clear();
+            quote_char(&mut esc, c, '"', ascii);
+            out.put(esc.as_bytes())?;
         }
-        rest = &rest[chunk.len()..];
-        if let Some(b) = bad {
-            out.push_str(&format!("\\x{b:02x}"));
-            rest = &rest[1..];
+        out.put(&text.as_bytes()[run..])?;
+        for b in chunk.invalid() {
+            out.put(format!("\\x{b:02x}").as_bytes())?;
         }
     }
-    out.push('"');
-    out
+    out.byte(b'"')
 }
 
 fn quote_char(out: &mut String, c: char, quote: char, ascii: bool) {
@@ -436,7 +533,7 @@ fn quote_char(out: &mut String, c: char, quote: char, ascii: bool) {
     }
 }
 
-fn fmt_int(out: &mut Vec<u8>, value: &V, n: i64, ty: IntTy, spec: Spec, depth: usize) -> R {
+fn fmt_int(out: &mut Sink, value: &V, n: i64, ty: IntTy, spec: Spec, depth: usize) -> R {
     let unsigned = ty == IntTy::Uint8;
     let negative = n < 0 && !unsigned;
     let magnitude = n.unsigned_abs();
@@ -451,8 +548,7 @@ fn fmt_int(out: &mut Vec<u8>, value: &V, n: i64, ty: IntTy, spec: Spec, depth: u
                 .ok()
                 .and_then(char::from_u32)
                 .unwrap_or('\u{FFFD}');
-            pad(out, c.to_string().as_bytes(), spec, false);
-            return Ok(());
+            return padded(out, spec, false, |out| out.put(c.to_string().as_bytes()));
         }
         'q' => {
             let c = u32::try_from(n)
@@ -462,8 +558,7 @@ fn fmt_int(out: &mut Vec<u8>, value: &V, n: i64, ty: IntTy, spec: Spec, depth: u
             let mut q = String::from("'");
             quote_char(&mut q, c, '\'', spec.plus);
             q.push('\'');
-            pad(out, q.as_bytes(), spec, false);
-            return Ok(());
+            return padded(out, spec, false, |out| out.put(q.as_bytes()));
         }
         'U' => {
             let mut s = format!("U+{:04X}", n as u64);
@@ -473,40 +568,40 @@ fn fmt_int(out: &mut Vec<u8>, value: &V, n: i64, ty: IntTy, spec: Spec, depth: u
             {
                 s.push_str(&format!(" '{c}'"));
             }
-            pad(out, s.as_bytes(), spec, false);
-            return Ok(());
+            return padded(out, spec, false, |out| out.put(s.as_bytes()));
         }
         _ => return bad_verb(out, value, spec, depth),
     };
-    let mut digits = digits;
-    if let Some(p) = spec.prec {
-        if p == 0 && magnitude == 0 {
-            digits.clear();
-        } else if digits.len() < p {
-            digits = format!("{}{}", "0".repeat(p - digits.len()), digits);
+    // Precision: at least that many digits (zeros in front), none for 0
+    // with a precision of 0.
+    let (digits, zeros) = match spec.prec {
+        Some(0) if magnitude == 0 => (String::new(), 0),
+        Some(p) if digits.len() < p => {
+            let zeros = p - digits.len();
+            (digits, zeros)
         }
-    }
-    let mut text = String::new();
+        _ => (digits, 0),
+    };
+    let mut prefix = String::new();
     if negative {
-        text.push('-');
+        prefix.push('-');
     } else if spec.plus {
-        text.push('+');
+        prefix.push('+');
     } else if spec.space {
-        text.push(' ');
+        prefix.push(' ');
     }
     if spec.sharp {
         match spec.verb {
-            'b' => text.push_str("0b"),
-            'o' if !digits.starts_with('0') => text.push('0'),
-            'x' => text.push_str("0x"),
-            'X' => text.push_str("0X"),
+            'b' => prefix.push_str("0b"),
+            'o' if zeros == 0 && !digits.starts_with('0') => prefix.push('0'),
+            'x' => prefix.push_str("0x"),
+            'X' => prefix.push_str("0X"),
             _ => {}
         }
     }
     if spec.verb == 'O' {
-        text.push_str("0o");
+        prefix.push_str("0o");
     }
-    text.push_str(&digits);
     let spec = if spec.prec.is_some() {
         Spec {
             zero: false,
@@ -515,8 +610,11 @@ fn fmt_int(out: &mut Vec<u8>, value: &V, n: i64, ty: IntTy, spec: Spec, depth: u
     } else {
         spec
     };
-    pad(out, text.as_bytes(), spec, true);
-    Ok(())
+    padded(out, spec, true, |out| {
+        out.put(prefix.as_bytes())?;
+        out.fill(b'0', zeros)?;
+        out.put(digits.as_bytes())
+    })
 }
 
 /// Shortest decimal digits of `f` (positive, finite, non-zero) and the
@@ -773,7 +871,10 @@ fn binary_float(a: f64) -> String {
     )
 }
 
-fn fmt_float(out: &mut Vec<u8>, value: &V, f: f64, spec: Spec, depth: usize) -> R {
+fn fmt_float(out: &mut Sink, value: &V, f: f64, spec: Spec, depth: usize) -> R {
+    // The text holds at least the precision's digits: refuse it before
+    // building it when it cannot fit.
+    out.room(spec.prec.unwrap_or(0))?;
     match float_text(f, spec) {
         Some(text) => {
             let spec = if f.is_finite() {
@@ -784,8 +885,7 @@ fn fmt_float(out: &mut Vec<u8>, value: &V, f: f64, spec: Spec, depth: usize) -> 
                     ..spec
                 }
             };
-            pad(out, text.as_bytes(), spec, true);
-            Ok(())
+            padded(out, spec, true, |out| out.put(text.as_bytes()))
         }
         None => bad_verb(out, value, spec, depth),
     }
@@ -813,9 +913,15 @@ mod tests {
         assert_eq!(f(0.0), "0");
     }
 
+    fn printf(format: &[u8], args: &[V]) -> String {
+        let mut out = Sink::unbounded();
+        sprintf(&mut out, format, args).unwrap();
+        String::from_utf8(out.into_bytes()).unwrap()
+    }
+
     #[test]
     fn printf_verbs() {
-        let out = sprintf(
+        let out = printf(
             b"%v %d %q %x %05d %s %5.2f|%-4d|%+d|%e|%g|%t",
             &[
                 V::int(1),
@@ -831,16 +937,47 @@ mod tests {
                 V::Float(0.5),
                 V::Bool(true),
             ],
-        )
-        .unwrap();
+        );
         assert_eq!(
-            String::from_utf8(out).unwrap(),
+            out,
             "1 2 \"a\" 6869 00003 s  1.23|7   |+5|1.500000e+03|0.5|true"
         );
-        let out = sprintf(b"%d %d", &[V::str("x")]).unwrap();
         assert_eq!(
-            String::from_utf8(out).unwrap(),
+            printf(b"%d %d", &[V::str("x")]),
             "%!d(string=x) %!d(MISSING)"
         );
+        assert_eq!(
+            printf(
+                b"%-5d|%05d|%+06d|%.3d|%#o|%x",
+                &[
+                    V::int(7),
+                    V::int(-7),
+                    V::int(7),
+                    V::int(7),
+                    V::int(8),
+                    V::str("hi")
+                ]
+            ),
+            "7    |-0007|+00007|007|010|6869"
+        );
+        assert_eq!(
+            printf(
+                b"%8.3q|%-6s|%6s",
+                &[V::str("abcdef"), V::str("ab"), V::str("ab")]
+            ),
+            "   \"abc\"|ab    |    ab"
+        );
+    }
+
+    #[test]
+    fn sinks_stop_at_their_limit() {
+        let mut out = Sink::new(10, u64::MAX);
+        assert_eq!(
+            sprintf(&mut out, b"%20d", &[V::int(1)]),
+            Err(PrintError::Full)
+        );
+        let mut out = Sink::new(u64::MAX, 3);
+        let list = V::list(vec![V::int(1), V::int(2), V::int(3)]);
+        assert_eq!(print_action(&mut out, &list), Err(PrintError::Full));
     }
 }

@@ -9,6 +9,10 @@
 //! deterministic or that reach the environment or the network are refused
 //! when the template is parsed, with a message naming the function; so are
 //! the Sprig functions this engine does not implement.
+//!
+//! Every function charges its work and reserves its result before building
+//! it (see [`Ctx`]); error messages describe arguments (their type, their
+//! length), never their value.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::OnceLock;
@@ -18,6 +22,7 @@ use super::fmt::{is_print, sprint, sprintf, sprintln};
 use super::sprig;
 use super::value::{Elem, IntTy, V};
 use crate::args::Helper;
+use crate::cost;
 use crate::engine::HELPERS;
 
 /// A parameter type of a Go function.
@@ -175,48 +180,58 @@ pub(crate) fn check(name: &str) -> Result<(), String> {
 
 /// The function of that name.
 pub(crate) fn lookup(name: &str) -> Option<&'static Func> {
+    table().get(name)
+}
+
+/// The name of every function a Go template can call, sorted.
+pub(crate) fn names() -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = table().keys().copied().collect();
+    names.sort_unstable();
+    names
+}
+
+/// Every function, by name.
+fn table() -> &'static HashMap<&'static str, Func> {
     static TABLE: OnceLock<HashMap<&'static str, Func>> = OnceLock::new();
-    TABLE
-        .get_or_init(|| {
-            let mut table = HashMap::new();
-            for (name, params, variadic, f) in builtins().into_iter().chain(sprig::functions()) {
+    TABLE.get_or_init(|| {
+        let mut table = HashMap::new();
+        for (name, params, variadic, f) in builtins().into_iter().chain(sprig::functions()) {
+            table.insert(
+                name,
+                Func {
+                    params,
+                    variadic,
+                    call: Call::Plain(f),
+                },
+            );
+        }
+        let mut and_or = |name, call| {
+            table.insert(
+                name,
+                Func {
+                    params: &[Ty::Rv],
+                    variadic: Some(Ty::Rv),
+                    call,
+                },
+            )
+        };
+        and_or("and", Call::And);
+        and_or("or", Call::Or);
+        // The operator's helpers win over Sprig functions of the same name.
+        for (name, helper) in HELPERS {
+            if is_operator_helper(name) {
                 table.insert(
                     name,
                     Func {
-                        params,
-                        variadic,
-                        call: Call::Plain(f),
+                        params: &[],
+                        variadic: Some(Ty::Any),
+                        call: Call::Helper(*helper),
                     },
                 );
             }
-            let mut and_or = |name, call| {
-                table.insert(
-                    name,
-                    Func {
-                        params: &[Ty::Rv],
-                        variadic: Some(Ty::Rv),
-                        call,
-                    },
-                )
-            };
-            and_or("and", Call::And);
-            and_or("or", Call::Or);
-            // The operator's helpers win over Sprig functions of the same name.
-            for (name, helper) in HELPERS {
-                if is_operator_helper(name) {
-                    table.insert(
-                        name,
-                        Func {
-                            params: &[],
-                            variadic: Some(Ty::Any),
-                            call: Call::Helper(*helper),
-                        },
-                    );
-                }
-            }
-            table
-        })
-        .get(name)
+        }
+        table
+    })
 }
 
 /// The custom functions of the reference (not the Sprig look-alikes the
@@ -265,24 +280,18 @@ fn builtins() -> Vec<Row> {
         }),
         ("index", &[Ty::Rv], Some(Ty::Rv), index),
         ("print", &[], Some(Ty::Any), |c, a| {
-            let out = sprint(&a)?;
-            c.charge(out.len())?;
-            Ok(V::from_bytes(out))
+            Ok(V::from_bytes(c.print(|out| sprint(out, &a))?))
         }),
         ("println", &[], Some(Ty::Any), |c, a| {
-            let out = sprintln(&a)?;
-            c.charge(out.len())?;
-            Ok(V::from_bytes(out))
+            Ok(V::from_bytes(c.print(|out| sprintln(out, &a))?))
         }),
         ("printf", &[Ty::Str], Some(Ty::Any), |c, a| {
-            let format = a[0].as_bytes().unwrap_or_default().to_vec();
-            c.charge(format.len())?;
-            let out = sprintf(&format, &a[1..])?;
-            c.charge(out.len())?;
-            Ok(V::from_bytes(out))
+            let format = a[0].as_bytes().unwrap_or_default();
+            c.work(cost::bytes_usize(format.len()))?;
+            Ok(V::from_bytes(c.print(|out| sprintf(out, format, &a[1..]))?))
         }),
-        ("html", &[], Some(Ty::Any), |_, a| {
-            let text = eval_args(&a)?;
+        ("html", &[], Some(Ty::Any), |c, a| {
+            let text = eval_args(c, &a, 5)?;
             let mut out = String::with_capacity(text.len());
             for ch in text.chars() {
                 match ch {
@@ -297,8 +306,8 @@ fn builtins() -> Vec<Row> {
             }
             Ok(V::str(out))
         }),
-        ("js", &[], Some(Ty::Any), |_, a| {
-            let text = eval_args(&a)?;
+        ("js", &[], Some(Ty::Any), |c, a| {
+            let text = eval_args(c, &a, 6)?;
             let mut out = String::with_capacity(text.len());
             for ch in text.chars() {
                 match ch {
@@ -315,45 +324,64 @@ fn builtins() -> Vec<Row> {
             }
             Ok(V::str(out))
         }),
-        ("urlquery", &[], Some(Ty::Any), |_, a| {
-            let text = eval_args(&a)?;
+        ("urlquery", &[], Some(Ty::Any), |c, a| {
+            let text = eval_args(c, &a, 3)?;
             Ok(V::str(query_escape(text.as_bytes())))
         }),
-        ("eq", &[Ty::Rv], Some(Ty::Rv), |_, a| {
+        ("eq", &[Ty::Rv], Some(Ty::Rv), |c, a| {
             if a.len() < 2 {
                 return msg("missing argument for comparison");
             }
             for b in &a[1..] {
+                compare_work(c, &a[0], b)?;
                 if eq(&a[0], b)? {
                     return Ok(V::Bool(true));
                 }
             }
             Ok(V::Bool(false))
         }),
-        ("ne", &[Ty::Rv, Ty::Rv], None, |_, a| {
+        ("ne", &[Ty::Rv, Ty::Rv], None, |c, a| {
+            compare_work(c, &a[0], &a[1])?;
             Ok(V::Bool(!eq(&a[0], &a[1])?))
         }),
-        ("lt", &[Ty::Rv, Ty::Rv], None, |_, a| {
+        ("lt", &[Ty::Rv, Ty::Rv], None, |c, a| {
+            compare_work(c, &a[0], &a[1])?;
             Ok(V::Bool(lt(&a[0], &a[1])?))
         }),
-        ("le", &[Ty::Rv, Ty::Rv], None, |_, a| {
+        ("le", &[Ty::Rv, Ty::Rv], None, |c, a| {
+            compare_work(c, &a[0], &a[1])?;
             Ok(V::Bool(lt(&a[0], &a[1])? || eq(&a[0], &a[1])?))
         }),
-        ("gt", &[Ty::Rv, Ty::Rv], None, |_, a| {
+        ("gt", &[Ty::Rv, Ty::Rv], None, |c, a| {
+            compare_work(c, &a[0], &a[1])?;
             Ok(V::Bool(!(lt(&a[0], &a[1])? || eq(&a[0], &a[1])?)))
         }),
-        ("ge", &[Ty::Rv, Ty::Rv], None, |_, a| {
+        ("ge", &[Ty::Rv, Ty::Rv], None, |c, a| {
+            compare_work(c, &a[0], &a[1])?;
             Ok(V::Bool(!lt(&a[0], &a[1])?))
         }),
     ]
 }
 
+/// Charges comparing two values (the bytes of two strings).
+fn compare_work(c: &Ctx, a: &V, b: &V) -> Result<(), FnError> {
+    let len = a
+        .as_bytes()
+        .map_or(0, <[u8]>::len)
+        .min(b.as_bytes().map_or(0, <[u8]>::len));
+    c.work(cost::bytes_usize(len))
+}
+
 /// Go's `evalArgs` of the escaping builtins: one string as is, else Sprint.
-fn eval_args(args: &[V]) -> Result<String, FnError> {
-    if let [V::Str(s)] = args {
-        return Ok(s.to_string());
-    }
-    Ok(String::from_utf8_lossy(&sprint(args)?).into_owned())
+/// The escaped text (at most `growth` bytes per byte) is reserved.
+fn eval_args(c: &Ctx, args: &[V], growth: u64) -> Result<String, FnError> {
+    let text = if let [V::Str(s)] = args {
+        s.to_string()
+    } else {
+        String::from_utf8_lossy(&c.print(|out| sprint(out, args))?).into_owned()
+    };
+    c.reserve((text.len() as u64).saturating_mul(growth))?;
+    Ok(text)
 }
 
 /// Go's `url.QueryEscape`.
@@ -440,7 +468,7 @@ fn lt(a: &V, b: &V) -> Result<bool, FnError> {
 }
 
 /// Go's `index`.
-fn index(_: &Ctx, a: Vec<V>) -> Result<V, FnError> {
+fn index(c: &Ctx, a: Vec<V>) -> Result<V, FnError> {
     let mut item = a[0].clone();
     if matches!(item, V::Nil) {
         return msg("index of untyped nil");
@@ -460,7 +488,8 @@ fn index(_: &Ctx, a: Vec<V>) -> Result<V, FnError> {
                 };
                 let len = item.len().unwrap_or(0) as i64;
                 if i < 0 || i >= len {
-                    return msg(format!("index out of range: {i}"));
+                    // The index may come from a secret: only the length is shown.
+                    return msg(format!("index out of range (length {len})"));
                 }
                 match &item {
                     V::List(items, _) => items[i as usize].clone(),
@@ -487,7 +516,8 @@ fn index(_: &Ctx, a: Vec<V>) -> Result<V, FnError> {
                     (Some(v), _) => v,
                     (None, Elem::Secret) => {
                         return Err(FnError::Helper(format!(
-                            "no secret {k:?} (a missing key is an error here, where Go gives an empty secret)"
+                            "no secret {} (a missing key is an error here, where Go gives an empty secret)",
+                            c.shown_key(&k)
                         )));
                     }
                     (None, Elem::Str) => V::str(""),
@@ -501,47 +531,59 @@ fn index(_: &Ctx, a: Vec<V>) -> Result<V, FnError> {
     Ok(item)
 }
 
-/// Converts a Go value for an operator helper.
-pub(crate) fn to_minijinja(v: &V, depth: usize) -> Result<minijinja::Value, FnError> {
+/// Converts a Go value for an operator helper, charging every node and
+/// the bytes copied (a list that holds another many times is converted,
+/// and charged, as often).
+pub(crate) fn to_minijinja(c: &Ctx, v: &V, depth: usize) -> Result<minijinja::Value, FnError> {
     use minijinja::Value;
     if depth > 1000 {
         return msg("a value is nested too deep");
     }
+    c.work(cost::VALUE_NODE)?;
     Ok(match v {
         V::Nil => Value::from(()),
         V::Bool(b) => Value::from(*b),
         V::Int(n, _) => Value::from(*n),
         V::Float(f) => Value::from(*f),
-        V::Str(s) => Value::from(s.as_ref()),
-        V::Bytes(b) => Value::from_bytes(b.to_vec()),
+        V::Str(s) => {
+            c.reserve_usize(s.len())?;
+            Value::from(s.as_ref())
+        }
+        V::Bytes(b) => {
+            c.reserve_usize(b.len())?;
+            Value::from_bytes(b.to_vec())
+        }
         V::List(items, _) => Value::from(
             items
                 .iter()
-                .map(|i| to_minijinja(i, depth + 1))
+                .map(|i| to_minijinja(c, i, depth + 1))
                 .collect::<Result<Vec<_>, _>>()?,
         ),
         V::Map(map, _) => {
             let mut out = BTreeMap::new();
             for (k, item) in map.borrow().iter() {
-                out.insert(k.clone(), to_minijinja(item, depth + 1)?);
+                c.reserve_usize(k.len())?;
+                out.insert(k.clone(), to_minijinja(c, item, depth + 1)?);
             }
             Value::from(out)
         }
         V::Secret(s) => {
             let mut out = BTreeMap::new();
-            out.insert("Value".to_owned(), to_minijinja(&s.value, depth + 1)?);
+            out.insert("Value".to_owned(), to_minijinja(c, &s.value, depth + 1)?);
             out.insert("SecretPath".to_owned(), Value::from(s.path.as_ref()));
             Value::from(out)
         }
     })
 }
 
-/// Converts a helper's result back.
-pub(crate) fn from_minijinja(v: &minijinja::Value, depth: usize) -> Result<V, FnError> {
+/// Converts a helper's result back, charging every node and the bytes
+/// copied.
+pub(crate) fn from_minijinja(c: &Ctx, v: &minijinja::Value, depth: usize) -> Result<V, FnError> {
     use minijinja::value::ValueKind;
     if depth > 1000 {
         return msg("a value is nested too deep");
     }
+    c.work(cost::VALUE_NODE)?;
     Ok(match v.kind() {
         ValueKind::Undefined | ValueKind::None => V::Nil,
         ValueKind::Bool => V::Bool(v.is_true()),
@@ -555,15 +597,23 @@ pub(crate) fn from_minijinja(v: &minijinja::Value, depth: usize) -> Result<V, Fn
             }
             _ => V::Float(f64::try_from(v.clone()).unwrap_or(f64::NAN)),
         },
-        ValueKind::String => V::str(v.as_str().unwrap_or_default()),
-        ValueKind::Bytes => V::from_bytes(v.as_bytes().unwrap_or_default().to_vec()),
+        ValueKind::String => {
+            let text = v.as_str().unwrap_or_default();
+            c.reserve_usize(text.len())?;
+            V::str(text)
+        }
+        ValueKind::Bytes => {
+            let bytes = v.as_bytes().unwrap_or_default();
+            c.reserve_usize(bytes.len())?;
+            V::from_bytes(bytes.to_vec())
+        }
         ValueKind::Seq | ValueKind::Iterable => {
             let mut items = Vec::new();
             for item in v
                 .try_iter()
                 .map_err(|_| FnError::Msg("a list cannot be read".into()))?
             {
-                items.push(from_minijinja(&item, depth + 1)?);
+                items.push(from_minijinja(c, &item, depth + 1)?);
             }
             V::list(items)
         }
@@ -576,7 +626,8 @@ pub(crate) fn from_minijinja(v: &minijinja::Value, depth: usize) -> Result<V, Fn
                 let item = v
                     .get_item(&key)
                     .map_err(|_| FnError::Msg("a map cannot be read".into()))?;
-                map.insert(key.to_string(), from_minijinja(&item, depth + 1)?);
+                let key = crate::args::stringify(c.state, &key).map_err(|_| FnError::Fuel)?;
+                map.insert(key, from_minijinja(c, &item, depth + 1)?);
             }
             V::map(map)
         }
@@ -588,14 +639,17 @@ pub(crate) fn from_minijinja(v: &minijinja::Value, depth: usize) -> Result<V, Fn
 pub(crate) fn call_helper(ctx: &Ctx, helper: Helper, args: Vec<V>) -> Result<V, FnError> {
     let args = args
         .iter()
-        .map(|a| to_minijinja(a, 0))
+        .map(|a| to_minijinja(ctx, a, 0))
         .collect::<Result<Vec<_>, _>>()?;
-    match helper(ctx.state, &args) {
-        Ok(value) => from_minijinja(&value, 0),
+    match crate::args::call(helper, ctx.state, &args) {
+        Ok(value) => from_minijinja(ctx, &value, 0),
         Err(err) if err.kind() == minijinja::ErrorKind::OutOfFuel => Err(FnError::Fuel),
         Err(err) => {
-            let from_helper = std::error::Error::source(&err)
-                .is_some_and(|s| s.is::<crate::args::HelperFailure>());
+            let source = std::error::Error::source(&err);
+            if source.is_some_and(|s| s.is::<crate::args::Cancelled>()) {
+                return Err(FnError::Cancelled);
+            }
+            let from_helper = source.is_some_and(|s| s.is::<crate::args::HelperFailure>());
             let detail = err.detail().unwrap_or("the helper failed");
             Err(FnError::Helper(if from_helper {
                 detail.to_owned()

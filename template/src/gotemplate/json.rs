@@ -2,116 +2,130 @@
 //! `toPrettyJson`, `toRawJson` and `fromJson`: map keys sorted, the secret
 //! struct by its JSON tags (`value`, `secretPath`, in that order), `<`, `>`
 //! and `&` escaped unless raw, floats in Go's notation (`1`, `1.5`, `1e+21`,
-//! `1e-7`), and every parsed number a float64.
+//! `1e-7`), and every parsed number a float64. Text is written into a
+//! bounded [`Sink`]; parsing reserves the memory of what it builds.
 
 use std::collections::BTreeMap;
 
-use super::fmt::float_v;
+use super::exec::{Ctx, FnError};
+use super::fmt::{PrintError, Sink, float_v};
 use super::value::V;
+use crate::cost;
 
 /// Deepest nesting written or read.
 const MAX_DEPTH: usize = 1000;
 
-/// Why a value has no JSON form.
+/// Memory one byte of JSON text may become once parsed (`[0,0,…]`: a
+/// value of 32 bytes for every two bytes).
+const PARSED_GROWTH: u64 = 16;
+
+/// Why a value was not written as JSON.
 #[derive(Debug)]
-pub(crate) struct Unsupported(pub String);
-
-/// Writes `v` as JSON.
-pub(crate) fn encode(v: &V, escape_html: bool, indent: bool) -> Result<String, Unsupported> {
-    let mut out = String::new();
-    write(&mut out, v, escape_html, indent, 0)?;
-    Ok(out)
+pub(crate) enum EncodeError {
+    /// The value has no JSON form (the message says why).
+    Unsupported(String),
+    /// The sink refused more (or the value is nested too deep to print).
+    Print(PrintError),
 }
 
-fn newline(out: &mut String, indent: bool, depth: usize) {
+impl From<PrintError> for EncodeError {
+    fn from(e: PrintError) -> EncodeError {
+        EncodeError::Print(e)
+    }
+}
+
+type R = Result<(), EncodeError>;
+
+/// Writes `v` as JSON into `out` (one node of the sink per value).
+pub(crate) fn encode(out: &mut Sink, v: &V, escape_html: bool, indent: bool) -> R {
+    write(out, v, escape_html, indent, 0)
+}
+
+fn newline(out: &mut Sink, indent: bool, depth: usize) -> R {
     if indent {
-        out.push('\n');
-        for _ in 0..depth {
-            out.push_str("  ");
-        }
+        out.byte(b'\n')?;
+        out.fill(b' ', depth.saturating_mul(2))?;
     }
+    Ok(())
 }
 
-fn write(
-    out: &mut String,
-    v: &V,
-    html: bool,
-    indent: bool,
-    depth: usize,
-) -> Result<(), Unsupported> {
+fn write(out: &mut Sink, v: &V, html: bool, indent: bool, depth: usize) -> R {
     if depth > MAX_DEPTH {
-        return Err(Unsupported("json: the value is nested too deep".into()));
+        return Err(EncodeError::Unsupported(
+            "json: the value is nested too deep".into(),
+        ));
     }
+    out.node()?;
     match v {
-        V::Nil => out.push_str("null"),
-        V::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        V::Int(n, _) => out.push_str(&n.to_string()),
-        V::Float(f) => out.push_str(&float(*f)?),
-        V::Str(_) | V::Bytes(_) => string(out, v.as_bytes().unwrap_or_default(), html),
+        V::Nil => out.put(b"null")?,
+        V::Bool(b) => out.put(if *b { b"true" } else { b"false" })?,
+        V::Int(n, _) => out.put(n.to_string().as_bytes())?,
+        V::Float(f) => out.put(float(*f)?.as_bytes())?,
+        V::Str(_) | V::Bytes(_) => string(out, v.as_bytes().unwrap_or_default(), html)?,
         V::List(items, _) => {
             if items.is_empty() {
-                out.push_str("[]");
+                out.put(b"[]")?;
                 return Ok(());
             }
-            out.push('[');
+            out.byte(b'[')?;
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.byte(b',')?;
                 }
-                newline(out, indent, depth + 1);
+                newline(out, indent, depth + 1)?;
                 write(out, item, html, indent, depth + 1)?;
             }
-            newline(out, indent, depth);
-            out.push(']');
+            newline(out, indent, depth)?;
+            out.byte(b']')?;
         }
         V::Map(map, _) => {
             let map = map.borrow();
             if map.is_empty() {
-                out.push_str("{}");
+                out.put(b"{}")?;
                 return Ok(());
             }
-            out.push('{');
+            out.byte(b'{')?;
             for (i, (k, item)) in map.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.byte(b',')?;
                 }
-                newline(out, indent, depth + 1);
-                string(out, k.as_bytes(), html);
-                out.push(':');
+                newline(out, indent, depth + 1)?;
+                string(out, k.as_bytes(), html)?;
+                out.byte(b':')?;
                 if indent {
-                    out.push(' ');
+                    out.byte(b' ')?;
                 }
                 write(out, item, html, indent, depth + 1)?;
             }
-            newline(out, indent, depth);
-            out.push('}');
+            newline(out, indent, depth)?;
+            out.byte(b'}')?;
         }
         V::Secret(s) => {
-            out.push('{');
-            newline(out, indent, depth + 1);
-            out.push_str("\"value\":");
+            out.byte(b'{')?;
+            newline(out, indent, depth + 1)?;
+            out.put(b"\"value\":")?;
             if indent {
-                out.push(' ');
+                out.byte(b' ')?;
             }
             write(out, &s.value, html, indent, depth + 1)?;
-            out.push(',');
-            newline(out, indent, depth + 1);
-            out.push_str("\"secretPath\":");
+            out.byte(b',')?;
+            newline(out, indent, depth + 1)?;
+            out.put(b"\"secretPath\":")?;
             if indent {
-                out.push(' ');
+                out.byte(b' ')?;
             }
-            string(out, s.path.as_bytes(), html);
-            newline(out, indent, depth);
-            out.push('}');
+            string(out, s.path.as_bytes(), html)?;
+            newline(out, indent, depth)?;
+            out.byte(b'}')?;
         }
     }
     Ok(())
 }
 
 /// A float as `encoding/json` writes it.
-fn float(f: f64) -> Result<String, Unsupported> {
+fn float(f: f64) -> Result<String, EncodeError> {
     if !f.is_finite() {
-        return Err(Unsupported(format!(
+        return Err(EncodeError::Unsupported(format!(
             "json: unsupported value: {}",
             float_v(f)
         )));
@@ -126,56 +140,82 @@ fn float(f: f64) -> Result<String, Unsupported> {
         return Ok(format!("{m}e{sign}{}", e.unsigned_abs()));
     }
     // Shortest plain decimal.
-    let s = format!("{f}");
-    Ok(s)
+    Ok(format!("{f}"))
 }
 
-fn string(out: &mut String, bytes: &[u8], html: bool) {
-    let text = String::from_utf8_lossy(bytes);
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{08}' => out.push_str("\\b"),
-            '\u{0C}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            '<' | '>' | '&' if html => out.push_str(&format!("\\u{:04x}", c as u32)),
-            '\u{2028}' | '\u{2029}' => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
+fn string(out: &mut Sink, bytes: &[u8], html: bool) -> R {
+    out.byte(b'"')?;
+    let mut esc = [0u8; 4];
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '"' => out.put(b"\\\"")?,
+                '\\' => out.put(b"\\\\")?,
+                '\n' => out.put(b"\\n")?,
+                '\r' => out.put(b"\\r")?,
+                '\t' => out.put(b"\\t")?,
+                '\u{08}' => out.put(b"\\b")?,
+                '\u{0C}' => out.put(b"\\f")?,
+                c if (c as u32) < 0x20 => out.put(format!("\\u{:04x}", c as u32).as_bytes())?,
+                '<' | '>' | '&' if html => out.put(format!("\\u{:04x}", c as u32).as_bytes())?,
+                '\u{2028}' | '\u{2029}' => out.put(format!("\\u{:04x}", c as u32).as_bytes())?,
+                c => out.put(c.encode_utf8(&mut esc).as_bytes())?,
+            }
+        }
+        if !chunk.invalid().is_empty() {
+            // Invalid UTF-8 becomes U+FFFD, as Go writes it.
+            out.put("\u{FFFD}".as_bytes())?;
         }
     }
-    out.push('"');
+    out.byte(b'"')?;
+    Ok(())
 }
 
-/// Parses JSON as Go's `json.Unmarshal` into `interface{}` does.
-pub(crate) fn decode(text: &str) -> Result<V, String> {
+/// Why JSON text was not read.
+#[derive(Debug)]
+pub(crate) enum DecodeError {
+    /// The text is not JSON (the message gives the position, never the
+    /// text).
+    Invalid(String),
+    /// The render ran out of fuel or was cancelled.
+    Stopped(FnError),
+}
+
+/// Parses JSON as Go's `json.Unmarshal` into `interface{}` does. The memory
+/// of the parsed values is reserved before parsing, and every node is
+/// charged as it is converted.
+pub(crate) fn decode(c: &Ctx, text: &str) -> Result<V, DecodeError> {
+    c.reserve((text.len() as u64).saturating_mul(PARSED_GROWTH))
+        .map_err(DecodeError::Stopped)?;
     let value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
-        format!(
+        DecodeError::Invalid(format!(
             "the input is not valid JSON (line {}, column {})",
             e.line(),
             e.column()
-        )
+        ))
     })?;
-    Ok(from_json(value))
+    from_json(c, value).map_err(DecodeError::Stopped)
 }
 
-fn from_json(value: serde_json::Value) -> V {
-    match value {
+fn from_json(c: &Ctx, value: serde_json::Value) -> Result<V, FnError> {
+    c.work(cost::VALUE_NODE)?;
+    Ok(match value {
         serde_json::Value::Null => V::Nil,
         serde_json::Value::Bool(b) => V::Bool(b),
         serde_json::Value::Number(n) => V::Float(n.as_f64().unwrap_or(f64::NAN)),
         serde_json::Value::String(s) => V::str(s),
-        serde_json::Value::Array(items) => V::list(items.into_iter().map(from_json).collect()),
+        serde_json::Value::Array(items) => V::list(
+            items
+                .into_iter()
+                .map(|v| from_json(c, v))
+                .collect::<Result<_, _>>()?,
+        ),
         serde_json::Value::Object(map) => V::map(
             map.into_iter()
-                .map(|(k, v)| (k, from_json(v)))
-                .collect::<BTreeMap<String, V>>(),
+                .map(|(k, v)| Ok((k, from_json(c, v)?)))
+                .collect::<Result<BTreeMap<String, V>, FnError>>()?,
         ),
-    }
+    })
 }
 
 #[cfg(test)]

@@ -36,7 +36,7 @@ use crate::error::ErrorKind;
 use value::{Elem, Secret, V};
 
 pub(crate) use fmt::quote_bytes;
-pub(crate) use funcs::refused;
+pub(crate) use funcs::{names, refused};
 
 /// A Go template that failed: where (byte offset), what kind, why.
 #[derive(Debug)]
@@ -97,7 +97,7 @@ pub(crate) fn render(
     max_depth: usize,
 ) -> Result<Vec<u8>, GoError> {
     let tree = parse::parse(source, &funcs::check, max_depth).map_err(parse_error)?;
-    let mut exec = exec::Exec::new(state, &tree, output_limit, max_depth);
+    let mut exec = exec::Exec::new(state, source, &tree, output_limit, max_depth);
     match exec.run(data_value(data)) {
         Ok(()) => Ok(std::mem::take(&mut exec.out)),
         Err(e) => Err(GoError {

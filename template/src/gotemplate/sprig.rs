@@ -7,6 +7,14 @@
 //! Where Sprig panics (e.g. `first` of a string, `div` by zero), the
 //! function returns an error, as Go's template runtime turns the panic into
 //! one.
+//!
+//! Costs: a call pays for reading its string arguments (see
+//! [`super::exec`]); on top of that every function reserves the bytes and
+//! list slots it builds before building them (sizes computed with
+//! saturating arithmetic, so `indent 100000000000 "x"` runs out of fuel
+//! instead of allocating), charges the nodes it walks and the matches a
+//! regular expression finds, and prints through a bounded sink. Error
+//! messages never contain an argument's value.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -16,10 +24,11 @@ use sha1::Sha1;
 use sha2::{Digest, Sha256, Sha512};
 
 use super::exec::{Ctx, FnError};
-use super::fmt::{quote_bytes, sprint_one, sprintf};
+use super::fmt::{QUOTE_GROWTH, quote_bytes, sprint_one, sprintf};
 use super::funcs::{Row, Ty};
 use super::json;
-use super::value::{Elem, V, deep_equal, holds_map};
+use super::value::{Elem, MapRef, Meter, V, WalkError, deep_equal_with, holds_map};
+use crate::cost;
 use crate::encoding::encode_base64;
 
 type Res = Result<V, FnError>;
@@ -54,26 +63,79 @@ fn string(s: impl Into<Rc<str>>) -> Res {
     Ok(V::Str(s.into()))
 }
 
-/// Sprig's `strval`: strings as they are, anything else as `%v`.
-pub(crate) fn strval(v: &V) -> Result<Vec<u8>, FnError> {
-    Ok(sprint_one(v)?)
+/// Bytes a list slot or map entry costs besides its text (a value and its
+/// share of the list).
+const SLOT: u64 = 32;
+
+/// Most bytes a character grows to when Go maps its case (one rune to one
+/// rune: 2 bytes to 3 at most).
+const CASE_GROWTH: u64 = 2;
+
+/// Reserves `n` list slots.
+fn reserve_slots(c: &Ctx, n: usize) -> Result<(), FnError> {
+    c.reserve((n as u64).saturating_mul(SLOT))
 }
 
-fn strval_text(v: &V) -> Result<String, FnError> {
-    Ok(String::from_utf8_lossy(&strval(v)?).into_owned())
+/// Reserves `len` bytes of text `growth` times.
+fn reserve_text(c: &Ctx, len: usize, growth: u64) -> Result<(), FnError> {
+    c.reserve((len as u64).saturating_mul(growth))
+}
+
+/// Sprig's `strval`: strings as they are, anything else as `%v` (printed
+/// through a bounded sink, charged).
+pub(crate) fn strval(c: &Ctx, v: &V) -> Result<Vec<u8>, FnError> {
+    c.print(|out| sprint_one(out, v))
+}
+
+fn strval_text(c: &Ctx, v: &V) -> Result<String, FnError> {
+    Ok(String::from_utf8_lossy(&strval(c, v)?).into_owned())
 }
 
 /// Sprig's `strslice`.
-fn strslice(v: &V) -> Result<Vec<String>, FnError> {
+fn strslice(c: &Ctx, v: &V) -> Result<Vec<String>, FnError> {
     match v {
-        V::List(items, _) => items
-            .iter()
-            .filter(|i| !matches!(i, V::Nil))
-            .map(strval_text)
-            .collect(),
+        V::List(items, _) => {
+            reserve_slots(c, items.len())?;
+            items
+                .iter()
+                .filter(|i| !matches!(i, V::Nil))
+                .map(|i| strval_text(c, i))
+                .collect()
+        }
         V::Nil => Ok(Vec::new()),
-        other => Ok(vec![strval_text(other)?]),
+        other => Ok(vec![strval_text(c, other)?]),
     }
+}
+
+/// A meter for the walks of [`super::value`] that charges `c` a node per
+/// node, keeping the error that stopped it.
+fn walk<T>(c: &Ctx, run: impl FnOnce(Meter) -> Result<T, WalkError>) -> Result<T, FnError> {
+    let mut stopped = None;
+    let mut meter = || match c.work(cost::NODE) {
+        Ok(()) => true,
+        Err(e) => {
+            stopped = Some(e);
+            false
+        }
+    };
+    match run(&mut meter) {
+        Ok(v) => Ok(v),
+        Err(WalkError::TooDeep) => msg("a value is nested too deep"),
+        Err(WalkError::Stopped) => Err(stopped.unwrap_or(FnError::Fuel)),
+    }
+}
+
+/// Go's `reflect.DeepEqual`, charged per node visited.
+fn deep_equal(c: &Ctx, a: &V, b: &V) -> Result<bool, FnError> {
+    walk(c, |meter| deep_equal_with(a, b, meter))
+}
+
+/// Fails when storing `value` in `map` would make the map hold itself.
+fn no_cycle(c: &Ctx, value: &V, map: &MapRef) -> Result<(), FnError> {
+    if walk(c, |meter| holds_map(value, map, meter))? {
+        return msg("a map cannot contain itself");
+    }
+    Ok(())
 }
 
 /// Go's `strconv.ParseInt(s, 0, 64)`.
@@ -265,7 +327,10 @@ fn abbreviate_full(text: &[u8], offset: i64, width: i64) -> Vec<u8> {
     out
 }
 
+/// Sprig's `untilStep`: `start`, `start + step`, … before `stop`. The
+/// count is computed in 128 bits, the list reserved before it is built.
 fn untilstep(start: i64, stop: i64, step: i64, ctx: &Ctx) -> Result<Vec<i64>, FnError> {
+    let (start, stop, step) = (i128::from(start), i128::from(stop), i128::from(step));
     let count = if stop < start {
         if step >= 0 {
             return Ok(Vec::new());
@@ -277,11 +342,12 @@ fn untilstep(start: i64, stop: i64, step: i64, ctx: &Ctx) -> Result<Vec<i64>, Fn
         }
         (stop - start + step - 1) / step
     };
-    ctx.charge(count.max(0) as usize * 16)?;
-    let mut out = Vec::with_capacity(count.max(0) as usize);
+    let count = usize::try_from(count.max(0)).unwrap_or(usize::MAX);
+    reserve_slots(ctx, count)?;
+    let mut out = Vec::with_capacity(count);
     let mut v = start;
     for _ in 0..count {
-        out.push(v);
+        out.push(v as i64);
         v += step;
     }
     Ok(out)
@@ -405,7 +471,8 @@ fn dec_div(a: Dec, b: Dec) -> Option<Dec> {
 }
 
 /// Go's base64 decoding (standard alphabet, padding required, `\r` and
-/// `\n` ignored); the error is the offset Go reports.
+/// `\n` ignored); the error is the offset Go reports. The caller reserves
+/// three bytes per four of input.
 fn b64_decode(src: &[u8]) -> Result<Vec<u8>, usize> {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let value = |c: u8| ALPHABET.iter().position(|a| *a == c).map(|p| p as u32);
@@ -475,6 +542,10 @@ fn b64_decode(src: &[u8]) -> Result<Vec<u8>, usize> {
 
 const B32: &[u8; 32] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
 
+/// Memory of base32 decoding per input byte (each byte is kept with its
+/// position).
+const B32_DECODE_GROWTH: u64 = 17;
+
 fn b32_encode(data: &[u8]) -> String {
     let mut out = String::new();
     for chunk in data.chunks(5) {
@@ -499,6 +570,8 @@ fn b32_encode(data: &[u8]) -> String {
     out
 }
 
+/// Go's base32 decoding. The caller reserves [`B32_DECODE_GROWTH`] bytes per
+/// byte of input (positions are kept while decoding).
 fn b32_decode(src: &[u8]) -> Result<Vec<u8>, usize> {
     let cleaned: Vec<(usize, u8)> = src
         .iter()
@@ -612,21 +685,20 @@ fn ext(path: &str) -> String {
     String::new()
 }
 
-fn regex(pattern: &str) -> Result<regex::Regex, FnError> {
-    regex::RegexBuilder::new(pattern)
-        .size_limit(1 << 20)
-        .build()
-        .map_err(|_| FnError::Msg("error parsing regexp: invalid or too large pattern".into()))
+/// Charges a regular expression's scan of `input` (before it runs).
+fn scan(c: &Ctx, input: &str) -> Result<(), FnError> {
+    c.work(cost::regex_scan(input.len()))
 }
 
-/// Go's `Regexp.ReplaceAllString` template expansion (`$1`, `${name}`).
-fn expand(template: &str, caps: &regex::Captures, out: &mut String) {
+/// Go's `Regexp.ReplaceAllString` template expansion (`$1`, `${name}`):
+/// the pieces of the replacement, in order, handed to `out`.
+fn expand<'t>(template: &'t str, caps: &regex::Captures<'t>, out: &mut impl FnMut(&'t str)) {
     let mut rest = template;
     while let Some(p) = rest.find('$') {
-        out.push_str(&rest[..p]);
+        out(&rest[..p]);
         rest = &rest[p + 1..];
         if let Some(r) = rest.strip_prefix('$') {
-            out.push('$');
+            out("$");
             rest = r;
             continue;
         }
@@ -639,7 +711,7 @@ fn expand(template: &str, caps: &regex::Captures, out: &mut String) {
                     (&r[..end], &r[end + 1..])
                 }
                 _ => {
-                    out.push('$');
+                    out("$");
                     continue;
                 }
             }
@@ -649,7 +721,7 @@ fn expand(template: &str, caps: &regex::Captures, out: &mut String) {
                 .find(|(_, c)| !(c.is_alphanumeric() || *c == '_'))
                 .map_or(rest.len(), |(i, _)| i);
             if end == 0 {
-                out.push('$');
+                out("$");
                 continue;
             }
             (&rest[..end], &rest[end..])
@@ -659,19 +731,31 @@ fn expand(template: &str, caps: &regex::Captures, out: &mut String) {
             Err(_) => caps.name(name),
         };
         if let Some(m) = group {
-            out.push_str(m.as_str());
+            out(m.as_str());
         }
         rest = after;
     }
-    out.push_str(rest);
+    out(rest);
 }
 
-fn regex_replace(pattern: &str, input: &str, repl: &str, literal: bool) -> Result<String, FnError> {
-    let re = regex(pattern)?;
+/// Go's `ReplaceAllString` (`literal`: `ReplaceAllLiteralString`). Each
+/// match is charged, and what it adds to the output reserved, before the
+/// output grows.
+fn regex_replace(
+    c: &Ctx,
+    pattern: &str,
+    input: &str,
+    repl: &str,
+    literal: bool,
+) -> Result<String, FnError> {
+    let re = c.regex(pattern)?;
+    scan(c, input)?;
+    c.reserve_usize(input.len())?;
     let mut out = String::with_capacity(input.len());
     let mut last = 0;
     let mut last_match_end: Option<usize> = None;
     for caps in re.captures_iter(input) {
+        c.work(cost::REGEX_MATCH)?;
         let m = caps.get(0).expect("group 0");
         // Go skips an empty match right after the previous match.
         if m.start() == m.end() && last_match_end == Some(m.start()) && m.start() != 0 {
@@ -679,9 +763,16 @@ fn regex_replace(pattern: &str, input: &str, repl: &str, literal: bool) -> Resul
         }
         out.push_str(&input[last..m.start()]);
         if literal {
+            c.reserve_usize(repl.len())?;
             out.push_str(repl);
         } else {
-            expand(repl, &caps, &mut out);
+            c.work(cost::bytes_usize(repl.len()))?;
+            let mut size = 0u64;
+            expand(repl, &caps, &mut |piece| {
+                size = size.saturating_add(piece.len() as u64)
+            });
+            c.reserve(size)?;
+            expand(repl, &caps, &mut |piece| out.push_str(piece));
         }
         last = m.end();
         last_match_end = Some(m.end());
@@ -690,11 +781,13 @@ fn regex_replace(pattern: &str, input: &str, repl: &str, literal: bool) -> Resul
     Ok(out)
 }
 
-fn find_all(pattern: &str, input: &str, n: i64) -> Result<Vec<String>, FnError> {
-    let re = regex(pattern)?;
+fn find_all(c: &Ctx, pattern: &str, input: &str, n: i64) -> Result<Vec<String>, FnError> {
+    let re = c.regex(pattern)?;
+    scan(c, input)?;
     let mut out = Vec::new();
     let mut prev_end: Option<usize> = None;
     for m in re.find_iter(input) {
+        c.work(cost::REGEX_MATCH)?;
         if n >= 0 && out.len() as i64 >= n {
             break;
         }
@@ -702,21 +795,24 @@ fn find_all(pattern: &str, input: &str, n: i64) -> Result<Vec<String>, FnError> 
             continue;
         }
         prev_end = Some(m.end());
+        c.reserve((m.len() as u64).saturating_add(SLOT))?;
         out.push(m.as_str().to_owned());
     }
     Ok(out)
 }
 
 /// Go's `Regexp.Split`.
-fn regex_split(pattern: &str, input: &str, n: i64) -> Result<Vec<String>, FnError> {
+fn regex_split(c: &Ctx, pattern: &str, input: &str, n: i64) -> Result<Vec<String>, FnError> {
     if n == 0 {
         return Ok(Vec::new());
     }
-    let re = regex(pattern)?;
+    let re = c.regex(pattern)?;
     if !pattern.is_empty() && input.is_empty() {
         return Ok(vec![String::new()]);
     }
-    let matches = match_indices(&re, input, n);
+    let matches = match_indices(c, &re, input, n)?;
+    reserve_slots(c, matches.len().saturating_add(1))?;
+    c.reserve_usize(input.len())?;
     let mut out = Vec::new();
     let (mut beg, mut end) = (0, 0);
     for (start, stop) in matches {
@@ -736,10 +832,17 @@ fn regex_split(pattern: &str, input: &str, n: i64) -> Result<Vec<String>, FnErro
 }
 
 /// Go's `FindAllStringIndex`: an empty match right after a match is skipped.
-fn match_indices(re: &regex::Regex, input: &str, n: i64) -> Vec<(usize, usize)> {
+fn match_indices(
+    c: &Ctx,
+    re: &regex::Regex,
+    input: &str,
+    n: i64,
+) -> Result<Vec<(usize, usize)>, FnError> {
+    scan(c, input)?;
     let mut out = Vec::new();
     let mut prev_end: Option<usize> = None;
     for m in re.find_iter(input) {
+        c.work(cost::REGEX_MATCH)?;
         if n >= 0 && out.len() as i64 >= n {
             break;
         }
@@ -749,11 +852,24 @@ fn match_indices(re: &regex::Regex, input: &str, n: i64) -> Vec<(usize, usize)> 
         prev_end = Some(m.end());
         out.push((m.start(), m.end()));
     }
-    out
+    Ok(out)
+}
+
+/// A copy of a map's entries (the map may change while they are merged),
+/// its slots reserved.
+fn snapshot(c: &Ctx, map: &MapRef) -> Result<BTreeMap<String, V>, FnError> {
+    let map = map.borrow();
+    let key_bytes = map
+        .keys()
+        .map(|k| k.len() as u64)
+        .fold(0, u64::saturating_add);
+    c.reserve(key_bytes.saturating_add((map.len() as u64).saturating_mul(SLOT)))?;
+    Ok(map.clone())
 }
 
 fn merge_into(
-    dst: &super::value::MapRef,
+    c: &Ctx,
+    dst: &MapRef,
     src: &BTreeMap<String, V>,
     overwrite: bool,
     depth: usize,
@@ -762,6 +878,7 @@ fn merge_into(
         return msg("maps nested too deep to merge");
     }
     for (key, src_val) in src {
+        c.work(cost::NODE)?;
         let dst_val = dst.borrow().get(key).cloned();
         if let V::Nil = src_val {
             if overwrite {
@@ -772,8 +889,8 @@ fn merge_into(
         if let (V::Map(sm, _), Some(V::Map(dm, _))) = (src_val, &dst_val)
             && !Rc::ptr_eq(sm, dm)
         {
-            let snapshot = sm.borrow().clone();
-            merge_into(dm, &snapshot, overwrite, depth + 1)?;
+            let entries = snapshot(c, sm)?;
+            merge_into(c, dm, &entries, overwrite, depth + 1)?;
         }
         if let Some(d) = &dst_val
             && !d.is_empty()
@@ -787,23 +904,22 @@ fn merge_into(
         }
         let empty_dst = dst_val.as_ref().is_none_or(V::is_empty);
         if overwrite || empty_dst {
-            if holds_map(src_val, dst, 0) {
-                return msg("a map cannot contain itself");
-            }
+            no_cycle(c, src_val, dst)?;
+            c.reserve((key.len() as u64).saturating_add(SLOT))?;
             dst.borrow_mut().insert(key.clone(), src_val.clone());
         }
     }
     Ok(())
 }
 
-fn merge(args: Vec<V>, overwrite: bool) -> Res {
+fn merge(c: &Ctx, args: Vec<V>, overwrite: bool) -> Res {
     let V::Map(dst, _) = &args[0] else {
         return msg("merge needs maps");
     };
     for src in &args[1..] {
         if let V::Map(m, _) = src {
-            let snapshot = m.borrow().clone();
-            merge_into(dst, &snapshot, overwrite, 0)?;
+            let entries = snapshot(c, m)?;
+            merge_into(c, dst, &entries, overwrite, 0)?;
         }
     }
     Ok(args[0].clone())
@@ -821,24 +937,32 @@ fn dig_from(map: &V, default: &V, keys: &[String]) -> Res {
     }
 }
 
-fn deep_copy(v: &V, depth: usize) -> Res {
+/// A copy of `v` (strings are shared), every node charged and its slot
+/// reserved: a list that holds another many times is copied, and charged,
+/// as often.
+fn deep_copy(c: &Ctx, v: &V, depth: usize) -> Res {
     if depth > 1000 {
         return msg("a value is nested too deep to copy");
     }
+    c.work(cost::VALUE_NODE)?;
     Ok(match v {
-        V::List(items, elem) => V::List(
-            Rc::new(
-                items
-                    .iter()
-                    .map(|i| deep_copy(i, depth + 1))
-                    .collect::<Result<_, _>>()?,
-            ),
-            *elem,
-        ),
+        V::List(items, elem) => {
+            reserve_slots(c, items.len())?;
+            V::List(
+                Rc::new(
+                    items
+                        .iter()
+                        .map(|i| deep_copy(c, i, depth + 1))
+                        .collect::<Result<_, _>>()?,
+                ),
+                *elem,
+            )
+        }
         V::Map(m, elem) => {
             let mut out = BTreeMap::new();
             for (k, item) in m.borrow().iter() {
-                out.insert(k.clone(), deep_copy(item, depth + 1)?);
+                c.reserve((k.len() as u64).saturating_add(SLOT))?;
+                out.insert(k.clone(), deep_copy(c, item, depth + 1)?);
             }
             V::Map(Rc::new(std::cell::RefCell::new(out)), *elem)
         }
@@ -846,17 +970,49 @@ fn deep_copy(v: &V, depth: usize) -> Res {
     })
 }
 
-fn split_map(parts: Vec<&str>) -> V {
+/// Sprig's `split` map (`_0`, `_1`, …), reserved first.
+fn split_map(c: &Ctx, parts: Vec<&str>) -> Res {
+    let bytes = parts
+        .iter()
+        .map(|p| p.len() as u64 + 8)
+        .fold(0, u64::saturating_add);
+    c.reserve(bytes.saturating_add((parts.len() as u64).saturating_mul(SLOT)))?;
     let map: BTreeMap<String, V> = parts
         .into_iter()
         .enumerate()
         .map(|(i, p)| (format!("_{i}"), V::str(p)))
         .collect();
-    V::Map(Rc::new(std::cell::RefCell::new(map)), Elem::Str)
+    Ok(V::Map(Rc::new(std::cell::RefCell::new(map)), Elem::Str))
 }
 
-fn json_out(v: &V, html: bool, indent: bool) -> Result<String, FnError> {
-    json::encode(v, html, indent).map_err(|e| FnError::Msg(e.0))
+/// JSON of `v`, written through a bounded sink (charged).
+fn json_out(c: &Ctx, v: &V, html: bool, indent: bool) -> Result<String, FnError> {
+    let mut unsupported = None;
+    let bytes = c.print(|out| match json::encode(out, v, html, indent) {
+        Ok(()) => Ok(()),
+        Err(json::EncodeError::Print(e)) => Err(e),
+        Err(json::EncodeError::Unsupported(m)) => {
+            unsupported = Some(m);
+            Ok(())
+        }
+    })?;
+    if let Some(m) = unsupported {
+        return msg(m);
+    }
+    Ok(String::from_utf8(bytes).unwrap_or_default())
+}
+
+/// Go's `strings.SplitN` parts of `text`, their list reserved first.
+fn split_parts<'a>(c: &Ctx, text: &'a str, sep: &str, n: i64) -> Result<Vec<&'a str>, FnError> {
+    let count = if sep.is_empty() {
+        text.chars().count()
+    } else {
+        text.matches(sep).count() + 1
+    };
+    reserve_slots(c, count)?;
+    // Each part becomes a string value of its own.
+    c.work(cost::nodes(count as u64).saturating_mul(cost::VALUE_NODE))?;
+    Ok(go_split(text, sep, n))
 }
 
 /// Every Sprig function implemented here.
@@ -865,39 +1021,54 @@ pub(crate) fn functions() -> Vec<Row> {
     vec![
         ("hello", &[], None, |_, _| string("Hello!")),
         // Strings.
-        ("abbrev", &[Int, Str], None, |_, a| {
+        ("abbrev", &[Int, Str], None, |c, a| {
             if i(&a[0]) < 4 {
                 return Ok(a[1].clone());
             }
+            c.reserve_usize(b(&a[1]).len())?;
             Ok(V::from_bytes(abbreviate_full(b(&a[1]), 0, i(&a[0]))))
         }),
-        ("abbrevboth", &[Int, Int, Str], None, |_, a| {
+        ("abbrevboth", &[Int, Int, Str], None, |c, a| {
             let (left, right) = (i(&a[0]), i(&a[1]));
             if right < 4 || left > 0 && right < 7 {
                 return Ok(a[2].clone());
             }
+            c.reserve_usize(b(&a[2]).len())?;
             Ok(V::from_bytes(abbreviate_full(b(&a[2]), left, right)))
         }),
-        ("trunc", &[Int, Str], None, |_, a| {
-            let (c, text) = (i(&a[0]), b(&a[1]));
+        ("trunc", &[Int, Str], None, |c, a| {
+            let (n, text) = (i(&a[0]), b(&a[1]));
             let len = text.len() as i64;
-            if c < 0 && len + c > 0 {
-                return Ok(V::from_bytes(text[(len + c) as usize..].to_vec()));
+            if n < 0 && len.saturating_add(n) > 0 {
+                let part = &text[(len + n) as usize..];
+                c.reserve_usize(part.len())?;
+                return Ok(V::from_bytes(part.to_vec()));
             }
-            if c >= 0 && len > c {
-                return Ok(V::from_bytes(text[..c as usize].to_vec()));
+            if n >= 0 && len > n {
+                c.reserve(n as u64)?;
+                return Ok(V::from_bytes(text[..n as usize].to_vec()));
             }
             Ok(a[1].clone())
         }),
-        ("trim", &[Str], None, |_, a| string(s(&a[0]).trim())),
-        ("upper", &[Str], None, |_, a| {
+        ("trim", &[Str], None, |c, a| {
+            let text = s(&a[0]);
+            c.reserve_usize(text.len())?;
+            string(text.trim())
+        }),
+        ("upper", &[Str], None, |c, a| {
+            reserve_text(c, b(&a[0]).len(), CASE_GROWTH * 3)?;
             string(s(&a[0]).chars().map(go_upper).collect::<String>())
         }),
-        ("lower", &[Str], None, |_, a| {
+        ("lower", &[Str], None, |c, a| {
+            reserve_text(c, b(&a[0]).len(), CASE_GROWTH * 3)?;
             string(s(&a[0]).chars().map(go_lower).collect::<String>())
         }),
-        ("title", &[Str], None, |_, a| string(title(&s(&a[0])))),
-        ("untitle", &[Str], None, |_, a| {
+        ("title", &[Str], None, |c, a| {
+            reserve_text(c, b(&a[0]).len(), CASE_GROWTH * 3)?;
+            string(title(&s(&a[0])))
+        }),
+        ("untitle", &[Str], None, |c, a| {
+            reserve_text(c, b(&a[0]).len(), CASE_GROWTH * 3)?;
             let mut next = true;
             let out: String = s(&a[0])
                 .chars()
@@ -915,31 +1086,31 @@ pub(crate) fn functions() -> Vec<Row> {
                 .collect();
             string(out)
         }),
-        ("substr", &[Int, Int, Str], None, |_, a| {
+        ("substr", &[Int, Int, Str], None, |c, a| {
             let (start, end, text) = (i(&a[0]), i(&a[1]), b(&a[2]));
             let len = text.len() as i64;
+            let out_of_range = || {
+                msg(format!(
+                    "runtime error: slice bounds out of range for a string of {len} bytes"
+                ))
+            };
             let slice = if start < 0 {
                 if end < 0 || end > len {
-                    return msg(format!(
-                        "runtime error: slice bounds out of range [:{end}] with length {len}"
-                    ));
+                    return out_of_range();
                 }
                 &text[..end as usize]
             } else if end < 0 || end > len {
                 if start > len {
-                    return msg(format!(
-                        "runtime error: slice bounds out of range [{start}:{len}]"
-                    ));
+                    return out_of_range();
                 }
                 &text[start as usize..]
             } else {
                 if start > end {
-                    return msg(format!(
-                        "runtime error: slice bounds out of range [{start}:{end}]"
-                    ));
+                    return out_of_range();
                 }
                 &text[start as usize..end as usize]
             };
+            c.reserve_usize(slice.len())?;
             Ok(V::from_bytes(slice.to_vec()))
         }),
         ("repeat", &[Int, Str], None, |c, a| {
@@ -948,31 +1119,26 @@ pub(crate) fn functions() -> Vec<Row> {
                 return msg("strings: negative Repeat count");
             }
             let text = b(&a[1]);
-            let total = text.len().saturating_mul(n as usize);
-            c.charge(total)?;
+            c.reserve((text.len() as u64).saturating_mul(n as u64))?;
             Ok(V::from_bytes(text.repeat(n as usize)))
         }),
-        ("trimall", &[Str, Str], None, |_, a| {
-            let cut: Vec<char> = s(&a[0]).chars().collect();
-            string(s(&a[1]).trim_matches(cut.as_slice()))
-        }),
-        ("trimAll", &[Str, Str], None, |_, a| {
-            let cut: Vec<char> = s(&a[0]).chars().collect();
-            string(s(&a[1]).trim_matches(cut.as_slice()))
-        }),
-        ("trimSuffix", &[Str, Str], None, |_, a| {
+        ("trimall", &[Str, Str], None, |c, a| trim_all(c, &a)),
+        ("trimAll", &[Str, Str], None, |c, a| trim_all(c, &a)),
+        ("trimSuffix", &[Str, Str], None, |c, a| {
             let text = b(&a[1]);
+            c.reserve_usize(text.len())?;
             Ok(V::from_bytes(
                 text.strip_suffix(b(&a[0])).unwrap_or(text).to_vec(),
             ))
         }),
-        ("trimPrefix", &[Str, Str], None, |_, a| {
+        ("trimPrefix", &[Str, Str], None, |c, a| {
             let text = b(&a[1]);
+            c.reserve_usize(text.len())?;
             Ok(V::from_bytes(
                 text.strip_prefix(b(&a[0])).unwrap_or(text).to_vec(),
             ))
         }),
-        ("nospace", &[Str], None, |_, a| {
+        ("nospace", &[Str], None, |c, a| {
             // goutils reads the string byte by byte, each byte as a rune.
             let bytes = b(&a[0]);
             let space =
@@ -980,6 +1146,7 @@ pub(crate) fn functions() -> Vec<Row> {
             if !bytes.iter().any(space) {
                 return Ok(a[0].clone());
             }
+            reserve_text(c, bytes.len(), 2)?;
             string(
                 bytes
                     .iter()
@@ -988,7 +1155,8 @@ pub(crate) fn functions() -> Vec<Row> {
                     .collect::<String>(),
             )
         }),
-        ("initials", &[Str], None, |_, a| {
+        ("initials", &[Str], None, |c, a| {
+            reserve_text(c, b(&a[0]).len(), 2)?;
             let mut gap = true;
             let mut out = String::new();
             for &byte in b(&a[0]) {
@@ -1005,7 +1173,8 @@ pub(crate) fn functions() -> Vec<Row> {
             }
             string(out)
         }),
-        ("swapcase", &[Str], None, |_, a| {
+        ("swapcase", &[Str], None, |c, a| {
+            reserve_text(c, b(&a[0]).len(), CASE_GROWTH * 3)?;
             string(
                 s(&a[0])
                     .chars()
@@ -1033,43 +1202,50 @@ pub(crate) fn functions() -> Vec<Row> {
         ("quote", &[], Some(Any), |c, a| {
             let mut parts = Vec::new();
             for v in a.iter().filter(|v| !matches!(v, V::Nil)) {
-                parts.push(quote_bytes(&strval(v)?, false));
+                let text = strval(c, v)?;
+                c.reserve(
+                    (text.len() as u64)
+                        .saturating_mul(QUOTE_GROWTH)
+                        .saturating_add(3),
+                )?;
+                parts.push(quote_bytes(&text, false));
             }
-            let out = parts.join(" ");
-            c.charge(out.len())?;
-            string(out)
+            string(parts.join(" "))
         }),
         ("squote", &[], Some(Any), |c, a| {
             let mut out = Vec::new();
             for (n, v) in a.iter().filter(|v| !matches!(v, V::Nil)).enumerate() {
+                let text = strval(c, v)?;
+                c.reserve((text.len() as u64).saturating_add(3))?;
                 if n > 0 {
                     out.push(b' ');
                 }
                 out.push(b'\'');
-                out.extend(strval(v)?);
+                out.extend(text);
                 out.push(b'\'');
             }
-            c.charge(out.len())?;
             Ok(V::from_bytes(out))
         }),
         ("cat", &[], Some(Any), |c, a| {
             let items: Vec<V> = a.into_iter().filter(|v| !matches!(v, V::Nil)).collect();
             let format = vec!["%v"; items.len()].join(" ");
-            let out = sprintf(format.as_bytes(), &items)?;
-            c.charge(out.len())?;
-            Ok(V::from_bytes(out))
+            Ok(V::from_bytes(
+                c.print(|out| sprintf(out, format.as_bytes(), &items))?,
+            ))
         }),
         ("indent", &[Int, Str], None, |c, a| indent(c, &a, false)),
         ("nindent", &[Int, Str], None, |c, a| indent(c, &a, true)),
         ("replace", &[Str, Str, Str], None, |c, a| {
             let (old, new, src) = (s(&a[0]), s(&a[1]), s(&a[2]));
-            // Charge the size of the result before building it.
+            // Reserve the size of the result before building it.
             let count = if old.is_empty() {
                 src.chars().count() + 1
             } else {
                 src.matches(old.as_ref()).count()
             };
-            c.charge(src.len().saturating_add(count.saturating_mul(new.len())))?;
+            c.reserve(
+                (src.len() as u64).saturating_add((count as u64).saturating_mul(new.len() as u64)),
+            )?;
             let out = if old.is_empty() {
                 // Go inserts `new` before every character and at the end.
                 let mut out = String::new();
@@ -1082,7 +1258,6 @@ pub(crate) fn functions() -> Vec<Row> {
             } else {
                 src.replace(old.as_ref(), &new)
             };
-            c.charge(out.len())?;
             string(out)
         }),
         ("plural", &[Str, Str, Int], None, |_, a| {
@@ -1092,20 +1267,24 @@ pub(crate) fn functions() -> Vec<Row> {
                 a[1].clone()
             })
         }),
-        ("sha1sum", &[Str], None, |_, a| {
+        ("sha1sum", &[Str], None, |c, a| {
+            c.work(cost::hash(b(&a[0]).len(), false))?;
             string(hex(&Sha1::digest(b(&a[0]))))
         }),
-        ("sha256sum", &[Str], None, |_, a| {
+        ("sha256sum", &[Str], None, |c, a| {
+            c.work(cost::hash(b(&a[0]).len(), false))?;
             string(hex(&Sha256::digest(b(&a[0]))))
         }),
-        ("sha512sum", &[Str], None, |_, a| {
+        ("sha512sum", &[Str], None, |c, a| {
+            c.work(cost::hash(b(&a[0]).len(), true))?;
             string(hex(&Sha512::digest(b(&a[0]))))
         }),
-        ("adler32sum", &[Str], None, |_, a| {
+        ("adler32sum", &[Str], None, |c, a| {
+            c.work(cost::hash(b(&a[0]).len(), true))?;
             string(adler32(b(&a[0])).to_string())
         }),
-        ("toString", &[Any], None, |_, a| {
-            Ok(V::from_bytes(strval(&a[0])?))
+        ("toString", &[Any], None, |c, a| {
+            Ok(V::from_bytes(strval(c, &a[0])?))
         }),
         // Numbers.
         ("atoi", &[Str], None, |_, a| {
@@ -1127,12 +1306,12 @@ pub(crate) fn functions() -> Vec<Row> {
                 1 => {
                     let (start, end) = (1, p[0]);
                     let inc = if end < start { -1 } else { 1 };
-                    untilstep(start, end + inc, inc, c)?
+                    untilstep(start, end.wrapping_add(inc), inc, c)?
                 }
                 2 => {
                     let (start, end) = (p[0], p[1]);
                     let step = if end < start { -1 } else { 1 };
-                    untilstep(start, end + step, step, c)?
+                    untilstep(start, end.wrapping_add(step), step, c)?
                 }
                 3 => {
                     let (start, step, end) = (p[0], p[1], p[2]);
@@ -1143,10 +1322,12 @@ pub(crate) fn functions() -> Vec<Row> {
                             return string("");
                         }
                     }
-                    untilstep(start, end + inc, step, c)?
+                    untilstep(start, end.wrapping_add(inc), step, c)?
                 }
                 _ => Vec::new(),
             };
+            // At most 20 digits and a space each.
+            reserve_text(c, values.len(), 21)?;
             string(
                 values
                     .iter()
@@ -1155,8 +1336,8 @@ pub(crate) fn functions() -> Vec<Row> {
                     .join(" "),
             )
         }),
-        ("toDecimal", &[Any], None, |_, a| {
-            let text = strval_text(&a[0])?;
+        ("toDecimal", &[Any], None, |c, a| {
+            let text = strval_text(c, &a[0])?;
             let digits = text.strip_prefix(['+', '-']).unwrap_or(&text);
             let ok = !digits.is_empty() && digits.bytes().all(|c| (b'0'..=b'7').contains(&c));
             let n = if ok {
@@ -1278,37 +1459,41 @@ pub(crate) fn functions() -> Vec<Row> {
         }),
         // String lists.
         ("join", &[Str, Any], None, |c, a| {
-            let out = strslice(&a[1])?.join(&s(&a[0]));
-            c.charge(out.len())?;
-            string(out)
+            let parts = strslice(c, &a[1])?;
+            let sep = s(&a[0]);
+            let size = parts
+                .iter()
+                .map(|p| (p.len() as u64).saturating_add(sep.len() as u64))
+                .fold(0, u64::saturating_add);
+            c.reserve(size)?;
+            string(parts.join(&sep))
         }),
-        ("sortAlpha", &[Any], None, |_, a| match &a[0] {
+        ("sortAlpha", &[Any], None, |c, a| match &a[0] {
             V::List(..) => {
-                let mut list = strslice(&a[0])?;
+                let mut list = strslice(c, &a[0])?;
+                let n = list.len() as u64;
+                c.work(n.saturating_mul(u64::from(n.max(1).ilog2() + 1)))?;
                 list.sort();
                 Ok(V::str_list(list))
             }
-            other => Ok(V::str_list(vec![strval_text(other)?])),
+            other => Ok(V::str_list(vec![strval_text(c, other)?])),
         }),
-        ("split", &[Str, Str], None, |_, a| {
+        ("split", &[Str, Str], None, |c, a| {
             let (sep, text) = (s(&a[0]), s(&a[1]));
-            Ok(split_map(go_split(&text, &sep, -1)))
+            split_map(c, split_parts(c, &text, &sep, -1)?)
         }),
-        ("splitList", &[Str, Str], None, |_, a| {
+        ("splitList", &[Str, Str], None, |c, a| {
             let (sep, text) = (s(&a[0]), s(&a[1]));
-            Ok(V::str_list(
-                go_split(&text, &sep, -1)
-                    .into_iter()
-                    .map(str::to_owned)
-                    .collect(),
-            ))
+            let parts = split_parts(c, &text, &sep, -1)?;
+            c.reserve_usize(text.len())?;
+            Ok(V::str_list(parts.into_iter().map(str::to_owned).collect()))
         }),
-        ("splitn", &[Str, Int, Str], None, |_, a| {
+        ("splitn", &[Str, Int, Str], None, |c, a| {
             let (sep, n, text) = (s(&a[0]), i(&a[1]), s(&a[2]));
-            Ok(split_map(go_split(&text, &sep, n)))
+            split_map(c, split_parts(c, &text, &sep, n)?)
         }),
-        ("toStrings", &[Any], None, |_, a| {
-            Ok(V::str_list(strslice(&a[0])?))
+        ("toStrings", &[Any], None, |c, a| {
+            Ok(V::str_list(strslice(c, &a[0])?))
         }),
         // Defaults and flow.
         ("default", &[Any], Some(Any), |_, a| {
@@ -1327,7 +1512,8 @@ pub(crate) fn functions() -> Vec<Row> {
         ("any", &[], Some(Any), |_, a| {
             Ok(V::Bool(a.iter().any(|v| !v.is_empty())))
         }),
-        ("compact", &[Any], None, |_, a| {
+        ("compact", &[Any], None, |c, a| {
+            reserve_slots(c, items(&a[0], "compact")?.len())?;
             Ok(V::list(
                 items(&a[0], "compact")?
                     .iter()
@@ -1336,7 +1522,8 @@ pub(crate) fn functions() -> Vec<Row> {
                     .collect(),
             ))
         }),
-        ("mustCompact", &[Any], None, |_, a| {
+        ("mustCompact", &[Any], None, |c, a| {
+            reserve_slots(c, items(&a[0], "compact")?.len())?;
             Ok(V::list(
                 items(&a[0], "compact")?
                     .iter()
@@ -1352,38 +1539,44 @@ pub(crate) fn functions() -> Vec<Row> {
                 a[1].clone()
             })
         }),
-        ("fail", &[Str], None, |_, a| {
-            Err(FnError::Helper(format!("fail: {}", s(&a[0]))))
-        }),
+        // The message is not shown: it is usually built from a secret, and
+        // it would reach the status, the events and the log.
+        ("fail", &[Str], None, |_, _| Err(FnError::Fail)),
         // JSON.
         ("fromJson", &[Str], None, |c, a| {
-            c.charge(b(&a[0]).len())?;
-            Ok(json::decode(&s(&a[0])).unwrap_or(V::Nil))
+            match json::decode(c, &s(&a[0])) {
+                Ok(v) => Ok(v),
+                Err(json::DecodeError::Invalid(_)) => Ok(V::Nil),
+                Err(json::DecodeError::Stopped(e)) => Err(e),
+            }
         }),
         ("mustFromJson", &[Str], None, |c, a| {
-            c.charge(b(&a[0]).len())?;
-            json::decode(&s(&a[0])).map_err(FnError::Helper)
+            match json::decode(c, &s(&a[0])) {
+                Ok(v) => Ok(v),
+                Err(json::DecodeError::Invalid(m)) => Err(FnError::Helper(m)),
+                Err(json::DecodeError::Stopped(e)) => Err(e),
+            }
         }),
-        ("toJson", &[Any], None, |_, a| {
-            string(json_out(&a[0], true, false).unwrap_or_default())
+        ("toJson", &[Any], None, |c, a| {
+            lenient_json(c, &a[0], true, false)
         }),
-        ("mustToJson", &[Any], None, |_, a| {
-            string(json_out(&a[0], true, false)?)
+        ("mustToJson", &[Any], None, |c, a| {
+            string(json_out(c, &a[0], true, false)?)
         }),
-        ("toPrettyJson", &[Any], None, |_, a| {
-            string(json_out(&a[0], true, true).unwrap_or_default())
+        ("toPrettyJson", &[Any], None, |c, a| {
+            lenient_json(c, &a[0], true, true)
         }),
-        ("mustToPrettyJson", &[Any], None, |_, a| {
-            string(json_out(&a[0], true, true)?)
+        ("mustToPrettyJson", &[Any], None, |c, a| {
+            string(json_out(c, &a[0], true, true)?)
         }),
-        ("toRawJson", &[Any], None, |_, a| {
-            string(json_out(&a[0], false, false)?)
+        ("toRawJson", &[Any], None, |c, a| {
+            string(json_out(c, &a[0], false, false)?)
         }),
-        ("mustToRawJson", &[Any], None, |_, a| {
-            string(json_out(&a[0], false, false)?)
+        ("mustToRawJson", &[Any], None, |c, a| {
+            string(json_out(c, &a[0], false, false)?)
         }),
-        ("deepCopy", &[Any], None, |_, a| deep_copy(&a[0], 0)),
-        ("mustDeepCopy", &[Any], None, |_, a| deep_copy(&a[0], 0)),
+        ("deepCopy", &[Any], None, |c, a| deep_copy(c, &a[0], 0)),
+        ("mustDeepCopy", &[Any], None, |c, a| deep_copy(c, &a[0], 0)),
         // Reflection.
         ("typeOf", &[Any], None, |_, a| string(type_of(&a[0]))),
         ("typeIs", &[Str, Any], None, |_, a| {
@@ -1398,49 +1591,62 @@ pub(crate) fn functions() -> Vec<Row> {
         ("kindIs", &[Str, Any], None, |_, a| {
             Ok(V::Bool(s(&a[0]) == a[1].kind_name()))
         }),
-        ("deepEqual", &[Any, Any], None, |_, a| {
-            Ok(V::Bool(deep_equal(&a[0], &a[1])))
+        ("deepEqual", &[Any, Any], None, |c, a| {
+            Ok(V::Bool(deep_equal(c, &a[0], &a[1])?))
         }),
         // Paths.
-        ("base", &[Str], None, |_, a| string(base(&s(&a[0])))),
-        ("dir", &[Str], None, |_, a| string(dir(&s(&a[0])))),
-        ("clean", &[Str], None, |_, a| string(clean(&s(&a[0])))),
-        ("ext", &[Str], None, |_, a| string(ext(&s(&a[0])))),
+        ("base", &[Str], None, |c, a| path(c, &a[0], base)),
+        ("dir", &[Str], None, |c, a| path(c, &a[0], dir)),
+        ("clean", &[Str], None, |c, a| path(c, &a[0], clean)),
+        ("ext", &[Str], None, |c, a| path(c, &a[0], ext)),
         ("isAbs", &[Str], None, |_, a| {
             Ok(V::Bool(s(&a[0]).starts_with('/')))
         }),
-        ("osBase", &[Str], None, |_, a| string(base(&s(&a[0])))),
-        ("osDir", &[Str], None, |_, a| string(dir(&s(&a[0])))),
-        ("osClean", &[Str], None, |_, a| string(clean(&s(&a[0])))),
-        ("osExt", &[Str], None, |_, a| string(ext(&s(&a[0])))),
+        ("osBase", &[Str], None, |c, a| path(c, &a[0], base)),
+        ("osDir", &[Str], None, |c, a| path(c, &a[0], dir)),
+        ("osClean", &[Str], None, |c, a| path(c, &a[0], clean)),
+        ("osExt", &[Str], None, |c, a| path(c, &a[0], ext)),
         ("osIsAbs", &[Str], None, |_, a| {
             Ok(V::Bool(s(&a[0]).starts_with('/')))
         }),
         // Encoding.
         ("b64enc", &[Str], None, |c, a| {
-            c.charge(b(&a[0]).len() * 4 / 3)?;
+            c.reserve((b(&a[0]).len() as u64).div_ceil(3).saturating_mul(4))?;
             string(encode_base64(b(&a[0])))
         }),
-        ("b64dec", &[Str], None, |_, a| match b64_decode(b(&a[0])) {
-            Ok(bytes) => Ok(V::from_bytes(bytes)),
-            Err(at) => string(format!("illegal base64 data at input byte {at}")),
+        ("b64dec", &[Str], None, |c, a| {
+            c.reserve((b(&a[0]).len() as u64).div_ceil(4).saturating_mul(3))?;
+            match b64_decode(b(&a[0])) {
+                Ok(bytes) => Ok(V::from_bytes(bytes)),
+                Err(at) => string(format!("illegal base64 data at input byte {at}")),
+            }
         }),
         ("b32enc", &[Str], None, |c, a| {
-            c.charge(b(&a[0]).len() * 8 / 5)?;
+            c.reserve((b(&a[0]).len() as u64).div_ceil(5).saturating_mul(8))?;
             string(b32_encode(b(&a[0])))
         }),
-        ("b32dec", &[Str], None, |_, a| match b32_decode(b(&a[0])) {
-            Ok(bytes) => Ok(V::from_bytes(bytes)),
-            Err(at) => string(format!("illegal base32 data at input byte {at}")),
+        ("b32dec", &[Str], None, |c, a| {
+            reserve_text(c, b(&a[0]).len(), B32_DECODE_GROWTH)?;
+            match b32_decode(b(&a[0])) {
+                Ok(bytes) => Ok(V::from_bytes(bytes)),
+                Err(at) => string(format!("illegal base32 data at input byte {at}")),
+            }
         }),
         // Lists and dicts.
-        ("list", &[], Some(Any), |_, a| Ok(V::list(a))),
-        ("tuple", &[], Some(Any), |_, a| Ok(V::list(a))),
-        ("dict", &[], Some(Any), |_, a| {
+        ("list", &[], Some(Any), |c, a| {
+            reserve_slots(c, a.len())?;
+            Ok(V::list(a))
+        }),
+        ("tuple", &[], Some(Any), |c, a| {
+            reserve_slots(c, a.len())?;
+            Ok(V::list(a))
+        }),
+        ("dict", &[], Some(Any), |c, a| {
             let mut map = BTreeMap::new();
             let mut it = a.chunks(2);
             for pair in &mut it {
-                let key = strval_text(&pair[0])?;
+                let key = strval_text(c, &pair[0])?;
+                c.reserve((key.len() as u64).saturating_add(SLOT))?;
                 map.insert(key, pair.get(1).cloned().unwrap_or_else(|| V::str("")));
             }
             Ok(V::map(map))
@@ -1454,13 +1660,12 @@ pub(crate) fn functions() -> Vec<Row> {
                 .cloned()
                 .unwrap_or_else(|| V::str("")))
         }),
-        ("set", &[MapAny, Str, Any], None, |_, a| {
+        ("set", &[MapAny, Str, Any], None, |c, a| {
             let V::Map(m, _) = &a[0] else {
                 return msg("set needs a map");
             };
-            if holds_map(&a[2], m, 0) {
-                return msg("a map cannot contain itself");
-            }
+            no_cycle(c, &a[2], m)?;
+            c.reserve((b(&a[1]).len() as u64).saturating_add(SLOT))?;
             m.borrow_mut().insert(s(&a[1]).into_owned(), a[2].clone());
             Ok(a[0].clone())
         }),
@@ -1476,7 +1681,8 @@ pub(crate) fn functions() -> Vec<Row> {
             };
             Ok(V::Bool(m.borrow().contains_key(s(&a[1]).as_ref())))
         }),
-        ("pluck", &[Str], Some(MapAny), |_, a| {
+        ("pluck", &[Str], Some(MapAny), |c, a| {
+            reserve_slots(c, a.len())?;
             let key = s(&a[0]);
             let mut out = Vec::new();
             for d in &a[1..] {
@@ -1488,16 +1694,23 @@ pub(crate) fn functions() -> Vec<Row> {
             }
             Ok(V::list(out))
         }),
-        ("keys", &[], Some(MapAny), |_, a| {
+        ("keys", &[], Some(MapAny), |c, a| {
             let mut out = Vec::new();
             for d in &a {
                 if let V::Map(m, _) = d {
-                    out.extend(m.borrow().keys().cloned());
+                    let m = m.borrow();
+                    let bytes = m
+                        .keys()
+                        .map(|k| k.len() as u64 + SLOT)
+                        .fold(0, u64::saturating_add);
+                    c.reserve(bytes)?;
+                    out.extend(m.keys().cloned());
                 }
             }
             Ok(V::str_list(out))
         }),
-        ("pick", &[MapAny], Some(Str), |_, a| {
+        ("pick", &[MapAny], Some(Str), |c, a| {
+            reserve_slots(c, a.len())?;
             let V::Map(m, _) = &a[0] else {
                 return Ok(V::map(BTreeMap::new()));
             };
@@ -1511,10 +1724,12 @@ pub(crate) fn functions() -> Vec<Row> {
             }
             Ok(V::map(out))
         }),
-        ("omit", &[MapAny], Some(Str), |_, a| {
+        ("omit", &[MapAny], Some(Str), |c, a| {
             let V::Map(m, _) = &a[0] else {
                 return Ok(V::map(BTreeMap::new()));
             };
+            snapshot(c, m)?;
+            c.work((m.borrow().len() as u64).saturating_mul(a.len() as u64))?;
             let omit: Vec<String> = a[1..].iter().map(|k| s(k).into_owned()).collect();
             let out = m
                 .borrow()
@@ -1524,35 +1739,40 @@ pub(crate) fn functions() -> Vec<Row> {
                 .collect();
             Ok(V::map(out))
         }),
-        ("merge", &[MapAny], Some(MapAny), |_, a| merge(a, false)),
-        ("mustMerge", &[MapAny], Some(MapAny), |_, a| merge(a, false)),
-        ("mergeOverwrite", &[MapAny], Some(MapAny), |_, a| {
-            merge(a, true)
+        ("merge", &[MapAny], Some(MapAny), |c, a| merge(c, a, false)),
+        ("mustMerge", &[MapAny], Some(MapAny), |c, a| {
+            merge(c, a, false)
         }),
-        ("mustMergeOverwrite", &[MapAny], Some(MapAny), |_, a| {
-            merge(a, true)
+        ("mergeOverwrite", &[MapAny], Some(MapAny), |c, a| {
+            merge(c, a, true)
         }),
-        ("values", &[MapAny], None, |_, a| {
+        ("mustMergeOverwrite", &[MapAny], Some(MapAny), |c, a| {
+            merge(c, a, true)
+        }),
+        ("values", &[MapAny], None, |c, a| {
             let V::Map(m, _) = &a[0] else {
                 return Ok(V::list(Vec::new()));
             };
+            reserve_slots(c, m.borrow().len())?;
             Ok(V::list(m.borrow().values().cloned().collect()))
         }),
-        ("append", &[Any, Any], None, |_, a| {
-            push(&a, false, "push on")
+        ("append", &[Any, Any], None, |c, a| {
+            push(c, &a, false, "push on")
         }),
-        ("push", &[Any, Any], None, |_, a| push(&a, false, "push on")),
-        ("mustAppend", &[Any, Any], None, |_, a| {
-            push(&a, false, "push on")
+        ("push", &[Any, Any], None, |c, a| {
+            push(c, &a, false, "push on")
         }),
-        ("mustPush", &[Any, Any], None, |_, a| {
-            push(&a, false, "push on")
+        ("mustAppend", &[Any, Any], None, |c, a| {
+            push(c, &a, false, "push on")
         }),
-        ("prepend", &[Any, Any], None, |_, a| {
-            push(&a, true, "prepend on")
+        ("mustPush", &[Any, Any], None, |c, a| {
+            push(c, &a, false, "push on")
         }),
-        ("mustPrepend", &[Any, Any], None, |_, a| {
-            push(&a, true, "prepend on")
+        ("prepend", &[Any, Any], None, |c, a| {
+            push(c, &a, true, "prepend on")
+        }),
+        ("mustPrepend", &[Any, Any], None, |c, a| {
+            push(c, &a, true, "prepend on")
         }),
         ("first", &[Any], None, |_, a| {
             Ok(items(&a[0], "find first")?
@@ -1572,13 +1792,18 @@ pub(crate) fn functions() -> Vec<Row> {
         ("mustLast", &[Any], None, |_, a| {
             Ok(items(&a[0], "find last")?.last().cloned().unwrap_or(V::Nil))
         }),
-        ("rest", &[Any], None, |_, a| rest_initial(&a[0], true)),
-        ("mustRest", &[Any], None, |_, a| rest_initial(&a[0], true)),
-        ("initial", &[Any], None, |_, a| rest_initial(&a[0], false)),
-        ("mustInitial", &[Any], None, |_, a| {
-            rest_initial(&a[0], false)
+        ("rest", &[Any], None, |c, a| rest_initial(c, &a[0], true)),
+        ("mustRest", &[Any], None, |c, a| {
+            rest_initial(c, &a[0], true)
         }),
-        ("reverse", &[Any], None, |_, a| {
+        ("initial", &[Any], None, |c, a| {
+            rest_initial(c, &a[0], false)
+        }),
+        ("mustInitial", &[Any], None, |c, a| {
+            rest_initial(c, &a[0], false)
+        }),
+        ("reverse", &[Any], None, |c, a| {
+            reserve_slots(c, items(&a[0], "find reverse")?.len())?;
             Ok(V::list(
                 items(&a[0], "find reverse")?
                     .iter()
@@ -1587,7 +1812,8 @@ pub(crate) fn functions() -> Vec<Row> {
                     .collect(),
             ))
         }),
-        ("mustReverse", &[Any], None, |_, a| {
+        ("mustReverse", &[Any], None, |c, a| {
+            reserve_slots(c, items(&a[0], "find reverse")?.len())?;
             Ok(V::list(
                 items(&a[0], "find reverse")?
                     .iter()
@@ -1600,16 +1826,20 @@ pub(crate) fn functions() -> Vec<Row> {
         ("mustUniq", &[Any], None, |c, a| uniq(c, &a[0])),
         ("without", &[Any], Some(Any), |c, a| without(c, &a)),
         ("mustWithout", &[Any], Some(Any), |c, a| without(c, &a)),
-        ("has", &[Any, Any], None, |_, a| has(&a)),
-        ("mustHas", &[Any, Any], None, |_, a| has(&a)),
-        ("slice", &[Any], Some(Any), |_, a| slice(&a)),
-        ("mustSlice", &[Any], Some(Any), |_, a| slice(&a)),
+        ("has", &[Any, Any], None, |c, a| has(c, &a)),
+        ("mustHas", &[Any, Any], None, |c, a| has(c, &a)),
+        ("slice", &[Any], Some(Any), |c, a| slice(c, &a)),
+        ("mustSlice", &[Any], Some(Any), |c, a| slice(c, &a)),
         ("concat", &[], Some(Any), |c, a| {
-            let mut out = Vec::new();
+            let mut total = 0usize;
+            for l in &a {
+                total = total.saturating_add(items(l, "concat")?.len());
+            }
+            reserve_slots(c, total)?;
+            let mut out = Vec::with_capacity(total);
             for l in &a {
                 out.extend(items(l, "concat")?.iter().cloned());
             }
-            c.charge(out.len() * 16)?;
             Ok(V::list(out))
         }),
         ("dig", &[], Some(Any), |_, a| {
@@ -1630,61 +1860,55 @@ pub(crate) fn functions() -> Vec<Row> {
             }
             dig_from(&a[a.len() - 1], &a[a.len() - 2], &keys)
         }),
-        ("chunk", &[Int, Any], None, |_, a| chunk(&a)),
-        ("mustChunk", &[Int, Any], None, |_, a| chunk(&a)),
+        ("chunk", &[Int, Any], None, |c, a| chunk(c, &a)),
+        ("mustChunk", &[Int, Any], None, |c, a| chunk(c, &a)),
         // Regular expressions.
-        ("regexMatch", &[Str, Str], None, |_, a| {
-            Ok(V::Bool(
-                regex(&s(&a[0])).is_ok_and(|re| re.is_match(&s(&a[1]))),
-            ))
+        ("regexMatch", &[Str, Str], None, |c, a| {
+            // Sprig ignores a pattern that does not compile (no match).
+            let re = match c.regex(&s(&a[0])) {
+                Ok(re) => re,
+                Err(FnError::Msg(_)) => return Ok(V::Bool(false)),
+                Err(e) => return Err(e),
+            };
+            scan(c, &s(&a[1]))?;
+            Ok(V::Bool(re.is_match(&s(&a[1]))))
         }),
-        ("mustRegexMatch", &[Str, Str], None, |_, a| {
-            Ok(V::Bool(regex(&s(&a[0]))?.is_match(&s(&a[1]))))
+        ("mustRegexMatch", &[Str, Str], None, |c, a| {
+            let re = c.regex(&s(&a[0]))?;
+            scan(c, &s(&a[1]))?;
+            Ok(V::Bool(re.is_match(&s(&a[1]))))
         }),
-        ("regexFindAll", &[Str, Str, Int], None, |_, a| {
-            Ok(V::str_list(find_all(&s(&a[0]), &s(&a[1]), i(&a[2]))?))
+        ("regexFindAll", &[Str, Str, Int], None, |c, a| {
+            Ok(V::str_list(find_all(c, &s(&a[0]), &s(&a[1]), i(&a[2]))?))
         }),
-        ("mustRegexFindAll", &[Str, Str, Int], None, |_, a| {
-            Ok(V::str_list(find_all(&s(&a[0]), &s(&a[1]), i(&a[2]))?))
+        ("mustRegexFindAll", &[Str, Str, Int], None, |c, a| {
+            Ok(V::str_list(find_all(c, &s(&a[0]), &s(&a[1]), i(&a[2]))?))
         }),
-        ("regexFind", &[Str, Str], None, |_, a| {
-            string(regex(&s(&a[0]))?.find(&s(&a[1])).map_or("", |m| m.as_str()))
-        }),
-        ("mustRegexFind", &[Str, Str], None, |_, a| {
-            string(regex(&s(&a[0]))?.find(&s(&a[1])).map_or("", |m| m.as_str()))
-        }),
+        ("regexFind", &[Str, Str], None, |c, a| regex_find(c, &a)),
+        ("mustRegexFind", &[Str, Str], None, |c, a| regex_find(c, &a)),
         ("regexReplaceAll", &[Str, Str, Str], None, |c, a| {
-            let out = regex_replace(&s(&a[0]), &s(&a[1]), &s(&a[2]), false)?;
-            c.charge(out.len())?;
-            string(out)
+            string(regex_replace(c, &s(&a[0]), &s(&a[1]), &s(&a[2]), false)?)
         }),
         ("mustRegexReplaceAll", &[Str, Str, Str], None, |c, a| {
-            let out = regex_replace(&s(&a[0]), &s(&a[1]), &s(&a[2]), false)?;
-            c.charge(out.len())?;
-            string(out)
+            string(regex_replace(c, &s(&a[0]), &s(&a[1]), &s(&a[2]), false)?)
         }),
         ("regexReplaceAllLiteral", &[Str, Str, Str], None, |c, a| {
-            let out = regex_replace(&s(&a[0]), &s(&a[1]), &s(&a[2]), true)?;
-            c.charge(out.len())?;
-            string(out)
+            string(regex_replace(c, &s(&a[0]), &s(&a[1]), &s(&a[2]), true)?)
         }),
         (
             "mustRegexReplaceAllLiteral",
             &[Str, Str, Str],
             None,
-            |c, a| {
-                let out = regex_replace(&s(&a[0]), &s(&a[1]), &s(&a[2]), true)?;
-                c.charge(out.len())?;
-                string(out)
-            },
+            |c, a| string(regex_replace(c, &s(&a[0]), &s(&a[1]), &s(&a[2]), true)?),
         ),
-        ("regexSplit", &[Str, Str, Int], None, |_, a| {
-            Ok(V::str_list(regex_split(&s(&a[0]), &s(&a[1]), i(&a[2]))?))
+        ("regexSplit", &[Str, Str, Int], None, |c, a| {
+            Ok(V::str_list(regex_split(c, &s(&a[0]), &s(&a[1]), i(&a[2]))?))
         }),
-        ("mustRegexSplit", &[Str, Str, Int], None, |_, a| {
-            Ok(V::str_list(regex_split(&s(&a[0]), &s(&a[1]), i(&a[2]))?))
+        ("mustRegexSplit", &[Str, Str, Int], None, |c, a| {
+            Ok(V::str_list(regex_split(c, &s(&a[0]), &s(&a[1]), i(&a[2]))?))
         }),
-        ("regexQuoteMeta", &[Str], None, |_, a| {
+        ("regexQuoteMeta", &[Str], None, |c, a| {
+            reserve_text(c, b(&a[0]).len(), 2)?;
             let mut out = String::new();
             for c in s(&a[0]).chars() {
                 if "\\.+*?()|[]{}^$".contains(c) {
@@ -1744,16 +1968,21 @@ fn type_of(v: &V) -> String {
     v.type_name().into()
 }
 
+/// Sprig's `indent`/`nindent`: the size of the result (`lines × width`,
+/// saturating) is reserved before the padding is built.
 fn indent(c: &Ctx, a: &[V], newline: bool) -> Res {
     if i(&a[0]) < 0 {
         return msg("strings: negative Repeat count");
     }
-    let n = i(&a[0]) as usize;
+    let n = i(&a[0]) as u64;
     let text = s(&a[1]);
-    let pad = " ".repeat(n);
-    let lines = text.matches('\n').count() + 1;
-    c.charge(text.len() + lines * n)?;
-    let mut out = String::with_capacity(text.len() + lines * n + 1);
+    let lines = text.matches('\n').count() as u64 + 1;
+    let size = (text.len() as u64)
+        .saturating_add(lines.saturating_mul(n))
+        .saturating_add(1);
+    c.reserve(size)?;
+    let pad = " ".repeat(n as usize);
+    let mut out = String::with_capacity(size as usize);
     if newline {
         out.push('\n');
     }
@@ -1762,8 +1991,9 @@ fn indent(c: &Ctx, a: &[V], newline: bool) -> Res {
     string(out)
 }
 
-fn push(a: &[V], front: bool, what: &str) -> Res {
+fn push(c: &Ctx, a: &[V], front: bool, what: &str) -> Res {
     let list = items(&a[0], what)?;
+    reserve_slots(c, list.len().saturating_add(1))?;
     let mut out = Vec::with_capacity(list.len() + 1);
     if front {
         out.push(a[1].clone());
@@ -1775,8 +2005,9 @@ fn push(a: &[V], front: bool, what: &str) -> Res {
     Ok(V::list(out))
 }
 
-fn rest_initial(v: &V, rest: bool) -> Res {
+fn rest_initial(c: &Ctx, v: &V, rest: bool) -> Res {
     let list = items(v, if rest { "find rest" } else { "find initial" })?;
+    reserve_slots(c, list.len())?;
     if list.is_empty() {
         // A nil []interface{}: prints `[]`.
         return Ok(V::list(Vec::new()));
@@ -1788,13 +2019,22 @@ fn rest_initial(v: &V, rest: bool) -> Res {
     }))
 }
 
+/// Whether `item` is deep-equal to one of `list` (each comparison charged).
+fn contains(c: &Ctx, list: &[V], item: &V) -> Result<bool, FnError> {
+    for o in list {
+        if deep_equal(c, o, item)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 fn uniq(c: &Ctx, v: &V) -> Res {
     let list = items(v, "find uniq")?;
-    // Quadratic: charge the comparisons.
-    c.charge(list.len().saturating_mul(list.len()))?;
+    reserve_slots(c, list.len())?;
     let mut out: Vec<V> = Vec::new();
     for item in list {
-        if !out.iter().any(|o| deep_equal(o, item)) {
+        if !contains(c, &out, item)? {
             out.push(item.clone());
         }
     }
@@ -1803,25 +2043,33 @@ fn uniq(c: &Ctx, v: &V) -> Res {
 
 fn without(c: &Ctx, a: &[V]) -> Res {
     let omit = &a[1..];
-    c.charge(a[0].len().unwrap_or(0).saturating_mul(omit.len()))?;
-    Ok(V::list(
-        items(&a[0], "find without")?
-            .iter()
-            .filter(|item| !omit.iter().any(|o| deep_equal(o, item)))
-            .cloned()
-            .collect(),
-    ))
+    let list = items(&a[0], "find without")?;
+    reserve_slots(c, list.len())?;
+    let mut out = Vec::new();
+    for item in list {
+        if !contains(c, omit, item)? {
+            out.push(item.clone());
+        }
+    }
+    Ok(V::list(out))
 }
 
-fn has(a: &[V]) -> Res {
+fn has(c: &Ctx, a: &[V]) -> Res {
     match &a[1] {
         V::Nil => Ok(V::Bool(false)),
-        V::List(items, _) => Ok(V::Bool(items.iter().any(|i| deep_equal(&a[0], i)))),
+        V::List(items, _) => {
+            for i in items.iter() {
+                if deep_equal(c, &a[0], i)? {
+                    return Ok(V::Bool(true));
+                }
+            }
+            Ok(V::Bool(false))
+        }
         other => msg(format!("Cannot find has on type {}", other.kind_name())),
     }
 }
 
-fn slice(a: &[V]) -> Res {
+fn slice(c: &Ctx, a: &[V]) -> Res {
     let V::List(list, elem) = &a[0] else {
         return msg(format!(
             "list should be type of slice or array but {}",
@@ -1834,23 +2082,65 @@ fn slice(a: &[V]) -> Res {
     let start = a.get(1).map_or(0, to_int64);
     let end = a.get(2).map_or(list.len() as i64, to_int64);
     if start < 0 || end < start || end > list.len() as i64 {
-        return msg(format!("reflect: slice index out of range [{start}:{end}]"));
+        return msg(format!(
+            "reflect: slice index out of range for a list of {} items",
+            list.len()
+        ));
     }
+    reserve_slots(c, (end - start) as usize)?;
     Ok(V::List(
         Rc::new(list[start as usize..end as usize].to_vec()),
         *elem,
     ))
 }
 
-fn chunk(a: &[V]) -> Res {
+fn chunk(c: &Ctx, a: &[V]) -> Res {
     let size = i(&a[0]);
     let list = items(&a[1], "chunk")?;
     if size <= 0 {
         return msg("runtime error: integer divide by zero");
     }
+    reserve_slots(c, list.len().saturating_add(list.len() / size as usize + 1))?;
     let out: Vec<V> = list
         .chunks(size as usize)
         .map(|c| V::list(c.to_vec()))
         .collect();
     Ok(V::List(Rc::new(out), Elem::Any))
+}
+
+fn trim_all(c: &Ctx, a: &[V]) -> Res {
+    let cut: Vec<char> = s(&a[0]).chars().collect();
+    let text = s(&a[1]);
+    // Each character is compared with every character to cut.
+    c.work(cost::bytes(
+        (text.len() as u64).saturating_mul(cut.len() as u64),
+    ))?;
+    c.reserve_usize(text.len())?;
+    string(text.trim_matches(cut.as_slice()))
+}
+
+/// A path function over a string argument, its result reserved (and the
+/// parts of the path it splits).
+fn path(c: &Ctx, arg: &V, f: fn(&str) -> String) -> Res {
+    reserve_text(c, b(arg).len(), 17)?;
+    string(f(&s(arg)))
+}
+
+fn regex_find(c: &Ctx, a: &[V]) -> Res {
+    let re = c.regex(&s(&a[0]))?;
+    let input = s(&a[1]);
+    scan(c, &input)?;
+    let found = re.find(&input).map_or("", |m| m.as_str());
+    c.reserve_usize(found.len())?;
+    string(found)
+}
+
+/// `toJson`/`toPrettyJson`: the text, or empty when the value has no JSON
+/// form (running out of fuel is still an error).
+fn lenient_json(c: &Ctx, v: &V, html: bool, indent: bool) -> Res {
+    match json_out(c, v, html, indent) {
+        Ok(text) => string(text),
+        Err(FnError::Msg(_)) => string(""),
+        Err(e) => Err(e),
+    }
 }

@@ -8,7 +8,7 @@
 //! as Sprig does.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::rc::Rc;
 
 /// Go integer types a template meets. They print alike but are not
@@ -198,44 +198,214 @@ impl V {
     }
 }
 
-/// Go's `reflect.DeepEqual` on template values (types must match).
-pub(crate) fn deep_equal(a: &V, b: &V) -> bool {
-    match (a, b) {
-        (V::Nil, V::Nil) => true,
-        (V::Bool(x), V::Bool(y)) => x == y,
-        (V::Int(x, tx), V::Int(y, ty)) => tx == ty && x == y,
-        (V::Float(x), V::Float(y)) => x == y,
-        (V::Str(_) | V::Bytes(_), V::Str(_) | V::Bytes(_)) => a.as_bytes() == b.as_bytes(),
-        (V::List(x, ex), V::List(y, ey)) => {
-            ex == ey && x.len() == y.len() && x.iter().zip(y.iter()).all(|(p, q)| deep_equal(p, q))
+/// Deepest nesting a walk of a value goes (a list can be nested very deep).
+const MAX_WALK_DEPTH: usize = 10_000;
+
+/// A walk of a value stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WalkError {
+    /// The value is nested deeper than [`MAX_WALK_DEPTH`].
+    TooDeep,
+    /// The meter refused to pay for another node.
+    Stopped,
+}
+
+/// Pays for one node of a walk: `false` stops the walk.
+pub(crate) type Meter<'a> = &'a mut dyn FnMut() -> bool;
+
+/// The address of a shared list or map, to remember it was seen.
+fn list_addr(list: &Rc<Vec<V>>) -> usize {
+    Rc::as_ptr(list) as usize
+}
+
+fn map_addr(map: &MapRef) -> usize {
+    Rc::as_ptr(map) as usize
+}
+
+/// Go's `reflect.DeepEqual` on template values (types must match), every
+/// node visited paid to `meter`. Pairs of shared lists or maps already
+/// found equal are not compared again, so a list that holds another many
+/// times costs what its distinct parts cost, not what its expansion would.
+pub(crate) fn deep_equal_with(a: &V, b: &V, meter: Meter) -> Result<bool, WalkError> {
+    Equal {
+        meter,
+        equal: HashSet::new(),
+    }
+    .eq(a, b, 0)
+}
+
+struct Equal<'a> {
+    meter: Meter<'a>,
+    equal: HashSet<(usize, usize)>,
+}
+
+impl Equal<'_> {
+    fn eq(&mut self, a: &V, b: &V, depth: usize) -> Result<bool, WalkError> {
+        if depth > MAX_WALK_DEPTH {
+            return Err(WalkError::TooDeep);
         }
-        (V::Map(x, ex), V::Map(y, ey)) => {
-            if Rc::ptr_eq(x, y) {
-                return true;
+        if !(self.meter)() {
+            return Err(WalkError::Stopped);
+        }
+        Ok(match (a, b) {
+            (V::Nil, V::Nil) => true,
+            (V::Bool(x), V::Bool(y)) => x == y,
+            (V::Int(x, tx), V::Int(y, ty)) => tx == ty && x == y,
+            (V::Float(x), V::Float(y)) => x == y,
+            (V::Str(_) | V::Bytes(_), V::Str(_) | V::Bytes(_)) => a.as_bytes() == b.as_bytes(),
+            (V::List(x, ex), V::List(y, ey)) => {
+                if ex != ey || x.len() != y.len() {
+                    return Ok(false);
+                }
+                // Go: the same slice is equal to itself.
+                let pair = (list_addr(x), list_addr(y));
+                if Rc::ptr_eq(x, y) || self.equal.contains(&pair) {
+                    return Ok(true);
+                }
+                for (p, q) in x.iter().zip(y.iter()) {
+                    if !self.eq(p, q, depth + 1)? {
+                        return Ok(false);
+                    }
+                }
+                self.equal.insert(pair);
+                true
             }
-            let (x, y) = (x.borrow(), y.borrow());
-            ex == ey
-                && x.len() == y.len()
-                && x.iter()
-                    .zip(y.iter())
-                    .all(|((k1, v1), (k2, v2))| k1 == k2 && deep_equal(v1, v2))
-        }
-        (V::Secret(x), V::Secret(y)) => x == y,
-        _ => false,
+            (V::Map(x, ex), V::Map(y, ey)) => {
+                let pair = (map_addr(x), map_addr(y));
+                if Rc::ptr_eq(x, y) || self.equal.contains(&pair) {
+                    return Ok(true);
+                }
+                let (xm, ym) = (x.borrow(), y.borrow());
+                if ex != ey || xm.len() != ym.len() {
+                    return Ok(false);
+                }
+                for ((k1, v1), (k2, v2)) in xm.iter().zip(ym.iter()) {
+                    if k1 != k2 || !self.eq(v1, v2, depth + 1)? {
+                        return Ok(false);
+                    }
+                }
+                self.equal.insert(pair);
+                true
+            }
+            (V::Secret(x), V::Secret(y)) => x == y,
+            _ => false,
+        })
     }
 }
 
+/// Go's `reflect.DeepEqual`, unmetered (values too deep are unequal).
+pub(crate) fn deep_equal(a: &V, b: &V) -> bool {
+    deep_equal_with(a, b, &mut || true).unwrap_or(false)
+}
+
 /// Whether `value` holds the map `target` (so storing it there would make a
-/// cycle).
-pub(crate) fn holds_map(value: &V, target: &MapRef, depth: usize) -> bool {
-    if depth > 10_000 {
-        return true;
+/// cycle), every node visited paid to `meter`. Each shared list or map is
+/// visited once.
+pub(crate) fn holds_map(value: &V, target: &MapRef, meter: Meter) -> Result<bool, WalkError> {
+    Holds {
+        meter,
+        seen: HashSet::new(),
+        target,
     }
-    match value {
-        V::Map(m, _) => {
-            Rc::ptr_eq(m, target) || m.borrow().values().any(|v| holds_map(v, target, depth + 1))
+    .holds(value, 0)
+}
+
+struct Holds<'a, 't> {
+    meter: Meter<'a>,
+    seen: HashSet<usize>,
+    target: &'t MapRef,
+}
+
+impl Holds<'_, '_> {
+    fn holds(&mut self, value: &V, depth: usize) -> Result<bool, WalkError> {
+        if depth > MAX_WALK_DEPTH {
+            return Err(WalkError::TooDeep);
         }
-        V::List(l, _) => l.iter().any(|v| holds_map(v, target, depth + 1)),
-        _ => false,
+        if !(self.meter)() {
+            return Err(WalkError::Stopped);
+        }
+        match value {
+            V::Map(m, _) => {
+                if Rc::ptr_eq(m, self.target) {
+                    return Ok(true);
+                }
+                if !self.seen.insert(map_addr(m)) {
+                    return Ok(false);
+                }
+                for v in m.borrow().values() {
+                    if self.holds(v, depth + 1)? {
+                        return Ok(true);
+                    }
+                }
+                Ok(false)
+            }
+            V::List(l, _) => {
+                if !self.seen.insert(list_addr(l)) {
+                    return Ok(false);
+                }
+                for v in l.iter() {
+                    if self.holds(v, depth + 1)? {
+                        return Ok(true);
+                    }
+                }
+                Ok(false)
+            }
+            _ => Ok(false),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A list that holds the one before twice, `depth` times: 2^depth
+    /// nodes when expanded, `depth` distinct lists.
+    fn doubling(depth: usize) -> V {
+        let mut v = V::list(vec![V::str("x")]);
+        for _ in 0..depth {
+            v = V::list(vec![v.clone(), v]);
+        }
+        v
+    }
+
+    #[test]
+    fn shared_lists_are_walked_once() {
+        let a = doubling(60);
+        let b = doubling(60);
+        let mut nodes = 0u64;
+        let mut meter = || {
+            nodes += 1;
+            true
+        };
+        assert_eq!(deep_equal_with(&a, &b, &mut meter), Ok(true));
+        assert!(nodes < 1_000, "{nodes} nodes");
+        let map = Rc::new(RefCell::new(BTreeMap::new()));
+        let mut nodes = 0u64;
+        let mut meter = || {
+            nodes += 1;
+            true
+        };
+        assert_eq!(holds_map(&a, &map, &mut meter), Ok(false));
+        assert!(nodes < 1_000, "{nodes} nodes");
+    }
+
+    #[test]
+    fn a_meter_stops_the_walk() {
+        let a = doubling(10);
+        let mut left = 5;
+        let mut meter = || {
+            left -= 1;
+            left > 0
+        };
+        assert_eq!(
+            deep_equal_with(&a, &doubling(10), &mut meter),
+            Err(WalkError::Stopped)
+        );
+        assert!(!deep_equal(&a, &doubling(9)));
+        assert!(deep_equal(
+            &V::list(vec![V::int(1)]),
+            &V::list(vec![V::int(1)])
+        ));
     }
 }
