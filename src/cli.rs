@@ -180,6 +180,12 @@ pub struct RunArgs {
     /// Directory under which `gcpIamAuth` key files may be read.
     #[arg(long, env = "KMS_OPERATOR_KEY_FILE_DIR")]
     pub key_file_dir: Option<PathBuf>,
+    /// YAML file of the rules that say which namespaces may log in with
+    /// the operator's own cloud identity (`awsIamAuth`, `azureAuth`,
+    /// `gcpIdTokenAuth`, `gcpIamAuth`): a list of `{namespaces, methods,
+    /// identityIds, keyFiles}`. Without it no namespace may.
+    #[arg(long, env = "KMS_OPERATOR_CLOUD_IDENTITIES")]
+    pub cloud_identities: Option<PathBuf>,
     /// STS endpoint for AWS IAM auth (signed `GetCallerIdentity`, web
     /// identity exchange); default: the regional endpoint of `AWS_REGION`,
     /// else `https://sts.amazonaws.com`.
@@ -206,6 +212,26 @@ pub struct RunArgs {
     /// CPU count; the KMS budget and the API server bound the pace.
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=1024), env = "KMS_OPERATOR_WORKERS")]
     pub workers: u16,
+    /// The most secrets one KMS answer may hold (a scope with its imports
+    /// and, when recursive, its sub-folders); a larger answer is refused
+    /// with a condition that says so.
+    #[arg(long, default_value_t = crate::kms::client::DEFAULT_MAX_SECRETS, env = "KMS_OPERATOR_KMS_MAX_SECRETS")]
+    pub kms_max_secrets: usize,
+    /// Bytes of KMS answers a replica holds at once (read, parsed and in
+    /// use; requests wait beyond it). At least twice the largest answer
+    /// (32 MiB).
+    #[arg(long, default_value_t = crate::kms::client::DEFAULT_ANSWER_BUDGET, value_parser = clap::value_parser!(u64).range(64 * 1024 * 1024..), env = "KMS_OPERATOR_KMS_MEMORY_BUDGET")]
+    pub kms_memory_budget: u64,
+    /// Threads that render templates (0: half the CPUs, at least one).
+    /// Renders never run on the threads that renew Leases and answer
+    /// probes.
+    #[arg(long, default_value_t = 0, env = "KMS_OPERATOR_RENDER_THREADS")]
+    pub render_threads: u16,
+    /// How long one resource's templates may render before they are
+    /// stopped and reported as too expensive (a TemplateError condition).
+    /// Milliseconds are allowed (`500ms`).
+    #[arg(long, default_value = "2s", value_parser = parse_timeout_arg, env = "KMS_OPERATOR_RENDER_TIMEOUT")]
+    pub render_timeout: Duration,
     /// Workload rollouts started per second by auto-reload, for the whole
     /// operator (shared by live replicas).
     #[arg(
@@ -348,6 +374,22 @@ fn parse_duration_arg(s: &str) -> Result<Duration, String> {
     parse_duration(s).map_err(|e| e.to_string())
 }
 
+/// A duration as [`parse_duration_arg`] reads it, or milliseconds
+/// (`250ms`); never zero.
+fn parse_timeout_arg(s: &str) -> Result<Duration, String> {
+    let d = match s.trim().strip_suffix("ms") {
+        Some(ms) => ms
+            .parse::<u64>()
+            .map(Duration::from_millis)
+            .map_err(|_| format!("invalid duration {s:?}: use e.g. 500ms, 2s or 1m"))?,
+        None => parse_duration_arg(s)?,
+    };
+    if d.is_zero() {
+        return Err("the timeout must be more than 0".to_owned());
+    }
+    Ok(d)
+}
+
 /// Parse `host:port`, `:port` (all interfaces) or `0` (disabled).
 fn parse_bind_addr(s: &str) -> Result<BindAddr, String> {
     let s = s.trim();
@@ -407,6 +449,26 @@ mod tests {
         assert_eq!(a.gcp_metadata_endpoint, "http://metadata.google.internal");
         assert_eq!(a.aws_sts_endpoint, None);
         assert_eq!(a.cloud_timeout, Duration::from_secs(3));
+        assert_eq!(a.render_timeout, Duration::from_secs(2));
+        assert_eq!(a.render_threads, 0);
+        assert_eq!(a.kms_max_secrets, 10_000);
+        assert_eq!(a.kms_memory_budget, 128 << 20);
+        assert_eq!(a.cloud_identities, None);
+    }
+
+    #[test]
+    fn the_render_timeout_takes_milliseconds_and_never_zero() {
+        assert_eq!(
+            run_args(&["--render-timeout=250ms"]).render_timeout,
+            Duration::from_millis(250)
+        );
+        assert_eq!(
+            run_args(&["--render-timeout=1m"]).render_timeout,
+            Duration::from_secs(60)
+        );
+        for bad in ["0", "0ms", "fast", "1.5s"] {
+            assert!(parse_timeout_arg(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -133,8 +133,12 @@ pub struct Metrics {
     pub kms_logins: IntCounterVec,
     /// `kms_operator_kms_throttled_total`.
     pub kms_throttled: IntCounter,
+    /// `kms_operator_kms_answer_waits_total`.
+    pub kms_answer_waits: IntCounter,
     /// `kms_operator_kms_budget_rate`.
     pub kms_budget_rate: Gauge,
+    /// `kms_operator_template_renders_stopped_total`.
+    pub renders_stopped: IntCounter,
     /// `kms_operator_demand`.
     pub demand: Gauge,
     /// `kms_operator_cache_hits_total{shard}`.
@@ -241,6 +245,14 @@ impl Metrics {
             kms_throttled: r.counter(
                 "kms_operator_kms_throttled_total",
                 "KMS requests delayed by the request budget or a 429.",
+            ),
+            renders_stopped: r.counter(
+                "kms_operator_template_renders_stopped_total",
+                "Resources whose templates ran past --render-timeout and were stopped.",
+            ),
+            kms_answer_waits: r.counter(
+                "kms_operator_kms_answer_waits_total",
+                "KMS answers that waited for --kms-memory-budget (other answers held it).",
             ),
             kms_budget_rate: r.gauge(
                 "kms_operator_kms_budget_rate",
@@ -427,7 +439,9 @@ mod tests {
             "kms_operator_kms_request_duration_seconds",
             "kms_operator_kms_logins_total",
             "kms_operator_kms_throttled_total",
+            "kms_operator_kms_answer_waits_total",
             "kms_operator_kms_budget_rate",
+            "kms_operator_template_renders_stopped_total",
             "kms_operator_demand",
             "kms_operator_cache_hits_total",
             "kms_operator_cache_misses_total",

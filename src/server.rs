@@ -8,7 +8,11 @@
 //! bearer token that the API server authenticates (TokenReview) and
 //! authorises for `get` on the non-resource URL `/metrics`
 //! (SubjectAccessReview), as kube-rbac-proxy does. Decisions are cached for a
-//! minute per token.
+//! minute per token (at most [`MAX_CACHED_TOKENS`] of them).
+//!
+//! Both servers bound what a client can hold: [`MAX_CONNECTIONS`]
+//! connections at once, [`HEADER_TIMEOUT`] to send a request head of at
+//! most [`MAX_HEAD_BYTES`], [`CONNECTION_LIFETIME`] in all.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -111,6 +115,10 @@ pub enum Decision {
     Unknown,
 }
 
+/// The most token decisions kept: a client sending many tokens costs
+/// their reviews, not memory.
+pub const MAX_CACHED_TOKENS: usize = 1024;
+
 /// Decisions by token digest: when decided, and what.
 type Decisions = HashMap<[u8; 32], (Instant, Decision)>;
 
@@ -149,10 +157,11 @@ impl TokenAuth {
                 return Decision::Unknown;
             }
         };
-        self.cache
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key, (Instant::now(), decision));
+        remember(
+            &mut self.cache.lock().unwrap_or_else(|e| e.into_inner()),
+            key,
+            decision,
+        );
         decision
     }
 
@@ -194,6 +203,18 @@ impl TokenAuth {
             Decision::Forbidden
         })
     }
+}
+
+/// Keep a decision; when full of tokens seen within the minute, the
+/// oldest goes.
+fn remember(cache: &mut Decisions, key: [u8; 32], decision: Decision) {
+    if cache.len() >= MAX_CACHED_TOKENS {
+        let oldest = cache.iter().min_by_key(|(_, (at, _))| *at).map(|(k, _)| *k);
+        if let Some(oldest) = oldest {
+            cache.remove(&oldest);
+        }
+    }
+    cache.insert(key, (Instant::now(), decision));
 }
 
 async fn require_token(State(auth): State<TokenAuth>, request: Request, next: Next) -> Response {
@@ -273,17 +294,24 @@ impl TlsListener {
         let local = listener.local_addr()?;
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
         let (tx, rx) = tokio::sync::mpsc::channel(64);
+        // Handshakes in progress are bounded like connections, and each
+        // gets the time of a request head.
+        let handshakes = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
         tokio::spawn(async move {
             loop {
+                let Ok(permit) = handshakes.clone().acquire_owned().await else {
+                    return;
+                };
                 let Ok((stream, addr)) = listener.accept().await else {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 };
                 let (acceptor, tx) = (acceptor.clone(), tx.clone());
                 tokio::spawn(async move {
-                    if let Ok(Ok(tls)) =
-                        tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await
-                    {
+                    let handshake =
+                        tokio::time::timeout(HEADER_TIMEOUT, acceptor.accept(stream)).await;
+                    drop(permit);
+                    if let Ok(Ok(tls)) = handshake {
                         let _ = tx.send((tls, addr)).await;
                     }
                 });
@@ -307,6 +335,47 @@ impl axum::serve::Listener for TlsListener {
 
     fn local_addr(&self) -> std::io::Result<Self::Addr> {
         Ok(self.local)
+    }
+}
+
+/// Connections served at once per listener; more wait in the listen
+/// backlog until one ends.
+pub const MAX_CONNECTIONS: usize = 64;
+/// How long a client may take to send a request's head (and how long an
+/// idle keep-alive connection is kept).
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// The largest request head read; a longer one is refused (431) and the
+/// connection closed.
+pub const MAX_HEAD_BYTES: usize = 16 * 1024;
+/// The longest a connection lives, whatever it does.
+pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(120);
+
+/// Serve `router` on `listener` within the limits above: a slow or
+/// oversized request costs at most one connection's small buffer for a few
+/// seconds, and the connections at once are bounded.
+async fn serve<L>(mut listener: L, router: Router)
+where
+    L: axum::serve::Listener,
+    L::Io: Send + 'static,
+{
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::service::TowerToHyperService;
+    let permits = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let Ok(permit) = permits.clone().acquire_owned().await else {
+            return;
+        };
+        let (io, _) = listener.accept().await;
+        let service = TowerToHyperService::new(router.clone());
+        tokio::spawn(async move {
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .max_buf_size(MAX_HEAD_BYTES)
+                .serve_connection(TokioIo::new(io), service);
+            let _ = tokio::time::timeout(CONNECTION_LIFETIME, connection).await;
+            drop(permit);
+        });
     }
 }
 
@@ -352,11 +421,7 @@ pub async fn start(
             .await
             .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
         tracing::info!(addr = %listener.local_addr()?, "serving health/metrics");
-        tasks.push(tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, router).await {
-                tracing::error!(error = %e, "health/metrics server stopped");
-            }
-        }));
+        tasks.push(tokio::spawn(serve(listener, router)));
     }
     if let Some((addr, router)) = secure {
         let config = tls_config(tls)?;
@@ -365,15 +430,31 @@ pub async fn start(
             .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
         let listener = TlsListener::new(listener, config)?;
         tracing::info!(addr = %listener.local, "serving metrics over HTTPS with token authentication");
-        tasks.push(tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, router).await {
-                tracing::error!(error = %e, "metrics server stopped");
-            }
-        }));
+        tasks.push(tokio::spawn(serve(listener, router)));
     }
     Ok(tokio::spawn(async move {
         for t in tasks {
             let _ = t.await;
         }
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_token_cache_is_bounded() {
+        let mut cache = Decisions::new();
+        for i in 0..(MAX_CACHED_TOKENS as u32 * 3) {
+            let mut key = [0u8; 32];
+            key[..4].copy_from_slice(&i.to_le_bytes());
+            remember(&mut cache, key, Decision::Forbidden);
+        }
+        assert_eq!(cache.len(), MAX_CACHED_TOKENS);
+        // The newest is kept.
+        let mut last = [0u8; 32];
+        last[..4].copy_from_slice(&(MAX_CACHED_TOKENS as u32 * 3 - 1).to_le_bytes());
+        assert!(cache.contains_key(&last));
+    }
 }

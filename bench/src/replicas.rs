@@ -15,8 +15,6 @@ pub use kms_testkit::replica::Usage;
 
 use crate::peer;
 
-mod cpu_limit;
-
 /// What every replica of a session shares.
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -52,7 +50,7 @@ pub struct Replica {
     pub cache_dir: PathBuf,
     process: Option<Process>,
     /// Its CPU cgroup while it runs under `Settings::cpu_limit`.
-    cgroup: Option<cpu_limit::Group>,
+    cgroup: Option<kms_testkit::cgroup::Group>,
     /// Where the running process serves `/metrics`.
     metrics_addr: Option<String>,
     starts: u32,
@@ -148,7 +146,7 @@ impl Replicas {
         if let (Some(cores), Some(pid)) = (s.cpu_limit, process.pid()) {
             // A start replaces the group of the previous one (empty by now).
             r.cgroup = None;
-            match cpu_limit::Group::limit(&format!("kms-bench-{name}-{pid}"), pid, cores) {
+            match kms_testkit::cgroup::Group::cpu(&format!("kms-bench-{name}-{pid}"), pid, cores) {
                 Ok(group) => r.cgroup = Some(group),
                 Err(e) => {
                     let mut process = process;

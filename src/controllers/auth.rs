@@ -341,7 +341,26 @@ pub async fn identity_with_source(
     let choice = choose_endpoint(ns, host_api, tls, &global, defaults, allow_cross)?;
     let endpoint = resolve_endpoint(&ctx.client, &ctx.referenced, &choice).await?;
     ctx.kms.check_endpoint(&endpoint).map_err(SyncError::Kms)?;
-    if let AuthMethod::Cloud { method, .. } = method {
+    if let AuthMethod::Cloud {
+        method,
+        identity_id,
+        key_file,
+        ..
+    } = method
+    {
+        // The operator's cloud identity, only where the admin allows it.
+        ctx.settings
+            .cloud_identities
+            .check(super::cloud_identities::Use {
+                namespace: ns,
+                method: *method,
+                identity_id,
+                key_file: key_file.as_deref(),
+            })
+            .map_err(|message| SyncError::Reference {
+                reason: "CloudIdentityNotAllowed",
+                message,
+            })?;
         // The trusted host follows the configured default host, wherever
         // it is read from (kms-config, else --default-host-api).
         let trusted = default_host(&global, defaults);

@@ -37,6 +37,8 @@ pub struct Settings {
     pub max_backoff: Duration,
     /// How long cleanup on deletion is retried before giving up.
     pub cleanup_timeout: Duration,
+    /// Where the operator's own cloud identity may be used.
+    pub cloud_identities: Arc<super::cloud_identities::CloudIdentities>,
 }
 
 impl Default for Settings {
@@ -50,6 +52,7 @@ impl Default for Settings {
             workers: 32,
             max_backoff: Duration::from_secs(300),
             cleanup_timeout: Duration::from_secs(3600),
+            cloud_identities: Arc::default(),
         }
     }
 }
@@ -70,6 +73,8 @@ pub struct Context {
     pub recorder: Recorder,
     /// Template renderer.
     pub renderer: Arc<dyn Renderer>,
+    /// The threads renders run on, and their deadline.
+    pub renders: Arc<super::render::RenderPool>,
     /// Watched managed Secrets (label `secrets.hanzo.ai/managed=true`).
     pub secrets: Scoped<Secret>,
     /// Watched managed ConfigMaps.
@@ -230,6 +235,7 @@ impl Context {
             settings: Settings::default(),
             recorder,
             renderer: Arc::new(kms_template::Engine::default()),
+            renders: Arc::new(super::render::RenderPool::for_tests()),
             secrets: Scoped::unwatched(),
             config_maps: Scoped::unwatched(),
             consumers: Arc::default(),

@@ -16,15 +16,18 @@
 //!   and the error policy; [`key`]: object keys; [`written`]: the statuses
 //!   a controller wrote that its watch may not show yet;
 //! - [`auth`]: the authentication methods as the controllers resolve them;
+//!   [`cloud_identities`]: where the operator's cloud identity may be used;
 //! - [`instant`]: instant updates (the KMS's change events);
 //! - [`target`]: managed objects, ownership, adoption, versions (pure);
 //! - [`apply`]: writes with resourceVersion preconditions;
 //! - [`refs`]: references, the namespace rule, the global config;
 //! - [`conditions`], [`error`]: status conditions and reconcile errors;
-//! - [`queue`], [`stores`]: the work queues and the watched caches.
+//! - [`queue`], [`stores`]: the work queues and the watched caches;
+//! - [`render`]: templates rendered off the runtime, with a deadline.
 
 pub mod apply;
 pub mod auth;
+pub mod cloud_identities;
 pub mod conditions;
 pub mod context;
 pub mod error;
@@ -39,6 +42,7 @@ pub mod queue;
 pub mod refs;
 pub mod registry;
 pub mod reload;
+pub mod render;
 pub mod stores;
 pub mod target;
 pub mod workers;

@@ -527,13 +527,15 @@ pub fn valid_data_key(key: &str) -> bool {
 /// Renders `source` over `secrets` for the field `field`.
 pub trait Renderer: Send + Sync {
     /// The rendered bytes (text, unless `binary` allows any bytes), or a
-    /// message that names the field and never a value.
+    /// message that names the field and never a value. Every render of one
+    /// resource draws on the same `budget`.
     fn render(
         &self,
         field: &str,
         source: &str,
         secrets: &SecretMap,
         binary: bool,
+        budget: &mut kms_template::Budget,
     ) -> Result<Vec<u8>, String>;
 }
 
@@ -544,6 +546,7 @@ impl Renderer for kms_template::Engine {
         source: &str,
         secrets: &SecretMap,
         binary: bool,
+        budget: &mut kms_template::Budget,
     ) -> Result<Vec<u8>, String> {
         use secrecy::ExposeSecret;
         let data: kms_template::SecretData = secrets
@@ -559,9 +562,10 @@ impl Renderer for kms_template::Engine {
             })
             .collect();
         let result = if binary {
-            self.render_bytes(field, source, &data)
+            self.render_bytes_in(field, source, &data, budget)
         } else {
-            kms_template::Engine::render(self, field, source, &data).map(String::into_bytes)
+            self.render_in(field, source, &data, budget)
+                .map(String::into_bytes)
         };
         result.map_err(|e| e.to_string())
     }

@@ -19,8 +19,10 @@ use super::endpoint::{BodyError, describe_reqwest_error, read_capped};
 use super::endpoint::{Clients, Endpoint, host_allowed};
 use super::flight::SingleFlight;
 use super::limiter::{Acquired, Limiter};
+use super::memory::{AnswerBudget, Held};
 use super::model::{
     ErrorBody, GetSecretResponse, ListSecretsResponse, LoginResponse, SecretMap, merge_list,
+    with_secret_cap,
 };
 use crate::metrics::Metrics;
 
@@ -29,12 +31,22 @@ const RENEW: &str = "POST /api/v1/auth/token/renew";
 const LIST: &str = "GET /api/v3/secrets/raw";
 const GET_ONE: &str = "GET /api/v3/secrets/raw/:secretName";
 
+/// How long an answer is kept for sharing with later requests.
+const SHARE_KEPT: Duration = Duration::from_secs(10);
+
 /// The longest 429 pause a request waits out in its worker; a longer one
 /// ends the request with [`KmsError::RateLimited`] at once.
 const LONGEST_INLINE_WAIT: Duration = Duration::from_secs(1);
 
 /// Largest response body accepted.
 const MAX_BODY: usize = 32 * 1024 * 1024;
+
+/// The most secrets one answer may hold, by default.
+pub const DEFAULT_MAX_SECRETS: usize = 10_000;
+
+/// Bytes of answers a replica holds at once, by default: two of the
+/// largest answers (see [`super::memory`]).
+pub const DEFAULT_ANSWER_BUDGET: u64 = 128 * 1024 * 1024;
 
 /// Settings of the client.
 #[derive(Clone, Debug)]
@@ -48,6 +60,10 @@ pub struct KmsConfig {
     pub retry_budget: Duration,
     /// First retry delay (doubled per attempt, with jitter).
     pub retry_base: Duration,
+    /// The most secrets one answer may hold (a scope's and its imports').
+    pub max_secrets: usize,
+    /// Bytes of answers held at once (see [`super::memory`]).
+    pub answer_budget: u64,
 }
 
 impl Default for KmsConfig {
@@ -57,6 +73,8 @@ impl Default for KmsConfig {
             allowed_hosts: Vec::new(),
             retry_budget: Duration::from_secs(15),
             retry_base: Duration::from_millis(500),
+            max_secrets: DEFAULT_MAX_SECRETS,
+            answer_budget: DEFAULT_ANSWER_BUDGET,
         }
     }
 }
@@ -94,8 +112,8 @@ pub enum Fetch {
     NotModified,
     /// The current secrets.
     Secrets {
-        /// Secrets by key.
-        secrets: SecretMap,
+        /// Secrets by key (shared, with the memory they hold reserved).
+        secrets: Arc<Fetched>,
         /// The ETag to send next time.
         etag: Option<String>,
     },
@@ -103,13 +121,40 @@ pub enum Fetch {
 
 type FetchKey = (IdentityKey, Scope, Option<String>);
 
+/// The secrets of an answer, and its reservation of the replica's answer
+/// budget: given back when the last holder drops them.
+#[derive(Debug, Default)]
+pub struct Fetched {
+    map: SecretMap,
+    held: Option<Held>,
+}
+
+impl Fetched {
+    /// Secrets that hold no reservation (built here, not read from the KMS).
+    pub fn unheld(map: SecretMap) -> Self {
+        Self { map, held: None }
+    }
+
+    /// KiB of the answer budget these secrets hold.
+    pub fn held_kib(&self) -> usize {
+        self.held.as_ref().map_or(0, Held::kib)
+    }
+}
+
+impl std::ops::Deref for Fetched {
+    type Target = SecretMap;
+    fn deref(&self) -> &SecretMap {
+        &self.map
+    }
+}
+
 /// The last answer for a scope: when its request started (it holds every
 /// change made before then), the ETag it proved current, and the secrets if
 /// the answer carried them.
 struct Recent {
     at: Instant,
     etag: Option<String>,
-    secrets: Option<SecretMap>,
+    secrets: Option<Arc<Fetched>>,
 }
 
 /// The client.
@@ -128,6 +173,8 @@ pub struct Kms {
     warned_plain_http: Mutex<HashSet<String>>,
     /// Where the cloud login methods find their credentials.
     cloud: CloudConfig,
+    /// Bytes of answers held at once.
+    budget: AnswerBudget,
 }
 
 /// A buffered response.
@@ -135,6 +182,8 @@ pub(super) struct Reply {
     pub(super) status: StatusCode,
     pub(super) headers: HeaderMap,
     pub(super) body: bytes::Bytes,
+    /// Its reservation of the answer budget.
+    pub(super) held: Option<Held>,
 }
 
 impl Kms {
@@ -142,6 +191,7 @@ impl Kms {
     pub fn new(config: KmsConfig, metrics: Metrics) -> Self {
         Self {
             limiter: Limiter::new(config.rate_limit),
+            budget: AnswerBudget::new(config.answer_budget),
             config,
             clients: Clients::default(),
             tokens: TokenCache::default(),
@@ -238,6 +288,32 @@ impl Kms {
         Ok(())
     }
 
+    /// Reserve the answer budget for a body of `bytes`. While waiting,
+    /// answers kept for sharing that are past their window are let go (they
+    /// may hold what is waited for).
+    async fn hold_answer(&self, bytes: usize) -> Held {
+        if let Some(held) = self.budget.try_hold(bytes as u64) {
+            return held;
+        }
+        self.metrics.kms_answer_waits.inc();
+        loop {
+            self.forget_old_answers();
+            match tokio::time::timeout(Duration::from_secs(1), self.budget.hold(bytes as u64)).await
+            {
+                Ok(held) => return held,
+                Err(_) => tracing::debug!(bytes, "waiting for the KMS answer budget"),
+            }
+        }
+    }
+
+    /// Let go of answers kept for sharing past their window.
+    fn forget_old_answers(&self) {
+        self.recent
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|_, r| r.at.elapsed() <= SHARE_KEPT);
+    }
+
     fn jitter(&self, d: Duration) -> Duration {
         d.mul_f64(0.8 + fastrand::f64() * 0.4)
     }
@@ -281,10 +357,18 @@ impl Kms {
                 Ok(resp) => {
                     let status = resp.status();
                     let headers = resp.headers().clone();
+                    let declared = resp.content_length().map_or(MAX_BODY, |l| {
+                        usize::try_from(l).unwrap_or(MAX_BODY).min(MAX_BODY)
+                    });
+                    let mut held = self.hold_answer(declared).await;
                     match read_capped(resp, MAX_BODY).await {
                         Ok(body) => Ok(Reply {
                             status,
                             headers,
+                            held: {
+                                held.shrink_to(body.len(), self.budget.total_kib());
+                                Some(held)
+                            },
                             body,
                         }),
                         // Asking again would read as much again: not retried.
@@ -620,8 +704,8 @@ impl Kms {
             })
             .await;
         if let Ok(answer) = &outcome.value {
+            self.forget_old_answers();
             let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
-            recent.retain(|_, r| r.at.elapsed() <= Duration::from_secs(10));
             // An answer is as recent as its request's start; a slower,
             // older request does not replace a newer answer.
             if recent
@@ -699,7 +783,22 @@ impl Kms {
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
         let secrets = match &scope.secret_name {
-            None => merge_list(parse::<ListSecretsResponse>(route, &reply)?, &scope.path),
+            None => {
+                let cap = self.config.max_secrets;
+                let (list, exceeded) =
+                    with_secret_cap(cap, || parse::<ListSecretsResponse>(route, &reply));
+                if exceeded {
+                    return Err(KmsError::Decode {
+                        endpoint: route,
+                        reason: format!(
+                            "the answer holds more than {cap} secrets, the most one scope may hold \
+                             (--kms-max-secrets): narrow secretsPath or turn recursive off, or raise \
+                             the limit"
+                        ),
+                    });
+                }
+                merge_list(list?, &scope.path)
+            }
             Some(_) => {
                 let one: GetSecretResponse = parse(route, &reply)?;
                 let mut raw = one.secret;
@@ -714,7 +813,10 @@ impl Kms {
             }
         };
         Ok(Fetch::Secrets {
-            secrets,
+            secrets: Arc::new(Fetched {
+                map: secrets,
+                held: reply.held,
+            }),
             etag: new_etag,
         })
     }
@@ -821,6 +923,7 @@ pub(super) fn api_error_of(
             status,
             headers: headers.clone(),
             body: bytes::Bytes::copy_from_slice(body),
+            held: None,
         },
     )
 }
@@ -830,6 +933,23 @@ pub(super) fn api_error(route: &'static str, reply: &Reply) -> KmsError {
     let status = reply.status.as_u16();
     if status == 429 {
         return KmsError::rate_limited(route, retry_after(&reply.headers, &reply.body));
+    }
+    if reply.status.is_redirection() && status != 304 {
+        let to = reply
+            .headers
+            .get(reqwest::header::LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .map(|l| crate::kms::endpoint::redact_userinfo(&truncate(l, 200)))
+            .unwrap_or_else(|| "nowhere".to_owned());
+        return KmsError::Api {
+            endpoint: route,
+            status,
+            error: "Redirect".to_owned(),
+            message: format!(
+                "the KMS answered with a redirect to {to}, which the operator does not follow; \
+                 set hostAPI to the address that answers"
+            ),
+        };
     }
     let (error, message) = match serde_json::from_slice::<ErrorBody>(&reply.body) {
         Ok(body) => (body.error.clone().unwrap_or_default(), body.message_text()),
@@ -923,6 +1043,7 @@ mod tests {
                 .unwrap(),
             headers,
             body,
+            held: None,
         }
     }
 
@@ -1084,6 +1205,64 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(body.len(), 16 * 1024);
+    }
+
+    /// Answer every request with `status` and `head` (extra header lines),
+    /// counting the requests and the bytes of their bodies.
+    async fn fixed_server(
+        status: &'static str,
+        head: String,
+    ) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                let (counter, head) = (counter.clone(), head.clone());
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 65536];
+                    if matches!(s.read(&mut buf).await, Ok(n) if n > 0) {
+                        counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        let reply = format!(
+                            "HTTP/1.1 {status}\r\n{head}content-length: 0\r\nconnection: close\r\n\r\n"
+                        );
+                        let _ = s.write_all(reply.as_bytes()).await;
+                    }
+                });
+            }
+        });
+        (url, seen)
+    }
+
+    #[tokio::test]
+    async fn a_redirect_is_not_followed_and_the_login_is_not_resent() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        // Where a hostile KMS would send the login: a host of its choosing.
+        let (elsewhere, reached) = fixed_server("200 OK", String::new()).await;
+        let location = format!("location: {elsewhere}/api/v1/auth/universal-auth/login\r\n");
+        let (kms_url, asked) = fixed_server("307 Temporary Redirect", location).await;
+        let kms = Kms::new(KmsConfig::default(), Metrics::new(1));
+        let identity = Identity {
+            endpoint: Endpoint::new(&kms_url, None).unwrap(),
+            credentials: Credentials::UniversalAuth {
+                client_id: "id".into(),
+                client_secret: secrecy::SecretString::from("the-client-secret".to_owned()),
+            },
+        };
+        let err = kms.token(&identity).await.unwrap_err().to_string();
+        assert!(
+            err.contains("redirect") && err.contains(&elsewhere),
+            "{err}"
+        );
+        assert!(!err.contains("the-client-secret"), "{err}");
+        assert_eq!(reached.load(std::sync::atomic::Ordering::SeqCst), 0);
+        assert_eq!(
+            asked.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "asked once, not retried"
+        );
     }
 
     #[test]

@@ -153,7 +153,10 @@ impl Clients {
             .user_agent(concat!("kms-operator/", env!("CARGO_PKG_VERSION")))
             .connect_timeout(Duration::from_secs(5))
             .timeout(Duration::from_secs(20))
-            .pool_idle_timeout(Duration::from_secs(60));
+            .pool_idle_timeout(Duration::from_secs(60))
+            // A redirect is not followed: it could lead a request (and a
+            // login's credentials) to a host the allow-list never checked.
+            .redirect(reqwest::redirect::Policy::none());
         if let Some(pem) = &endpoint.ca_pem {
             let certs = reqwest::Certificate::from_pem_bundle(pem)
                 .map_err(|e| KmsError::InvalidCa(e.to_string()))?;

@@ -136,6 +136,7 @@ fn reply(status: u16, retry: Option<&str>, body: Vec<u8>) -> Reply {
         status: StatusCode::from_u16(status).unwrap_or(StatusCode::OK),
         headers,
         body: body.into(),
+        held: None,
     }
 }
 

@@ -10,6 +10,7 @@
 //! - [`auth`]: identities, their keys and tokens (one login per identity,
 //!   renewed before expiry, a new login at max TTL, lazy);
 //! - [`limiter`]: the request budget per host and 429 pauses;
+//! - [`memory`]: the bytes of answers a replica holds at once;
 //! - [`share`]: this replica's part of a budget shared by demand;
 //! - [`flight`]: identical requests in flight shared;
 //! - [`client`]: the requests themselves, with bounded retries and metrics;
@@ -28,13 +29,14 @@ pub mod folders;
 mod fuzz;
 pub mod leases;
 pub mod limiter;
+pub mod memory;
 pub mod method;
 pub mod model;
 pub mod push;
 pub mod share;
 
 pub use auth::{Credentials, Identity, IdentityKey};
-pub use client::{Fetch, Kms, KmsConfig, ProjectRef, Scope};
+pub use client::{Fetch, Fetched, Kms, KmsConfig, ProjectRef, Scope};
 pub use endpoint::{DEFAULT_HOST_API, Endpoint};
 pub use error::KmsError;
 pub use model::{SecretItem, SecretMap};

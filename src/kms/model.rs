@@ -7,6 +7,57 @@ use std::collections::BTreeMap;
 use secrecy::SecretString;
 use serde::Deserialize;
 
+thread_local! {
+    /// Secrets the list being parsed on this thread may still hold (see
+    /// [`with_secret_cap`]); `usize::MAX` when no cap is set.
+    static SECRETS_LEFT: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
+}
+
+/// Parse with at most `cap` secrets in the lists of the answer (the
+/// scope's and every import block's together); the result, and whether
+/// the cap stopped the parse (then the result is an error). A hostile or
+/// misconfigured KMS answering with hundreds of thousands of tiny secrets
+/// is refused before they are all built.
+pub fn with_secret_cap<T>(cap: usize, parse: impl FnOnce() -> T) -> (T, bool) {
+    let before = SECRETS_LEFT.with(|left| left.replace(cap.saturating_add(1)));
+    let result = parse();
+    let exceeded = SECRETS_LEFT.with(|left| left.replace(before)) == 0;
+    (result, exceeded)
+}
+
+/// A list of secrets, counted against the cap of [`with_secret_cap`] as
+/// it is read.
+fn counted<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<RawSecret>, D::Error> {
+    struct Items;
+    impl<'de> serde::de::Visitor<'de> for Items {
+        type Value = Vec<RawSecret>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a list of secrets")
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut seq: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut out = Vec::new();
+            while let Some(item) = seq.next_element()? {
+                let left = SECRETS_LEFT.with(|l| match l.get() {
+                    usize::MAX => usize::MAX,
+                    n => {
+                        l.set(n.saturating_sub(1));
+                        n.saturating_sub(1)
+                    }
+                });
+                if left == 0 {
+                    return Err(serde::de::Error::custom("too many secrets"));
+                }
+                out.push(item);
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_seq(Items)
+}
+
 /// Body of every machine-identity login and of token renewal.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -54,7 +105,7 @@ pub struct ImportBlock {
     #[serde(default)]
     pub environment: String,
     /// The imported secrets.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "counted")]
     pub secrets: Vec<RawSecret>,
 }
 
@@ -62,6 +113,7 @@ pub struct ImportBlock {
 #[derive(Debug, Deserialize)]
 pub struct ListSecretsResponse {
     /// Secrets of the folder (and sub-folders with `recursive`).
+    #[serde(deserialize_with = "counted")]
     pub secrets: Vec<RawSecret>,
     /// Imported blocks, with `include_imports`.
     #[serde(default)]

@@ -446,6 +446,7 @@ mod tests {
             status: StatusCode::from_u16(status).unwrap(),
             headers: HeaderMap::new(),
             body: Bytes::from(serde_json::to_vec(&body).unwrap()),
+            held: None,
         }
     }
 

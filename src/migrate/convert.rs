@@ -958,6 +958,17 @@ fn auth_method(cx: &mut Cx, name: &str, mut o: Obj, scoped: bool) -> Option<Valu
         );
         return None;
     }
+    if matches!(
+        name,
+        "awsIamAuth" | "azureAuth" | "gcpIdTokenAuth" | "gcpIamAuth"
+    ) {
+        cx.add(
+            Severity::NeedsSetting,
+            &format!("{path}.identityId"),
+            "the operator's own cloud identity is used only from namespaces an admin rule allows: add a rule \
+             for this namespace and identity to --cloud-identities (chart value security.cloudIdentities)",
+        );
+    }
     Some(Value::Object(m))
 }
 
@@ -1920,6 +1931,13 @@ serviceToken: {serviceTokenSecretReference: {secretName: st, secretNamespace: ap
                 }
                 _ => {}
             }
+            let cloud = ["awsIamAuth", "azureAuth", "gcpIdTokenAuth", "gcpIamAuth"];
+            assert_eq!(
+                findings.iter().any(|f| f.severity == Severity::NeedsSetting
+                    && f.message.contains("--cloud-identities")),
+                cloud.contains(&name.as_str()),
+                "{name}: {findings:#?}"
+            );
         }
     }
 

@@ -3,10 +3,12 @@
 //! health/metrics server together, and stop gracefully on SIGTERM (stop
 //! taking work, let in-flight reconciles finish, hand the shards over).
 //!
+//! - [`control`]: the runtime of the Lease coordinator and the probes;
 //! - [`watches`]: the watches that route work to the kinds;
 //! - [`shards`]: caches, draining, full passes and budgets as shards move;
 //! - [`shard_labels`]: the shard label on the objects watched by shard.
 
+mod control;
 mod shard_labels;
 mod shards;
 mod watches;
@@ -24,6 +26,7 @@ use crate::api::kms_dynamic_secret::KmsDynamicSecret;
 use crate::api::kms_secret::KmsSecret;
 use crate::api::served::ServedKinds;
 use crate::cli::{RunArgs, WatchScope};
+use crate::controllers::cloud_identities::CloudIdentities;
 use crate::controllers::context::{Context, Settings};
 use crate::controllers::queue::Queue;
 use crate::controllers::refs::RefIndex;
@@ -65,15 +68,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         cert_name: args.metrics_cert_name.clone(),
         key_name: args.metrics_cert_key.clone(),
     };
-    let servers = server::start(
-        &args.health_addr,
-        &args.metrics_addr,
-        metrics.clone(),
-        ready,
-        &tls,
-        client.clone(),
-    )
-    .await?;
+    // Probes and Leases on a runtime of their own (see `control`).
+    let control = control::Control::start().await?;
+    let servers = {
+        let (health, addr) = (args.health_addr, args.metrics_addr);
+        let (metrics, client) = (metrics.clone(), control.client.clone());
+        control
+            .run(async move { server::start(&health, &addr, metrics, ready, &tls, client).await })
+            .await??
+    };
 
     // Every write carries the kind the cluster serves (ours, or the Go
     // operator's spelling after a hand-over in place); no CRDs, no start.
@@ -86,16 +89,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     // at once. Otherwise, split by shard, it waits a moment before watching
     // what it gains (see `shards::follow_scopes`).
     let resumed = resumed_member(&client, &args, &pod_name).await;
-    let coordinator = shard::Coordinator::start(
-        client.clone(),
-        shard::Config {
-            shards: args.shards,
-            lease_duration: args.lease_duration,
-            renew_deadline: args.renew_deadline,
-            retry_period: args.retry_period,
-            ..shard::Config::new(&args.pod_namespace, &args.lease_prefix, &pod_name)
-        },
-    )
+    let coordinator = {
+        let _control = control.enter();
+        shard::Coordinator::start(
+            control.client.clone(),
+            shard::Config {
+                shards: args.shards,
+                lease_duration: args.lease_duration,
+                renew_deadline: args.renew_deadline,
+                retry_period: args.retry_period,
+                ..shard::Config::new(&args.pod_namespace, &args.lease_prefix, &pod_name)
+            },
+        )
+    }
     .map_err(|e| anyhow::anyhow!("sharding: {e}"))?;
     // Subscribe before anything is acquired, so no gain is missed.
     let shard_events = coordinator.events();
@@ -119,7 +125,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         &metrics,
         cache.clone(),
         served,
-    );
+    )?;
     let sharded = scopes.clone().map(|scopes| {
         let labeler =
             shard_labels::Labeler::new(client.clone(), scopes.labels().clone(), gate.clone());
@@ -220,6 +226,22 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     tasks.extend(scope_task);
     stop(&registry, &ctx, &coordinator, workers, tasks).await;
     Ok(())
+}
+
+/// The render threads of `--render-threads` and `--render-timeout`.
+fn render_pool(args: &RunArgs, metrics: &Metrics) -> crate::controllers::render::RenderPool {
+    use crate::controllers::render::{RenderPool, default_threads};
+    let threads = match args.render_threads {
+        0 => default_threads(),
+        n => usize::from(n),
+    };
+    let stopped = metrics.renders_stopped.clone();
+    RenderPool::new(
+        threads,
+        args.render_timeout,
+        kms_template::Limits::default().resource_fuel,
+        Arc::new(move || stopped.inc()),
+    )
 }
 
 /// Whether this replica's member Lease exists, held by it: its last process
@@ -359,7 +381,7 @@ fn wire(
     metrics: &Metrics,
     cache: Option<storage::Store>,
     served: ServedKinds,
-) -> Wired {
+) -> anyhow::Result<Wired> {
     let kms = kms_client(args, metrics, cache.as_ref());
     let namespaces: Vec<String> = args
         .namespaces
@@ -496,6 +518,10 @@ fn wire(
         namespaces,
         cleanup_timeout: args.cleanup_timeout,
         workers: usize::from(args.workers),
+        cloud_identities: Arc::new(match &args.cloud_identities {
+            Some(path) => CloudIdentities::load(path)?,
+            None => CloudIdentities::default(),
+        }),
         ..Settings::default()
     };
     let ctx = Arc::new(Context {
@@ -506,6 +532,7 @@ fn wire(
         settings,
         recorder,
         renderer: Arc::new(kms_template::Engine::default()),
+        renders: Arc::new(render_pool(args, metrics)),
         secrets: secrets.clone(),
         config_maps: config_maps.clone(),
         consumers: routes.consumers.clone(),
@@ -524,7 +551,7 @@ fn wire(
         ("Secret", Box::new(secrets.clone())),
         ("ConfigMap", Box::new(config_maps.clone())),
     ];
-    Wired {
+    Ok(Wired {
         ctx,
         kms_secrets,
         registry,
@@ -534,7 +561,7 @@ fn wire(
         dynamic: dynamic_resources,
         reload_budget,
         cached,
-    }
+    })
 }
 
 /// The KMS client: its budget, allowed hosts, token store and the cloud
@@ -543,6 +570,8 @@ fn kms_client(args: &RunArgs, metrics: &Metrics, cache: Option<&storage::Store>)
     let mut kms = Kms::new(
         KmsConfig {
             rate_limit: args.kms_rate_limit,
+            max_secrets: args.kms_max_secrets,
+            answer_budget: args.kms_memory_budget,
             allowed_hosts: args
                 .allowed_kms_hosts
                 .iter()

@@ -26,13 +26,16 @@ const DRAIN_WAIT: Duration = Duration::from_secs(25);
 
 /// Before a shard's Lease is given up: stop its instant-update streams,
 /// drop its queued work, wait for its reconciles in flight, flush the cache.
+/// The hook is called on the coordinator's runtime; the drain runs on the
+/// runtime of the workers (the one this is called on).
 pub fn set_drain_hook(coordinator: &shard::Coordinator, registry: Registry, ctx: Arc<Context>) {
+    let workers = tokio::runtime::Handle::current();
     coordinator.set_drain_hook(move |shard| {
         let (registry, cache) = (registry.clone(), ctx.cache.clone());
-        for kind in registry.kinds() {
-            kind.shard_lost(shard);
-        }
-        async move {
+        let drain = workers.spawn(async move {
+            for kind in registry.kinds() {
+                kind.shard_lost(shard);
+            }
             let dropped: usize = registry
                 .kinds()
                 .iter()
@@ -55,6 +58,9 @@ pub fn set_drain_hook(coordinator: &shard::Coordinator, registry: Registry, ctx:
                 tracing::warn!(error = %e, "could not flush the cache");
             }
             tracing::info!(shard, dropped, "shard drained");
+        });
+        async move {
+            let _ = drain.await;
         }
     });
 }

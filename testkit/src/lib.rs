@@ -5,11 +5,12 @@
 //! API ([`devserver`]) and calls to its public API as a client makes them
 //! ([`api`]), the local control plane of `tests/testenv` and clients for it
 //! ([`testenv`]), its node seen from this machine ([`node`]), signals to
-//! processes ([`signal`]), stand-ins for the Prometheus Operator's CRDs
+//! processes ([`signal`]), CPU and memory limits on a process ([`cgroup`]), stand-ins for the Prometheus Operator's CRDs
 //! ([`monitoring`]), waits on conditions ([`wait`]), and the files below a
 //! directory ([`files_below`], to inspect a cache on disk).
 
 pub mod api;
+pub mod cgroup;
 pub mod devserver;
 pub mod monitoring;
 pub mod node;

@@ -237,14 +237,100 @@ async fn operator(ns: &str, flags: &[&str], env: &[(&str, &str)]) -> Operator {
 }
 
 /// [`operator`] without the allow list: only the global hostAPI is trusted.
+/// Its namespace may use any cloud identity and key file.
 async fn operator_with(ns: &str, flags: &[&str], env: &[(&str, &str)]) -> Operator {
+    let rules = format!("- namespaces: [{ns}]\n  identityIds: [\"*\"]\n  keyFiles: [\"*\"]\n");
+    operator_with_rules(&[ns], &rules, flags, env).await
+}
+
+/// An operator watching `namespaces` (the first is its own), with the
+/// cloud identity rules `rules` (YAML) and only `env` of the cloud
+/// variables.
+async fn operator_with_rules(
+    namespaces: &[&str],
+    rules: &str,
+    flags: &[&str],
+    env: &[(&str, &str)],
+) -> Operator {
+    let dir = TempDir::new("cloud-identities");
+    let file = dir.0.join("rules.yaml");
+    std::fs::write(&file, rules).unwrap();
+    let rules_flag = format!("--cloud-identities={}", file.display());
+    let mut flags = flags.to_vec();
+    flags.push(&rules_flag);
     let mut vars: Vec<(&str, Option<&str>)> = CLOUD_ENV
         .iter()
         .filter(|n| !env.iter().any(|(k, _)| k == *n))
         .map(|n| (*n, None))
         .collect();
     vars.extend(env.iter().map(|(k, v)| (*k, Some(*v))));
-    Operator::start_with_env(ns, &[ns], flags, &vars).await
+    // Read at start: the file may go once the replica is ready.
+    Operator::start_with_env(namespaces[0], namespaces, &flags, &vars).await
+}
+
+/// A tenant cannot borrow another team's cloud identity (an identity ID is
+/// not a secret): only the namespaces the admin's rules allow may use an
+/// identity; another namespace naming it gets `CloudIdentityNotAllowed`,
+/// nothing is sent to the KMS for it, and its target is never written.
+#[tokio::test]
+async fn a_tenant_cannot_use_another_teams_cloud_identity() {
+    let client = harness::client().await;
+    let team = TestNamespace::new(&client, "cloud-team-b").await;
+    let tenant = TestNamespace::new(&client, "cloud-tenant-a").await;
+    let stranger = TestNamespace::new(&client, "cloud-stranger").await;
+    let kms = DevServer::start(&cloud_seed()).await;
+    let rules = format!(
+        "- namespaces: [{}]\n  methods: [awsIamAuth]\n  identityIds: [{AWS_ID}]\n\
+         - namespaces: [{}]\n  identityIds: [an-identity-of-team-a]\n",
+        team.name, tenant.name
+    );
+    let _op = operator_with_rules(
+        &[&team.name, &tenant.name, &stranger.name],
+        &rules,
+        &[
+            "--aws-imds-endpoint=http://127.0.0.1:9",
+            "--allowed-kms-hosts=127.0.0.1",
+        ],
+        &[
+            ("AWS_ACCESS_KEY_ID", "AKIAENVIRONMENT"),
+            ("AWS_SECRET_ACCESS_KEY", "env-secret"),
+            ("AWS_REGION", "eu-west-1"),
+        ],
+    )
+    .await;
+    for ns in [&team.name, &tenant.name, &stranger.name] {
+        apply_cr(&client, ns, cr("aws", &kms.api(), "aws-out", aws())).await;
+    }
+    expect_synced(&client, &team.name, "aws", "aws-out", "AWS_IAM").await;
+    let logins = kms.count("POST /api/v1/auth/aws-auth/login", None).await;
+    for ns in [&tenant.name, &stranger.name] {
+        let (_, reason, message) = wait_condition(
+            &client,
+            ns,
+            "aws",
+            "Ready",
+            "False",
+            Duration::from_secs(30),
+        )
+        .await;
+        assert_eq!(reason, "CloudIdentityNotAllowed", "{message}");
+        assert!(message.contains(AWS_ID), "{message}");
+        assert!(message.contains(ns.as_str()), "{message}");
+        assert!(message.contains("--cloud-identities"), "{message}");
+        let target =
+            kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), ns)
+                .get_opt("aws-out")
+                .await
+                .unwrap();
+        assert!(target.is_none(), "{ns}: the target was written");
+    }
+    // The refused resources never logged in: the one login is team B's
+    // (its token is shared, so none came after its sync either).
+    assert_eq!(
+        kms.count("POST /api/v1/auth/aws-auth/login", None).await,
+        logins,
+        "a refused resource logged in"
+    );
 }
 
 async fn expect_synced(client: &kube::Client, ns: &str, name: &str, target: &str, strategy: &str) {

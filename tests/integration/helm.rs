@@ -1081,7 +1081,14 @@ fn matrix(ns: &str, a: &str, b: &str) -> Vec<Entry> {
                 // kms-config in the release namespace (not watched): a Role
                 // for reading exactly it.
                 "globalConfig": {"namespace": ns},
-                "security": {"allowCrossNamespaceReferences": true, "allowedKmsHosts": ["kms.example.com", "*.example.org"]},
+                "security": {
+                    "allowCrossNamespaceReferences": true,
+                    "allowedKmsHosts": ["kms.example.com", "*.example.org"],
+                    "cloudIdentities": [
+                        {"namespaces": [a, "team-*"], "methods": ["awsIamAuth"], "identityIds": ["id-1"]},
+                        {"namespaces": ["ml"], "identityIds": ["*"], "keyFiles": ["ml.json"]}
+                    ]
+                },
                 "cloud": {
                     "awsStsEndpoint": "https://sts.eu-west-1.amazonaws.com",
                     "awsImdsEndpoint": "http://169.254.169.254",
@@ -1097,8 +1104,30 @@ fn matrix(ns: &str, a: &str, b: &str) -> Vec<Entry> {
                     assert_eq!(r.all("CustomResourceDefinition").len(), 4);
                     assert!(r.find("ClusterRole", &ctx.name("metrics-reader")).is_none());
                     // The chart's hostAPI and CA are the operator's defaults,
-                    // below the user's kms-config; no ConfigMap is rendered.
-                    assert!(r.all("ConfigMap").is_empty());
+                    // below the user's kms-config; no kms-config is rendered.
+                    // The cloud identity rules are, mounted and named.
+                    let rules = r.get("ConfigMap", &ctx.name("cloud-identities"));
+                    assert_eq!(r.all("ConfigMap").len(), 1);
+                    let text = rules["data"]["rules.yaml"].as_str().unwrap();
+                    let parsed =
+                        kms_operator::controllers::cloud_identities::CloudIdentities::parse(text)
+                            .unwrap_or_else(|e| panic!("{e}:\n{text}"));
+                    assert_eq!(parsed.len(), 2);
+                    let file = r.env_value("KMS_OPERATOR_CLOUD_IDENTITIES").unwrap();
+                    let mounted = r.container()["volumeMounts"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|m| {
+                            m["name"] == "cloud-identities"
+                                && file.starts_with(m["mountPath"].as_str().unwrap())
+                        });
+                    assert!(mounted, "{file} is not mounted");
+                    assert!(
+                        r.statefulset()["spec"]["template"]["metadata"]["annotations"]
+                            ["checksum/cloud-identities"]
+                            .is_string()
+                    );
                     assert_eq!(
                         r.env_value("KMS_OPERATOR_DEFAULT_HOST_API").as_deref(),
                         Some("https://kms.example.com/api")

@@ -26,3 +26,4 @@ mod reload;
 mod security;
 mod sharding;
 mod support;
+mod tenants;

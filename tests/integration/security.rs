@@ -119,14 +119,14 @@ fn retry_seconds(shown: &str) -> f64 {
 
 /// A namespace with the credentials Secret, a dev KMS with `secrets` and an
 /// operator watching the namespace.
-struct Fixture {
-    client: Client,
-    ns: TestNamespace,
-    kms: DevServer,
-    op: Operator,
+pub(crate) struct Fixture {
+    pub(crate) client: Client,
+    pub(crate) ns: TestNamespace,
+    pub(crate) kms: DevServer,
+    pub(crate) op: Operator,
 }
 
-async fn fixture(prefix: &str, secrets: &[(&str, &str)]) -> Fixture {
+pub(crate) async fn fixture(prefix: &str, secrets: &[(&str, &str)]) -> Fixture {
     let client = harness::client().await;
     let ns = TestNamespace::new(&client, prefix).await;
     let kms = DevServer::start(&seed(secrets)).await;
@@ -506,7 +506,7 @@ async fn an_undecodable_object_is_skipped_and_reported_once() {
 
 /// A loopback KMS stand-in: universal-auth logins succeed; `list` answers
 /// every secret list. Requests are counted.
-struct StandIn {
+pub(crate) struct StandIn {
     url: String,
     requests: Arc<AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
@@ -519,7 +519,7 @@ impl Drop for StandIn {
 }
 
 impl StandIn {
-    async fn start(
+    pub(crate) async fn start(
         list: impl Fn() -> axum::response::Response + Send + Sync + 'static,
         login_too: bool,
     ) -> Self {
@@ -551,7 +551,7 @@ impl StandIn {
         }
     }
 
-    fn api(&self) -> String {
+    pub(crate) fn api(&self) -> String {
         format!("{}/api", self.url)
     }
 

@@ -249,7 +249,24 @@ impl Operator {
         extra: &[&str],
         env: &[(&str, Option<&str>)],
     ) -> Self {
-        let mut launch = Launch::new(binary())
+        Self::spawn_via(&[], pod_namespace, namespaces, extra, env)
+    }
+
+    /// Like [`Operator::spawn`], run through the command `via` (its
+    /// program and arguments, the binary appended: `["taskset", "-c",
+    /// "0"]` runs it on one CPU, as a pod limited to one core sees it).
+    pub fn spawn_via(
+        via: &[&str],
+        pod_namespace: &str,
+        namespaces: &[&str],
+        extra: &[&str],
+        env: &[(&str, Option<&str>)],
+    ) -> Self {
+        let launch = match via.split_first() {
+            Some((program, args)) => Launch::new(program).args(args).arg(binary()),
+            None => Launch::new(binary()),
+        };
+        let mut launch = launch
             .env("KUBECONFIG", crate::harness::kubeconfig())
             .env("RUST_LOG", "info,kms_operator=debug")
             // Each test's kms-config lives in its own namespace (the pod

@@ -47,7 +47,7 @@ use super::conditions::{self, Status};
 use super::context::Context;
 use super::error::SyncError;
 use super::key::ObjectKey;
-use super::kms_secret::plan::{Target, build_data};
+use super::kms_secret::plan::Target;
 use super::queue::Queue;
 use super::refs::RefIndex;
 use super::registry::queue_on_change;
@@ -437,7 +437,12 @@ impl Controller {
                     )
                 })
                 .collect();
-            let rendered = build_data(&target, &data, ctx.renderer.as_ref())?;
+            let data = Arc::new(crate::kms::Fetched::unheld(data));
+            let rendered =
+                super::kms_secret::render_targets(ctx, std::slice::from_ref(&target), data)
+                    .await?
+                    .pop()
+                    .unwrap_or_default();
             let version = format!("{}-{}", created.lease.id, created.lease.version);
             self.write_secret(
                 ctx,

@@ -358,14 +358,33 @@ impl Controller {
                     .push
                     .secret
                     .as_ref()
-                    .and_then(|s| s.template.as_ref());
-                plan::source_values(
-                    &format!("{sns}/{sname}"),
-                    &data,
-                    template,
-                    &folder.path,
-                    self.renderer.as_ref(),
-                )?
+                    .and_then(|s| s.template.clone());
+                let (source, path) = (format!("{sns}/{sname}"), folder.path.clone());
+                let renderer = self.renderer.clone();
+                let render = move |budget: &mut kms_template::Budget| {
+                    plan::source_values(
+                        &source,
+                        &data,
+                        template.as_ref(),
+                        &path,
+                        renderer.as_ref(),
+                        budget,
+                    )
+                };
+                // Templates render off the runtime, with one budget.
+                let templated = cr
+                    .spec
+                    .push
+                    .secret
+                    .as_ref()
+                    .and_then(|s| s.template.as_ref())
+                    .and_then(|t| t.data.as_ref())
+                    .is_some_and(|d| !d.is_empty());
+                if templated {
+                    ctx.renders.run(render).await?
+                } else {
+                    render(&mut kms_template::Budget::new(0))?
+                }
             }
             None => BTreeMap::new(),
         };

@@ -173,6 +173,7 @@ pub trait PushRenderer: Send + Sync {
         field: &str,
         source: &str,
         data: &kms_template::SecretData,
+        budget: &mut kms_template::Budget,
     ) -> Result<String, String>;
 }
 
@@ -182,8 +183,10 @@ impl PushRenderer for kms_template::Engine {
         field: &str,
         source: &str,
         data: &kms_template::SecretData,
+        budget: &mut kms_template::Budget,
     ) -> Result<String, String> {
-        kms_template::Engine::render(self, field, source, data).map_err(|e| e.to_string())
+        self.render_in(field, source, data, budget)
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -198,6 +201,7 @@ pub fn source_values(
     template: Option<&SecretTemplate>,
     path: &str,
     renderer: &dyn PushRenderer,
+    budget: &mut kms_template::Budget,
 ) -> Result<BTreeMap<String, SecretString>, SyncError> {
     let mut out = BTreeMap::new();
     if let Some(entries) = template.and_then(|t| t.data.as_ref()) {
@@ -208,7 +212,7 @@ pub fn source_values(
         for (key, tpl) in entries {
             let field = format!("push.secret.template.data.{key}");
             let text = renderer
-                .render(&field, tpl, &model)
+                .render(&field, tpl, &model, budget)
                 .map_err(SyncError::Template)?;
             out.insert(key.clone(), SecretString::from(text));
         }
@@ -1197,6 +1201,7 @@ mod tests {
             field: &str,
             source: &str,
             data: &kms_template::SecretData,
+            _budget: &mut kms_template::Budget,
         ) -> Result<String, String> {
             data.get(source)
                 .map(|e| format!("{}@{}", e.value.len(), e.secret_path))
@@ -1220,8 +1225,12 @@ mod tests {
     #[test]
     fn source_values_with_and_without_templates() {
         let data = bytes(&[("A", b"a"), ("BIN", &[0xff, 0x00, 0xfe])]);
+        let values = |t: Option<&SecretTemplate>, path: &str| {
+            let mut budget = kms_template::Budget::new(1_000_000);
+            source_values("ns/src", &data, t, path, &Echo, &mut budget)
+        };
         // Without a template every key is pushed, and must be text.
-        let err = source_values("ns/src", &data, None, "/", &Echo).unwrap_err();
+        let err = values(None, "/").unwrap_err();
         let m = err.to_string();
         assert!(
             m.contains("key BIN holds binary data") && m.contains("ns/src"),
@@ -1230,20 +1239,20 @@ mod tests {
         // A template may read binary values; only its keys are pushed.
         let t: SecretTemplate =
             serde_json::from_value(serde_json::json!({"data": {"OUT": "BIN"}})).unwrap();
-        let v = texts(source_values("ns/src", &data, Some(&t), "/app", &Echo).unwrap());
+        let v = texts(values(Some(&t), "/app").unwrap());
         assert_eq!(v, [("OUT".to_owned(), "3@/app".to_owned())].into());
         // includeAllSecrets: source keys too, template entries override.
         let t: SecretTemplate = serde_json::from_value(
             serde_json::json!({"includeAllSecrets": true, "data": {"BIN": "BIN"}}),
         )
         .unwrap();
-        let v = texts(source_values("ns/src", &data, Some(&t), "/", &Echo).unwrap());
+        let v = texts(values(Some(&t), "/").unwrap());
         assert_eq!(v["A"], "a");
         assert_eq!(v["BIN"], "3@/");
         // Template errors name the field.
         let t: SecretTemplate =
             serde_json::from_value(serde_json::json!({"data": {"OUT": "MISSING"}})).unwrap();
-        let err = source_values("ns/src", &data, Some(&t), "/", &Echo).unwrap_err();
+        let err = values(Some(&t), "/").unwrap_err();
         assert_eq!(err.to_string(), "push.secret.template.data.OUT: undefined");
     }
 
@@ -1255,7 +1264,17 @@ mod tests {
             "DSN": "postgres://{{ USER.Value }}:{{ PASS.Value }}@db{{ PASS.SecretPath }}"
         }}))
         .unwrap();
-        let v = texts(source_values("ns/src", &data, Some(&t), "/prod", &engine).unwrap());
+        let v = texts(
+            source_values(
+                "ns/src",
+                &data,
+                Some(&t),
+                "/prod",
+                &engine,
+                &mut kms_template::Budget::new(1_000_000),
+            )
+            .unwrap(),
+        );
         assert_eq!(v["DSN"], "postgres://app:pw@db/prod");
     }
 

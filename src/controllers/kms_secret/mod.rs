@@ -55,7 +55,7 @@ use super::written::WrittenStatus;
 use crate::api::common::CreationPolicy;
 use crate::api::conditions as ct;
 use crate::api::kms_secret::{KmsSecret, KmsSecretStatus};
-use crate::kms::{Fetch, Kms, SecretMap};
+use crate::kms::{Fetch, Fetched, Kms};
 use crate::sharding::Ownership;
 
 /// The controller's metric label.
@@ -514,12 +514,17 @@ async fn sync(
         fetch_ms = t_fetch.elapsed().as_millis(),
         "KMS steps of a sync timed"
     );
-    // Plan every target; apply what differs.
+    // Render every target (off the runtime, one budget); plan; apply
+    // what differs.
+    let rendered = match &fetched {
+        Some(secrets) => Some(render_targets(ctx, &targets, secrets.clone()).await?),
+        None => None,
+    };
     let plan = Planned {
         cr,
         me: &me,
         targets: &targets,
-        fetched: fetched.as_ref(),
+        rendered: rendered.as_deref(),
     };
     let (desired_all, wrote) = plan.apply(ctx, this, observed, shard, cancel).await?;
     prune(ctx, cr, &me, &targets, shard, cancel).await?;
@@ -589,12 +594,47 @@ async fn sync(
     })
 }
 
+/// The data of every target from the fetched `secrets`: on the render
+/// threads with one budget when a target has templates, else here (copying
+/// needs no render).
+pub(crate) async fn render_targets(
+    ctx: &Context,
+    targets: &[Target],
+    secrets: Arc<Fetched>,
+) -> Result<Vec<BTreeMap<String, Vec<u8>>>, SyncError> {
+    let templated = targets.iter().any(|t| {
+        t.template
+            .as_ref()
+            .and_then(|tpl| tpl.data.as_ref())
+            .is_some_and(|d| !d.is_empty())
+    });
+    let renderer = ctx.renderer.clone();
+    if !templated {
+        let mut budget = kms_template::Budget::new(0);
+        return targets
+            .iter()
+            .map(|t| plan::build_data(t, &secrets, renderer.as_ref(), &mut budget))
+            .collect();
+    }
+    let targets = targets.to_vec();
+    ctx.renders
+        .run(move |budget| {
+            targets
+                .iter()
+                .map(|t| plan::build_data(t, &secrets, renderer.as_ref(), budget))
+                .collect()
+        })
+        .await
+}
+
 /// What a sync plans its targets from.
 struct Planned<'a> {
     cr: &'a KmsSecret,
     me: &'a str,
     targets: &'a [Target],
-    fetched: Option<&'a SecretMap>,
+    /// Each target's data rendered from the fetched secrets (not fetched:
+    /// none, the targets keep their data).
+    rendered: Option<&'a [BTreeMap<String, Vec<u8>>]>,
 }
 
 impl Planned<'_> {
@@ -613,7 +653,7 @@ impl Planned<'_> {
         let mut reads = 0;
         let mut wrote = false;
         loop {
-            let desired = desired_targets(ctx, cr, me, targets, &observed, self.fetched)?;
+            let desired = desired_targets(ctx, cr, me, targets, &observed, self.rendered);
             let written = write_targets(
                 ctx,
                 me,
@@ -734,7 +774,7 @@ async fn fetch_scope(
     observed: &[(Option<Observed>, Claim)],
     cancel: &CancellationToken,
     progress: &mut Progress,
-) -> Result<Option<(SecretMap, Option<String>)>, SyncError> {
+) -> Result<Option<(Arc<crate::kms::Fetched>, Option<String>)>, SyncError> {
     let (identity, scope) = (req.identity, req.scope);
     tokio::select! {
         r = ctx.kms.token(identity) => { r.map_err(SyncError::Auth)?; }
@@ -777,8 +817,8 @@ async fn fetch_scope(
     }
 }
 
-/// What every target should be: the fetched secrets planned through its
-/// template, or (not fetched) its own current data; with the resource's
+/// What every target should be: the data rendered from the fetched
+/// secrets, or (not fetched) its own current data; with the resource's
 /// labels and annotations, the owner marker and the data's version.
 fn desired_targets(
     ctx: &Context,
@@ -786,12 +826,12 @@ fn desired_targets(
     me: &str,
     targets: &[Target],
     observed: &[(Option<Observed>, Claim)],
-    fetched: Option<&SecretMap>,
-) -> Result<Vec<Desired>, SyncError> {
+    rendered: Option<&[BTreeMap<String, Vec<u8>>]>,
+) -> Vec<Desired> {
     let mut desired_all = Vec::with_capacity(targets.len());
-    for (t, (o, c)) in targets.iter().zip(observed) {
-        let data: BTreeMap<String, Vec<u8>> = match fetched {
-            Some(secrets) => plan::build_data(t, secrets, ctx.renderer.as_ref())?,
+    for (i, (t, (o, c))) in targets.iter().zip(observed).enumerate() {
+        let data: BTreeMap<String, Vec<u8>> = match rendered.and_then(|r| r.get(i)) {
+            Some(data) => data.clone(),
             None => o.as_ref().map(|o| o.data.clone()).unwrap_or_default(),
         };
         let version = version_of(&data);
@@ -831,7 +871,7 @@ fn desired_targets(
             secret_type: t.secret_type.clone(),
         });
     }
-    Ok(desired_all)
+    desired_all
 }
 
 /// Delete owned targets that are no longer listed; release orphan ones.

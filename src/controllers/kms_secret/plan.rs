@@ -459,6 +459,7 @@ pub fn build_data(
     target: &Target,
     secrets: &SecretMap,
     renderer: &dyn Renderer,
+    budget: &mut kms_template::Budget,
 ) -> Result<BTreeMap<String, Vec<u8>>, SyncError> {
     use secrecy::ExposeSecret;
     let mut out = BTreeMap::new();
@@ -490,7 +491,7 @@ pub fn build_data(
         for (key, source) in data {
             let field = format!("{}.template.data.{key}", target.field);
             let rendered = renderer
-                .render(&field, source, secrets, binary)
+                .render(&field, source, secrets, binary, budget)
                 .map_err(SyncError::Template)?;
             out.insert(key.clone(), rendered);
         }
@@ -619,6 +620,7 @@ mod tests {
             source: &str,
             secrets: &SecretMap,
             _binary: bool,
+            _budget: &mut kms_template::Budget,
         ) -> Result<Vec<u8>, String> {
             use secrecy::ExposeSecret;
             secrets
@@ -641,6 +643,10 @@ mod tests {
             "spec": spec
         }))
         .unwrap()
+    }
+
+    fn budget() -> kms_template::Budget {
+        kms_template::Budget::new(1_000_000)
     }
 
     fn secrets() -> SecretMap {
@@ -822,7 +828,7 @@ mod tests {
     fn data_without_template_is_everything() {
         let c = cr(serde_json::json!({"managedKubeSecretReferences": [{"secretName": "s"}]}));
         let t = &targets(&c, false).unwrap()[0];
-        let d = text(build_data(t, &secrets(), &Upper).unwrap());
+        let d = text(build_data(t, &secrets(), &Upper, &mut budget()).unwrap());
         assert_eq!(
             d,
             [
@@ -841,10 +847,10 @@ mod tests {
         ]}));
         let t = targets(&c, false).unwrap();
         assert_eq!(
-            text(build_data(&t[0], &secrets(), &Upper).unwrap()),
+            text(build_data(&t[0], &secrets(), &Upper, &mut budget()).unwrap()),
             [("X".to_owned(), "A1".to_owned())].into()
         );
-        let all = text(build_data(&t[1], &secrets(), &Upper).unwrap());
+        let all = text(build_data(&t[1], &secrets(), &Upper, &mut budget()).unwrap());
         assert_eq!(all["A"], "B1");
         assert_eq!(all["B"], "b1");
     }
@@ -863,11 +869,14 @@ mod tests {
                 _: &str,
                 _: &SecretMap,
                 _: bool,
+                _: &mut kms_template::Budget,
             ) -> Result<Vec<u8>, String> {
                 Err(format!("{field}: undefined"))
             }
         }
-        let err = build_data(t, &secrets(), &Named).unwrap_err().to_string();
+        let err = build_data(t, &secrets(), &Named, &mut budget())
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             err,
             "managedKubeSecretReferences[0].template.data.X: undefined"
@@ -887,7 +896,7 @@ mod tests {
                 secret_path: "/".into(),
             },
         );
-        let err = build_data(t, &s, &Upper).unwrap_err();
+        let err = build_data(t, &s, &Upper, &mut budget()).unwrap_err();
         assert_eq!(err.reason(), "InvalidSecretKey");
         let err = err.to_string();
         assert!(
@@ -902,7 +911,7 @@ mod tests {
             "template": {"includeAllSecrets": false, "data": {"bad key": "A"}}}]}),
         );
         let t = &targets(&c, false).unwrap()[0];
-        let err = build_data(t, &secrets(), &Upper).unwrap_err();
+        let err = build_data(t, &secrets(), &Upper, &mut budget()).unwrap_err();
         assert_eq!(err.reason(), "InvalidSpec");
         assert!(
             err.to_string()

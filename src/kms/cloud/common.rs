@@ -89,6 +89,7 @@ impl CloudConfig {
             .connect_timeout(self.timeout)
             .timeout(self.timeout)
             .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| CloudError(format!("cannot build an HTTP client: {e}")))
     }
