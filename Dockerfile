@@ -1,10 +1,12 @@
 # syntax=docker/dockerfile:1
 #
-# The kms-operator image: a release build on the Rust image, then the binary
-# alone on a distroless base (glibc, CA certificates, no shell) as the
-# non-root user 65532.
+# The kms-operator image: a release build (without the dev KMS) on the Rust
+# image, then the binary alone on a distroless base (glibc, CA certificates,
+# no shell) as the non-root user 65532. Releases are built without a
+# container engine by scripts/release.sh (the same file system, reproducibly);
+# this file is for those who build the image themselves.
 #
-#   docker build -t ghcr.io/hanzoai/kms-operator:0.1.0 .
+#   docker build -t ghcr.io/hanzoai/kms-operator:2.0.0 .
 
 ARG RUST_VERSION=1.95
 
@@ -13,7 +15,7 @@ WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked --bin kms-operator \
+    cargo build --release --locked --no-default-features --bin kms-operator \
     && install -D -m 0755 target/release/kms-operator /out/kms-operator
 
 FROM gcr.io/distroless/cc-debian12:nonroot

@@ -11,9 +11,17 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::api::duration::parse_duration;
 use crate::telemetry::LogFormat;
 
+/// The version and the commit it was built from (`2.0.0 (commit 1a2b3c4d5e6f)`).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("KMS_OPERATOR_COMMIT"),
+    ")"
+);
+
 /// Keeps Kubernetes Secrets in step with Hanzo KMS (Infisical API).
 #[derive(Debug, Parser)]
-#[command(name = "kms-operator", version, about, propagate_version = true)]
+#[command(name = "kms-operator", version = VERSION, about, propagate_version = true)]
 pub struct Cli {
     /// Log format.
     #[arg(
@@ -45,6 +53,7 @@ pub enum Command {
     /// Print the CRDs as YAML (or write one file per CRD with `--out-dir`).
     Crds(CrdsArgs),
     /// Run the embedded development KMS.
+    #[cfg(feature = "dev-server")]
     DevServer(DevServerArgs),
     /// Show shards, their owners, and objects that are not ready.
     Status(StatusArgs),

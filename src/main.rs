@@ -34,6 +34,7 @@ fn main() -> anyhow::Result<()> {
             .enable_all()
             .build()?
             .block_on(kms_operator::operator::run(*args)),
+        #[cfg(feature = "dev-server")]
         Command::DevServer(args) => {
             let config = kms_devserver::Config {
                 addr: args.addr,

@@ -936,7 +936,7 @@ fn default_checks(ctx: &Ctx, r: &Rendered) {
     assert_eq!(r.env_value("KMS_OPERATOR_ALLOW_CROSS_NAMESPACE_REFS"), None);
     assert_eq!(
         r.container()["image"],
-        "ghcr.io/hanzoai/kms-operator:0.1.0",
+        format!("ghcr.io/hanzoai/kms-operator:{}", env!("CARGO_PKG_VERSION")).as_str(),
         "image defaults to the appVersion"
     );
     // Off OpenShift the pods pin the image's non-root user and group.
@@ -1243,7 +1243,7 @@ fn matrix(ns: &str, a: &str, b: &str) -> Vec<Entry> {
                     "serviceAccount": {"annotations": {"iam.gke.io/gcp-service-account": "kms@example.iam.gserviceaccount.com"}},
                     "manager": {
                         "args": ["--metrics-bind-address=:8443", "--leader-elect", "--health-probe-bind-address=:8081"],
-                        "image": {"repository": "registry.example.com/kms-operator", "tag": "1.2.3"},
+                        "image": {"repository": "registry.example.com/kms-operator", "tag": "1.2.3", "digest": format!("sha256:{}", "ab".repeat(32))},
                         "extraEnv": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}]
                     }
                 }
@@ -1268,9 +1268,14 @@ fn matrix(ns: &str, a: &str, b: &str) -> Vec<Entry> {
                         "--health-probe-bind-address=:8081"
                     ]
                 );
+                // Pinned by digest: the node pulls exactly that image.
                 assert_eq!(
                     r.container()["image"],
-                    "registry.example.com/kms-operator:1.2.3"
+                    format!(
+                        "registry.example.com/kms-operator:1.2.3@sha256:{}",
+                        "ab".repeat(32)
+                    )
+                    .as_str()
                 );
                 assert_eq!(
                     r.env_value("HTTPS_PROXY").as_deref(),
@@ -1597,6 +1602,14 @@ async fn values_schema_rejects_wrong_values_with_a_readable_error() {
         (
             json!({"controllerManager": {"serviceAccount": {"create": false}}}),
             "controllerManager.serviceAccount.name is required",
+        ),
+        (
+            json!({"controllerManager": {"manager": {"image": {"digest": "latest"}}}}),
+            "/controllerManager/manager/image/digest",
+        ),
+        (
+            json!({"security": {"cloudIdentities": [{"namespaces": ["a"]}]}}),
+            "/security/cloudIdentities/0",
         ),
     ];
     for (values, message) in cases {

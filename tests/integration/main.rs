@@ -22,6 +22,7 @@ mod layout;
 mod migrate;
 mod observability;
 mod push;
+mod release;
 mod reload;
 mod security;
 mod sharding;

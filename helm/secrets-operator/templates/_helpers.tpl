@@ -145,7 +145,11 @@ The operator image.
 */}}
 {{- define "secrets-operator.image" -}}
 {{- $image := .Values.controllerManager.manager.image }}
-{{- printf "%s:%s" $image.repository (default .Chart.AppVersion (toString $image.tag)) }}
+{{- $ref := printf "%s:%s" $image.repository (default .Chart.AppVersion (toString $image.tag)) }}
+{{- if $image.digest }}
+{{- $ref = printf "%s@%s" $ref $image.digest }}
+{{- end }}
+{{- $ref }}
 {{- end }}
 
 {{/*
