@@ -23,6 +23,11 @@ trap summary EXIT
 
 phase "cargo fmt --check" cargo fmt --all -- --check
 phase "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
+# The release build leaves the dev KMS out: it must build and lint alone.
+phase "cargo clippy (release features)" cargo clippy -p kms-operator --no-default-features --locked -- -D warnings
+# Advisories (offline, deny/advisory-db.tar.xz), licences and sources of
+# every crate (cargo deny), and the GitHub workflows (actionlint).
+phase "supply chain" scripts/supply-chain.sh
 # The chart's alert rules as rendered (tests/prometheus/rules.yaml; a cargo
 # test checks the copy is current): valid, and each alert's unit tests.
 if ! command -v promtool >/dev/null && [ "$(id -u)" = 0 ]; then
@@ -79,7 +84,6 @@ if [ "${KMS_NODE:-1}" != 0 ]; then
   }
   trap 'node_down; [ -n "${TESTENV_DIR:-}" ] && tests/testenv/testenv down "$TESTENV_DIR" >/dev/null 2>&1; summary' EXIT
   phase "node: build" tests/testenv/testenv build node
-  phase "node: release image" scripts/image.sh --tag dev
   # One node per machine: a second run of this script waits here for the
   # first one's node section (the lock goes with its holder, killed or not),
   # then tidies the node of a run that was killed before `testenv down`
@@ -97,12 +101,29 @@ if [ "${KMS_NODE:-1}" != 0 ]; then
   tests/testenv/node-selftest.sh snapshot "$NODE_SNAPSHOT"
   phase "node: start" tests/testenv/testenv up "$NODE_DIR" --node
   phase "node: guard" tests/testenv/node-selftest.sh guard "$NODE_DIR"
-  phase "node: import images" sh -c "scripts/image.sh --tag dev --import '$NODE_DIR' && scripts/image.sh --tag next --import '$NODE_DIR'"
-  phase "node suite" env KUBECONFIG="$NODE_DIR/kubeconfig" \
+  # The release as users get it (scripts/release.sh): this version, the same
+  # build labelled as the release before it (the upgrade scenario's start),
+  # and this version again (the image must be the same: reproducible). The
+  # first two are pushed to the node's registry, which containerd pulls from.
+  REGISTRY=$(tests/testenv/testenv registry "$NODE_DIR")
+  VERSION=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
+  DIST=$NODE_DIR.dist
+  # Signed with a key made for the run (the release workflow signs keyless);
+  # the node suite verifies the signature in the registry.
+  . scripts/lib/tools.sh
+  export COSIGN=$(go_tool cosign "$COSIGN_MODULE" "$COSIGN_VERSION") COSIGN_PASSWORD=
+  mkdir -p "$DIST" && (cd "$DIST" && "$COSIGN" generate-key-pair --output-key-prefix cosign >/dev/null)
+  phase "release $VERSION" scripts/release.sh "$VERSION" --out "$DIST/$VERSION" --push "$REGISTRY" --sign-key "$DIST/cosign.key"
+  phase "release $VERSION-rc.1" scripts/release.sh "$VERSION-rc.1" --out "$DIST/$VERSION-rc.1" --push "$REGISTRY"
+  phase "release $VERSION again" scripts/release.sh "$VERSION" --out "$DIST/$VERSION-again"
+  # The dev KMS the scenarios deploy: the CLI's build (it has dev-server).
+  phase "node: dev KMS image" scripts/image.sh --binary "${CARGO_TARGET_DIR:-target}/release/kms-operator" --tag dev --import "$NODE_DIR"
+  phase "node suite" env KUBECONFIG="$NODE_DIR/kubeconfig" KMS_RELEASE_DIR="$DIST" KMS_COSIGN="$COSIGN" \
+    KMS_RELEASE_VERSION="$VERSION" KMS_RELEASE_PREVIOUS="$VERSION-rc.1" \
     cargo test --workspace --locked --test node -- --test-threads=1 --nocapture
   phase "node: stop" tests/testenv/testenv down "$NODE_DIR"
   phase "node: host clean" tests/testenv/node-selftest.sh clean "$NODE_SNAPSHOT"
-  rm -rf "$NODE_DIR" "$NODE_SNAPSHOT"
+  rm -rf "$NODE_DIR" "$NODE_SNAPSHOT" "$DIST"
 fi
 
 # The chaos suite's short profile (about 5 minutes, at least 30 faults) on the

@@ -67,6 +67,66 @@ pub async fn client() -> Client {
     Client::try_from(config).expect("client")
 }
 
+/// The release under test (`KMS_RELEASE_VERSION`, default the workspace
+/// version) and the one before it (`KMS_RELEASE_PREVIOUS`, default the same
+/// build labelled `<version>-rc.1`), both built by `scripts/release.sh` into
+/// `KMS_RELEASE_DIR/<version>/` and pushed to the node's registry.
+pub fn release_version() -> String {
+    std::env::var("KMS_RELEASE_VERSION").unwrap_or_else(|_| env!("CARGO_PKG_VERSION").to_owned())
+}
+
+/// See [`release_version`].
+pub fn previous_version() -> String {
+    std::env::var("KMS_RELEASE_PREVIOUS").unwrap_or_else(|_| format!("{}-rc.1", release_version()))
+}
+
+/// The directory `scripts/release.sh` wrote `version` into.
+pub fn release_dir(version: &str) -> PathBuf {
+    let root = std::env::var_os("KMS_RELEASE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("dist"));
+    root.join(version)
+}
+
+/// The digest of the image of a release (its OCI layout's one manifest).
+pub fn release_digest(version: &str) -> String {
+    let index: Value = serde_json::from_slice(
+        &std::fs::read(release_dir(version).join("image/index.json"))
+            .unwrap_or_else(|e| panic!("the release {version} (scripts/release.sh): {e}")),
+    )
+    .expect("index.json");
+    index["manifests"][0]["digest"]
+        .as_str()
+        .expect("a digest")
+        .to_owned()
+}
+
+/// The node's image registry (`127.0.0.1:PORT`, plain HTTP), where the
+/// releases are pushed and containerd pulls from.
+pub fn registry() -> String {
+    static ADDR: OnceLock<String> = OnceLock::new();
+    ADDR.get_or_init(|| {
+        let dir = kubeconfig().parent().unwrap().to_path_buf();
+        let out = Command::new(repo().join("tests/testenv/testenv"))
+            .arg("registry")
+            .arg(&dir)
+            .output()
+            .expect("tests/testenv/testenv registry");
+        assert!(
+            out.status.success(),
+            "no registry: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    })
+    .clone()
+}
+
+/// The operator image of a release, as the node pulls it.
+pub fn operator_image(version: &str) -> String {
+    format!("{}/kms-operator:{version}", registry())
+}
+
 fn testenv_path(name: &str) -> PathBuf {
     let out = Command::new(repo().join("tests/testenv/testenv"))
         .args(["path", name])
@@ -367,18 +427,25 @@ const DEMO: api::Folder<'static> = api::Folder {
 
 // ----- the chart ---------------------------------------------------------------
 
-/// `helm install` (or upgrade) of the chart as release `name` in
-/// [`RELEASE_NS`], with the operator image of tag `tag` and `extra` values
-/// (`--set` pairs); waits until every pod is Ready (the chart's probes).
-/// Returns how long the pods took to be Ready.
-pub fn install(name: &str, tag: &str, extra: &[&str]) -> Duration {
-    let started = Instant::now();
+/// `helm install` (or upgrade) of the chart in this tree as release
+/// `name` in [`RELEASE_NS`], with the operator image of release `version`
+/// (pulled from the node's registry) and `extra` values (`--set` pairs);
+/// waits until every pod is Ready (the chart's probes). Returns how long
+/// the pods took to be Ready.
+pub fn install(name: &str, version: &str, extra: &[&str]) -> Duration {
     let chart = repo().join("helm/secrets-operator");
+    install_chart(name, chart.to_str().unwrap(), version, extra)
+}
+
+/// [`install`] of `chart` (a directory, `oci://…` or `repo/chart`, with
+/// `--version` among `extra_args` when it needs one).
+pub fn install_chart(name: &str, chart: &str, version: &str, extra: &[&str]) -> Duration {
+    let started = Instant::now();
     let mut args: Vec<String> = vec![
         "upgrade".into(),
         "--install".into(),
         name.into(),
-        chart.display().to_string(),
+        chart.into(),
         "-n".into(),
         RELEASE_NS.into(),
         "--create-namespace".into(),
@@ -386,14 +453,20 @@ pub fn install(name: &str, tag: &str, extra: &[&str]) -> Duration {
         "--timeout".into(),
         "180s".into(),
         "--set".into(),
-        "controllerManager.manager.image.repository=localhost/kms-operator".into(),
+        format!(
+            "controllerManager.manager.image.repository={}/kms-operator",
+            registry()
+        ),
         "--set".into(),
-        format!("controllerManager.manager.image.tag={tag}"),
-        "--set".into(),
-        "controllerManager.manager.image.pullPolicy=Never".into(),
+        format!("controllerManager.manager.image.tag={version}"),
         "--set".into(),
         format!("hostAPI={}", kms_host_api()),
     ];
+    if chart.starts_with("oci://") {
+        args.extend(["--plain-http".into(), "--version".into(), version.into()]);
+    } else if !chart.starts_with('/') {
+        args.extend(["--version".into(), version.into()]);
+    }
     for e in extra {
         args.push("--set".into());
         args.push((*e).to_owned());

@@ -1,8 +1,9 @@
-//! The image the node runs (`scripts/image.sh`) against the image users
-//! build (the `Dockerfile`): the same entrypoint, default arguments, user
-//! and exposed ports, the binary where the entrypoint says, a CA bundle and
-//! the non-root user; and the chart's container ports among the exposed
-//! ones. `helm template` only: no cluster is touched.
+//! The release's image (`scripts/release.sh`, the one the node pulls)
+//! against the image users build (the `Dockerfile`): the same entrypoint,
+//! default arguments, user and exposed ports, the binary where the
+//! entrypoint says (naming its version and commit, without the dev KMS), a
+//! CA bundle and the non-root user; and the chart's container ports among
+//! the exposed ones. `helm template` only: no cluster is touched.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -10,7 +11,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use crate::harness::{ok, repo};
+use crate::harness::{ok, release_dir, release_version, repo};
 
 /// What the final stage of the Dockerfile declares.
 #[derive(Debug, Default)]
@@ -62,25 +63,16 @@ fn dockerfile() -> Declared {
     d
 }
 
-/// One member of a tarball.
-fn member(tarball: &Path, name: &str) -> Vec<u8> {
-    let out = Command::new("tar")
-        .arg("-xOf")
-        .arg(tarball)
-        .arg(name)
-        .output()
-        .expect("tar");
-    assert!(
-        out.status.success(),
-        "{name} is not in {}: {}",
-        tarball.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
+/// A blob of an OCI image layout.
+fn blob(layout: &Path, digest: &str) -> Vec<u8> {
+    let path = layout
+        .join("blobs/sha256")
+        .join(digest.trim_start_matches("sha256:"));
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 #[test]
-fn s0_the_node_image_declares_what_the_dockerfile_declares() {
+fn s0_the_release_image_declares_what_the_dockerfile_declares() {
     let declared = dockerfile();
     assert!(
         !declared.entrypoint.is_empty() && !declared.user.is_empty(),
@@ -92,34 +84,31 @@ fn s0_the_node_image_declares_what_the_dockerfile_declares() {
         "the entrypoint is not the binary the Dockerfile copies"
     );
 
-    // The variables `cargo test` sets for a test (CARGO_PKG_*, the library
-    // path, …) would make the script's `cargo build --release` rebuild the
-    // binary the node phase built a moment ago, and again after: the script
-    // gets the caller's environment without them.
-    let out = Command::new(repo().join("scripts/image.sh"))
-        .args(["--tag", "check"])
-        .env_clear()
-        .envs(std::env::vars().filter(|(k, _)| {
-            (!k.starts_with("CARGO_") || matches!(k.as_str(), "CARGO_HOME" | "CARGO_TARGET_DIR"))
-                && !matches!(
-                    k.as_str(),
-                    "CARGO" | "LD_LIBRARY_PATH" | "OUT_DIR" | "RUSTC" | "RUSTDOC"
-                )
-        }))
-        .output()
-        .expect("scripts/image.sh");
-    assert!(
-        out.status.success(),
-        "scripts/image.sh: {}",
-        String::from_utf8_lossy(&out.stderr)
+    // The release's image, as scripts/release.sh wrote it: an OCI layout
+    // whose index holds one manifest, tagged with the version.
+    let version = release_version();
+    let layout = release_dir(&version).join("image");
+    let index: Value = serde_json::from_slice(&std::fs::read(layout.join("index.json")).unwrap())
+        .expect("index.json");
+    assert_eq!(index["manifests"].as_array().map(Vec::len), Some(1));
+    assert_eq!(
+        index["manifests"][0]["annotations"]["org.opencontainers.image.ref.name"],
+        version.as_str()
     );
-    let tarball = std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-
-    let manifest: Value = serde_json::from_slice(&member(&tarball, "manifest.json")).unwrap();
-    let manifest = &manifest[0];
-    assert_eq!(manifest["RepoTags"][0], "localhost/kms-operator:check");
-    let config: Value =
-        serde_json::from_slice(&member(&tarball, manifest["Config"].as_str().unwrap())).unwrap();
+    let manifest: Value = serde_json::from_slice(&blob(
+        &layout,
+        index["manifests"][0]["digest"].as_str().unwrap(),
+    ))
+    .unwrap();
+    let config: Value = serde_json::from_slice(&blob(
+        &layout,
+        manifest["config"]["digest"].as_str().unwrap(),
+    ))
+    .unwrap();
+    assert_eq!(
+        config["config"]["Labels"]["org.opencontainers.image.version"],
+        version.as_str()
+    );
     let config = &config["config"];
     let strings = |v: &Value| -> Vec<String> {
         v.as_array()
@@ -147,45 +136,71 @@ fn s0_the_node_image_declares_what_the_dockerfile_declares() {
         .unwrap_or_default();
     assert_eq!(exposed, declared.exposed, "exposed ports");
 
-    // The filesystem: the binary where the entrypoint points, the CA
-    // bundle, the user in /etc/passwd.
-    let layer = member(&tarball, manifest["Layers"][0].as_str().unwrap());
-    let layer_path = tarball.with_extension("layer.tar");
-    std::fs::write(&layer_path, &layer).unwrap();
-    let listing = Command::new("tar")
-        .arg("-tvf")
-        .arg(&layer_path)
-        .output()
+    // The filesystem: the binary where the entrypoint points (the release
+    // build: the version and commit, no dev KMS), the CA bundle, the user.
+    let root = std::env::temp_dir().join(format!("kms-node-image-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).unwrap();
+    let layer = layout.join("blobs/sha256").join(
+        manifest["layers"][0]["digest"]
+            .as_str()
+            .unwrap()
+            .trim_start_matches("sha256:"),
+    );
+    let unpacked = Command::new("tar")
+        .arg("-xzf")
+        .arg(&layer)
+        .arg("-C")
+        .arg(&root)
+        .status()
         .expect("tar");
-    let listing = String::from_utf8_lossy(&listing.stdout).into_owned();
-    let entry = |path: &str| {
-        listing
-            .lines()
-            .find(|l| l.ends_with(&format!(" {}", path.trim_start_matches('/'))))
-            .map(str::to_string)
-    };
-    let binary =
-        entry(&declared.binary).unwrap_or_else(|| panic!("no {} in the image", declared.binary));
-    assert!(binary.starts_with("-rwxr-xr-x"), "{binary}");
+    assert!(unpacked.success(), "the layer does not unpack");
+    let binary = root.join(declared.binary.trim_start_matches('/'));
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&binary)
+            .unwrap_or_else(|e| panic!("no {} in the image: {e}", declared.binary))
+            .permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o755, "{}", declared.binary);
     assert!(
-        entry("/etc/ssl/certs/ca-certificates.crt").is_some(),
+        root.join("etc/ssl/certs/ca-certificates.crt").exists(),
         "no CA bundle"
     );
-    let passwd = Command::new("tar")
-        .arg("-xOf")
-        .arg(&layer_path)
-        .arg("etc/passwd")
-        .output()
-        .expect("tar");
     let uid = declared.user.split(':').next().unwrap();
+    let passwd = std::fs::read_to_string(root.join("etc/passwd")).unwrap_or_default();
     assert!(
-        String::from_utf8_lossy(&passwd.stdout)
-            .lines()
-            .any(|l| l.split(':').nth(2) == Some(uid)),
+        passwd.lines().any(|l| l.split(':').nth(2) == Some(uid)),
         "user {uid} is not in the image's /etc/passwd"
     );
-    let _ = std::fs::remove_file(&layer_path);
-    let _ = std::fs::remove_file(&tarball);
+    let shown = Command::new(&binary)
+        .arg("--version")
+        .output()
+        .expect("--version");
+    let shown = String::from_utf8_lossy(&shown.stdout).into_owned();
+    let commit = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(repo())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    assert!(
+        shown.contains(&version.split('-').next().unwrap().to_owned()),
+        "{shown}"
+    );
+    if let Some(commit) = commit {
+        assert!(shown.contains(&format!("(commit {commit})")), "{shown}");
+    }
+    let dev = Command::new(&binary)
+        .args(["dev-server", "--help"])
+        .output()
+        .unwrap();
+    assert!(
+        !dev.status.success()
+            && String::from_utf8_lossy(&dev.stderr).contains("unrecognized subcommand"),
+        "the image's binary has a dev-server command"
+    );
+    let _ = std::fs::remove_dir_all(&root);
 
     // The chart's container ports are ports the image exposes.
     let rendered = ok(

@@ -1,14 +1,17 @@
 //! The product as users run it, on a real node: the Helm chart's
-//! StatefulSet of operator pods (the image built by `scripts/image.sh`),
+//! StatefulSet of operator pods (the release image `scripts/release.sh`
+//! pushed to the node's registry, pulled by containerd),
 //! the chart's probes, RBAC and PodDisruptionBudget, rolling upgrades,
 //! pod deletions and container kills, the garbage collector, persistent
 //! volumes, and auto-reload of real Deployments and StatefulSets. The dev
 //! KMS runs as a pod too, reached by its Service name.
 //!
-//! Needs `KUBECONFIG` of `tests/testenv/testenv up DIR --node` with the
-//! images `localhost/kms-operator:dev` and `:next` imported
-//! (`scripts/image.sh --tag dev --import DIR`, and `--tag next`); see
-//! docs/testing.md. The scenarios share the node and run in order
+//! Needs `KUBECONFIG` of `tests/testenv/testenv up DIR --node`, the
+//! releases `KMS_RELEASE_VERSION` and `KMS_RELEASE_PREVIOUS` built into
+//! `KMS_RELEASE_DIR` and pushed to the node's registry
+//! (`scripts/release.sh VERSION --out DIR/VERSION --push REGISTRY`), and
+//! the dev KMS image `localhost/kms-operator:dev` imported
+//! (`scripts/image.sh --tag dev --import DIR`); see docs/testing.md. The scenarios share the node and run in order
 //! (`--test-threads=1`): `s0_…` (the image against the Dockerfile) and
 //! `s1_…` to `s10_…`; each prints how long it took.
 //! Any one can run alone: it installs what it needs.
@@ -16,6 +19,7 @@
 mod harness;
 mod image;
 mod prometheus;
+mod release;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -44,14 +48,14 @@ async fn default_install(client: &kube::Client) -> Kms {
         s.spec.template.spec.as_ref().is_some_and(|p| {
             p.containers
                 .iter()
-                .any(|c| c.image.as_deref() == Some("localhost/kms-operator:dev"))
+                .any(|c| c.image.as_deref() == Some(operator_image(&release_version()).as_str()))
         })
     });
     if !ours {
         // The scoped release of scenario 8 shares the chart's fixed names.
         uninstall("kms-scoped");
         uninstall(RELEASE);
-        install(RELEASE, "dev", &[]);
+        install(RELEASE, &release_version(), &[]);
     }
     wait_ready_pods(client, RELEASE, 3, Duration::from_secs(180)).await;
     kms
@@ -67,7 +71,7 @@ async fn s1_install_three_replicas_ready_with_shards_split() {
     let _kms = Kms::deploy(&client, &seed(&[("A", "1"), ("B", "x")])).await;
     uninstall(RELEASE);
     uninstall("kms-scoped");
-    let installed = install(RELEASE, "dev", &[]);
+    let installed = install(RELEASE, &release_version(), &[]);
     let ready = wait_ready_pods(&client, RELEASE, 3, Duration::from_secs(120)).await;
     println!(
         "installed and Ready in {:.1} s (+{:.1} s)",
@@ -196,7 +200,7 @@ async fn s3_readiness_waits_for_the_workers_through_slow_lists() {
     tokio::task::spawn_blocking(move || {
         install(
             RELEASE,
-            "dev",
+            &release_version(),
             &[
                 "controllerManager.manager.readinessProbe.initialDelaySeconds=0",
                 "controllerManager.manager.readinessProbe.periodSeconds=1",
@@ -837,6 +841,9 @@ async fn s7_upgrade_rolls_one_by_one_the_pdb_holds_uninstall_keeps() {
     let started = Instant::now();
     let client = client().await;
     let kms = default_install(&client).await;
+    // From the previous release: the roll below is a real upgrade.
+    install(RELEASE, &previous_version(), &[]);
+    wait_ready_pods(&client, RELEASE, 3, Duration::from_secs(180)).await;
     // Instant updates: every change reaches the Secret within seconds, so
     // a change lost during the roll would show as a missing value, not be
     // hidden by a later resync.
@@ -894,12 +901,13 @@ async fn s7_upgrade_rolls_one_by_one_the_pdb_holds_uninstall_keeps() {
     };
     // `helm upgrade --wait` blocks for the whole roll: off the runtime's
     // threads, so the writer and the Ready sampler run throughout.
-    tokio::task::spawn_blocking(|| install(RELEASE, "next", &[]))
+    tokio::task::spawn_blocking(|| install(RELEASE, &release_version(), &[]))
         .await
         .unwrap();
     wait_ready_pods(&client, RELEASE, 3, Duration::from_secs(180)).await;
     println!(
-        "rolled to :next after {:.1} s",
+        "rolled to {} after {:.1} s",
+        release_version(),
         started.elapsed().as_secs_f64()
     );
     for p in pods(&client, RELEASE).await {
@@ -909,7 +917,7 @@ async fn s7_upgrade_rolls_one_by_one_the_pdb_holds_uninstall_keeps() {
             .map(|s| s.containers[0].image.clone().unwrap_or_default());
         assert_eq!(
             image.as_deref(),
-            Some("localhost/kms-operator:next"),
+            Some(operator_image(&release_version()).as_str()),
             "{:?}",
             p.metadata.name
         );
@@ -1081,7 +1089,7 @@ async fn s8_persistent_cache_and_scoped_install_restart_for_free() {
     let _ = run("kubectl", &["create", "namespace", "kms-operator-system"]);
     install(
         "kms-scoped",
-        "dev",
+        &release_version(),
         &[
             "scopedRBAC=true",
             &format!("scopedNamespaces={{{ns}}}"),
@@ -1343,7 +1351,7 @@ async fn s9_prometheus_scrapes_the_pods_dashboard_and_alerts_answer() {
     kms_testkit::monitoring::install_crds(&client).await;
     install(
         RELEASE,
-        "dev",
+        &release_version(),
         &[
             "telemetry.serviceMonitor.enabled=true",
             "telemetry.serviceMonitor.interval=2s",
@@ -1833,7 +1841,11 @@ async fn s10_openshift_arbitrary_uid_restricted_namespace_cache_works() {
     // No replica yet: the SCC assigns the IDs when a pod is admitted, so the
     // pods must be created with them (the key file of the cache is readable
     // by the fsGroup only; without one the container cannot start).
-    install(RELEASE, "dev", &["openshift=true", "replicaCount=0"]);
+    install(
+        RELEASE,
+        &release_version(),
+        &["openshift=true", "replicaCount=0"],
+    );
     // What restricted-v2 adds to every pod of the namespace, and the replicas.
     ok(
         "kubectl",

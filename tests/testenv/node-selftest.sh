@@ -29,7 +29,7 @@ state() {
   echo "# processes"
   # Zombies (state Z) hold nothing; a reparented one waits for its reaper.
   ps -eo stat=,comm= | awk '$1 !~ /^Z/ {print $2}' \
-    | grep -E '^(containerd|containerd-shim|kubelet|kube-proxy|kube-scheduler|kube-controller|coredns|pause)' | sort || true
+    | grep -E '^(containerd|containerd-shim|kubelet|kube-proxy|kube-scheduler|kube-controller|coredns|pause|docker-registry)' | sort || true
   echo "# netns"
   ls /var/run/netns 2>/dev/null | sort || true
   echo "# sysctls"

@@ -51,6 +51,8 @@ type state struct {
 	Node bool `json:"node,omitempty"`
 	// NodeIP is the node's address (the apiserver advertises it).
 	NodeIP string `json:"nodeIP,omitempty"`
+	// RegistryPort is the loopback port of the node's image registry.
+	RegistryPort int `json:"registryPort,omitempty"`
 }
 
 var components = []string{"etcd", "apiserver"}
@@ -122,6 +124,13 @@ func main() {
 			fail("restart needs -component etcd or -component apiserver")
 		}
 		check(restart(*dir, *bin, *component, *timeout))
+	case "registry":
+		st, err := loadState(*dir)
+		check(err)
+		if !st.Node || st.RegistryPort == 0 {
+			fail(*dir + " has no node registry (testenv up DIR --node)")
+		}
+		fmt.Printf("127.0.0.1:%d\n", st.RegistryPort)
 	case "status":
 		st, _ := loadState(*dir)
 		for _, c := range allComponents(st) {
@@ -137,7 +146,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: testenv-ctl up|down|restart|status|import -dir DIR [-bin BINDIR] [-node] [-component etcd|apiserver] [-image FILE]\n"+
+	fmt.Fprintln(os.Stderr, "usage: testenv-ctl up|down|restart|status|import|registry -dir DIR [-bin BINDIR] [-node] [-component etcd|apiserver] [-image FILE]\n"+
 		"       testenv-ctl image -root DIR -tag NAME:TAG -out FILE [-entrypoint JSON] [-cmd JSON] [-user U] [-expose P,...]")
 	os.Exit(2)
 }
@@ -262,7 +271,7 @@ func down(dir string) error {
 }
 
 func newState() (state, error) {
-	var ports [3]int
+	var ports [4]int
 	var listeners []net.Listener
 	defer func() {
 		for _, l := range listeners {
@@ -277,7 +286,7 @@ func newState() (state, error) {
 		listeners = append(listeners, l)
 		ports[i] = l.Addr().(*net.TCPAddr).Port
 	}
-	return state{EtcdPort: ports[0], PeerPort: ports[1], APIPort: ports[2]}, nil
+	return state{EtcdPort: ports[0], PeerPort: ports[1], APIPort: ports[2], RegistryPort: ports[3]}, nil
 }
 
 func loadState(dir string) (state, error) {

@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -49,8 +50,10 @@ const (
 	pauseImage = "localhost/pause:3.10"
 )
 
-// nodeComponents are the node's processes, in start order.
-var nodeComponents = []string{"containerd", "controller-manager", "scheduler", "kube-proxy", "kubelet"}
+// nodeComponents are the node's processes, in start order: the image
+// registry its containerd pulls from (Debian's docker-registry, plain HTTP
+// on loopback), containerd, the control loops, the kubelet.
+var nodeComponents = []string{"registry", "containerd", "controller-manager", "scheduler", "kube-proxy", "kubelet"}
 
 // hostChanges is what up changed on the host, for down to undo.
 type hostChanges struct {
@@ -239,9 +242,14 @@ state = %q
     conf_dir = %q
   [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
     runtime_type = "io.containerd.runc.v2"
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = %q
 `, filepath.Join(nd, "containerd", "root"), filepath.Join(nd, "containerd", "state"), socketPath(dir),
-		pauseImage, filepath.Join(bin, "cni"), filepath.Join(nd, "cni"))
+		pauseImage, filepath.Join(bin, "cni"), filepath.Join(nd, "cni"), filepath.Join(nd, "certs.d"))
 	if err := os.WriteFile(filepath.Join(nd, "containerd.toml"), []byte(containerd), 0o644); err != nil {
+		return err
+	}
+	if err := writeRegistryConfigs(nd, st.RegistryPort); err != nil {
 		return err
 	}
 	cni := map[string]any{
@@ -321,11 +329,44 @@ func nodeName() string {
 	return strings.ToLower(h)
 }
 
+// writeRegistryConfigs writes the registry's configuration (storage under
+// the node's directory, plain HTTP on the loopback port) and the hosts.toml
+// through which containerd pulls from it over plain HTTP.
+func writeRegistryConfigs(nd string, port int) error {
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	registry := fmt.Sprintf(`version: 0.1
+log:
+  level: warn
+storage:
+  filesystem:
+    rootdirectory: %s
+  delete:
+    enabled: true
+http:
+  addr: %s
+`, filepath.Join(nd, "registry-data"), addr)
+	if err := os.WriteFile(filepath.Join(nd, "registry.yml"), []byte(registry), 0o644); err != nil {
+		return err
+	}
+	hostsDir := filepath.Join(nd, "certs.d", addr)
+	if err := os.MkdirAll(hostsDir, 0o755); err != nil {
+		return err
+	}
+	hosts := fmt.Sprintf(`server = "http://%s"
+
+[host."http://%s"]
+  capabilities = ["pull", "resolve"]
+`, addr, addr)
+	return os.WriteFile(filepath.Join(hostsDir, "hosts.toml"), []byte(hosts), 0o644)
+}
+
 func nodeArgs(dir, bin, ip, component string) []string {
 	nd := nodeDir(dir)
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	pki := filepath.Join(dir, "pki")
 	switch component {
+	case "registry":
+		return []string{"docker-registry", "serve", filepath.Join(nd, "registry.yml")}
 	case "containerd":
 		return []string{"containerd", "--config", filepath.Join(nd, "containerd.toml"), "--log-level", "warn"}
 	case "controller-manager":
@@ -379,6 +420,11 @@ func nodeUp(dir, bin string, st state, deadline time.Time) error {
 		if err := start(dir, c, nodeArgs(dir, bin, st.NodeIP, c)); err != nil {
 			return err
 		}
+		if c == "registry" {
+			if err := waitRegistry(dir, st.RegistryPort, deadline); err != nil {
+				return err
+			}
+		}
 		if c == "containerd" {
 			if err := waitContainerd(dir, deadline); err != nil {
 				return err
@@ -393,6 +439,27 @@ func nodeUp(dir, bin string, st state, deadline time.Time) error {
 
 func ctrCmd(dir string, args ...string) *exec.Cmd {
 	return exec.Command("ctr", append([]string{"-a", socketPath(dir), "-n", "k8s.io"}, args...)...)
+}
+
+// waitRegistry waits until the registry answers its API's base route.
+func waitRegistry(dir string, port int, deadline time.Time) error {
+	url := fmt.Sprintf("http://127.0.0.1:%d/v2/", port)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if !alive(dir, "registry") {
+			return fmt.Errorf("the registry exited; see %s", filepath.Join(dir, "logs", "registry.log"))
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the registry did not answer in time; see %s", filepath.Join(dir, "logs", "registry.log"))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 func waitContainerd(dir string, deadline time.Time) error {
