@@ -567,6 +567,9 @@ func nodeDown(dir string) error {
 	if err := stop(dir, "containerd"); err != nil {
 		errs = append(errs, err)
 	}
+	if err := stop(dir, "registry"); err != nil {
+		errs = append(errs, err)
+	}
 	killShims(dir)
 	unmountUnder(nd)
 	_ = exec.Command("ip", "link", "delete", "cni0").Run()
