@@ -12,11 +12,11 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
-use super::KmsError;
 use super::auth::{Credentials, Identity, IdentityKey, Token, TokenAction, TokenCache};
 use super::cloud::CloudConfig;
 use super::endpoint::{BodyError, describe_reqwest_error, read_capped};
 use super::endpoint::{Clients, Endpoint, host_allowed};
+use super::error::KmsError;
 use super::flight::SingleFlight;
 use super::limiter::{Acquired, Limiter};
 use super::memory::{AnswerBudget, Held};

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::KmsError;
+use super::error::KmsError;
 
 /// The default KMS when neither the resource nor `kms-config` names one.
 pub const DEFAULT_HOST_API: &str = "https://kms.hanzo.ai/api";

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use secrecy::ExposeSecret;
 
+use super::auth::Identity;
 use super::client::{Kms, api_error_of};
-use super::{Identity, KmsError};
+use super::error::KmsError;
 
 const SUBSCRIBE: &str = "POST /api/v1/events/subscribe/project-events";
 

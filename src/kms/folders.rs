@@ -7,9 +7,10 @@
 
 use secrecy::{ExposeSecret, SecretString};
 
+use super::auth::Identity;
 use super::client::{Kms, ProjectRef, Scope, parse, urlencode};
+use super::error::KmsError;
 use super::model::{FoldersBody, Project, WorkspaceBody};
-use super::{Identity, KmsError};
 
 const PROJECT_BY_SLUG: &str = "GET /api/v2/workspace/:slug";
 const PROJECT_BY_ID: &str = "GET /api/v1/workspace/:id";

@@ -8,8 +8,9 @@ use k8s_openapi::jiff::Timestamp;
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
+use super::auth::Identity;
 use super::client::{Kms, parse, urlencode};
-use super::{Identity, KmsError};
+use super::error::KmsError;
 
 const CREATE: &str = "POST /api/v1/dynamic-secrets/leases";
 const RENEW: &str = "POST /api/v1/dynamic-secrets/leases/:leaseId/renew";

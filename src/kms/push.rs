@@ -13,8 +13,10 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::auth::Identity;
+use super::client::ProjectRef;
 use super::client::{Kms, Reply, parse, urlencode};
-use super::{Identity, KmsError, ProjectRef};
+use super::error::KmsError;
 
 const LIST: &str = "GET /api/v3/secrets/raw";
 const CREATE: &str = "POST /api/v3/secrets/raw/:secretName";
