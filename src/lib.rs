@@ -20,7 +20,6 @@
 //! - [`kms`]: the KMS client (auth methods, fetches, budget, events);
 //! - [`sharding`]: the ownership gate between watches and queues;
 //! - [`status`]: `kms-operator status`;
-//! - [`migrate`]: `kms-operator migrate` (manifests of the Go operators);
 //! - [`server`]: health, readiness and metrics endpoints;
 //! - [`metrics`]: the Prometheus metrics;
 //! - [`telemetry`]: logging set-up.
@@ -33,7 +32,6 @@ pub mod cli;
 pub mod controllers;
 pub mod kms;
 pub mod metrics;
-pub mod migrate;
 pub mod operator;
 pub mod server;
 pub mod sharding;

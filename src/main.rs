@@ -1,10 +1,14 @@
 //! The `kms-operator` binary: parse the command line, set up logging, and hand
-//! over to the library.
+//! over to the library, or to [`migrate`] (`kms-operator migrate`, which the
+//! operator library does not carry: it converts manifests of the Go
+//! operators and imports nothing from the controllers).
 
 use anyhow::Context as _;
 use clap::Parser;
 use kms_operator::cli::{Cli, Command};
 use kms_operator::{api, telemetry};
+
+mod migrate;
 
 fn main() -> anyhow::Result<()> {
     // One TLS provider for kube, reqwest and everything else on rustls.
@@ -56,7 +60,7 @@ fn main() -> anyhow::Result<()> {
                 .context("dev-server")
         }
         Command::Migrate(args) => {
-            let code = kms_operator::migrate::run(args)?;
+            let code = migrate::run(args)?;
             std::process::exit(code)
         }
         Command::Status(args) => tokio::runtime::Builder::new_current_thread()

@@ -12,7 +12,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::api::{ClusterGenerator, KmsDynamicSecret, KmsPushSecret, KmsSecret};
+use kms_operator::api::{ClusterGenerator, KmsDynamicSecret, KmsPushSecret, KmsSecret};
 
 /// Our API group and version.
 const OUR_API_VERSION: &str = "secrets.hanzo.ai/v1alpha1";
@@ -1451,7 +1451,7 @@ fn push_spec(cx: &mut Cx, mut o: Obj) -> Value {
     carry_common(cx, &mut o, &mut spec);
     let field = o.at("resyncInterval");
     if let Some(v) = o.str(cx, "resyncInterval") {
-        match crate::api::duration::parse_duration(&v) {
+        match kms_operator::api::duration::parse_duration(&v) {
             Ok(_) if v.trim() == v => {
                 if go_interval_secs(&v).is_none_or(|s| s < 5) {
                     cx.add(
@@ -1578,7 +1578,7 @@ fn dynamic_spec(cx: &mut Cx, mut o: Obj) -> Value {
     }
     let field = o.at("leaseTTL");
     if let Some(ttl) = o.str(cx, "leaseTTL") {
-        if crate::api::duration::parse_duration(&ttl).is_ok() && ttl.trim() == ttl {
+        if kms_operator::api::duration::parse_duration(&ttl).is_ok() && ttl.trim() == ttl {
             spec.insert("leaseTTL".to_owned(), Value::String(ttl));
         } else {
             cx.add(

@@ -34,11 +34,9 @@ use std::io::Read as _;
 use anyhow::Context as _;
 use serde_json::Value;
 
-use crate::cli::MigrateArgs;
+use kms_operator::cli::MigrateArgs;
 
-pub use convert::{
-    Class, Converted, Finding, Severity, classify, convert_document, strip_server_fields,
-};
+pub use convert::{Converted, Finding, Severity, convert_document, strip_server_fields};
 
 /// Exit status: everything was converted (or passed through unchanged).
 pub const EXIT_OK: i32 = 0;
@@ -388,8 +386,8 @@ mod tests {
         use clap::Parser as _;
         let mut full = vec!["kms-operator", "migrate"];
         full.extend_from_slice(argv);
-        match crate::cli::Cli::try_parse_from(full)?.command {
-            crate::cli::Command::Migrate(a) => Ok(a),
+        match kms_operator::cli::Cli::try_parse_from(full)?.command {
+            kms_operator::cli::Command::Migrate(a) => Ok(a),
             other => panic!("unexpected {other:?}"),
         }
     }
