@@ -78,6 +78,9 @@ struct Inner {
     /// [`Coordinator::set_demand`]).
     demand: std::sync::atomic::AtomicU32,
     owned_tx: watch::Sender<Vec<u32>>,
+    /// Bumped whenever the view may have changed (members, assignment,
+    /// holders, ownership, the first list).
+    changes: watch::Sender<u64>,
     events_tx: broadcast::Sender<Event>,
     drain: RwLock<DrainHook>,
     stop: CancellationToken,
@@ -127,7 +130,14 @@ impl Inner {
         let _ = self.events_tx.send(event);
     }
 
+    /// Tell those who wait on [`Coordinator::changes`] that the view may
+    /// have changed.
+    fn touched(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
     fn publish_owned(&self, shared: &Shared) {
+        self.touched();
         let owned: Vec<u32> = shared.owned.keys().copied().collect();
         self.owned_tx.send_if_modified(|current| {
             if *current == owned {
@@ -180,6 +190,7 @@ impl Coordinator {
             shared: Mutex::new(Shared::default()),
             demand: std::sync::atomic::AtomicU32::new(0),
             owned_tx: watch::channel(Vec::new()).0,
+            changes: watch::channel(0).0,
             events_tx: broadcast::channel(EVENT_CAPACITY).0,
             drain: RwLock::new(boxed_hook(hook)),
             stop: CancellationToken::new(),
@@ -192,6 +203,13 @@ impl Coordinator {
         let handle = runtime.spawn(driver.run());
         inner.track(handle.abort_handle());
         Ok(Self { inner })
+    }
+
+    /// Changes of the [`view`](Self::view): the value is bumped whenever
+    /// it may have changed, so a caller waiting for a state of the view
+    /// looks again then instead of polling.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.inner.changes.subscribe()
     }
 
     /// The configuration.
@@ -568,6 +586,7 @@ impl Driver {
                 }
                 self.synced = true;
                 lock(&self.inner.shared).synced = true;
+                self.inner.touched();
             }
             watcher::Event::Apply(lease) => self.observe(lease, now),
             watcher::Event::Delete(lease) => {
@@ -668,6 +687,8 @@ impl Driver {
                 (shard, seen)
             })
             .collect();
+        drop(shared);
+        self.inner.touched();
     }
 
     /// Stop holding `shard` without writing.
@@ -921,6 +942,7 @@ impl Driver {
                     if let Some(owned) = lock(&self.inner.shared).owned.get_mut(&shard) {
                         owned.renewed_at = sent;
                     }
+                    self.inner.touched();
                 }
             }
             Action::Clear(shard) => {

@@ -14,6 +14,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -66,7 +67,7 @@ type Heard = Arc<Mutex<Option<Instant>>>;
 
 struct Entry {
     subscribers: Subscribers,
-    state: Arc<Mutex<StreamState>>,
+    state: Arc<watch::Sender<StreamState>>,
     heard: Heard,
     task: JoinHandle<()>,
 }
@@ -171,8 +172,8 @@ impl InstantUpdates {
         Ok(id)
     }
 
-    /// The state of the stream `key` listens to, if any.
-    pub fn state_of(&self, key: &ObjectKey) -> Option<StreamState> {
+    /// The state channel of the stream `key` listens to, if any.
+    fn state_channel(&self, key: &ObjectKey) -> Option<Arc<watch::Sender<StreamState>>> {
         let stream_key = self
             .by_resource
             .lock()
@@ -180,14 +181,12 @@ impl InstantUpdates {
             .get(key)
             .cloned()?;
         let streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
-        let entry = streams.get(&stream_key)?;
-        Some(
-            entry
-                .state
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone(),
-        )
+        Some(streams.get(&stream_key)?.state.clone())
+    }
+
+    /// The state of the stream `key` listens to, if any.
+    pub fn state_of(&self, key: &ObjectKey) -> Option<StreamState> {
+        Some(self.state_channel(key)?.borrow().clone())
     }
 
     /// Wait until the stream `key` listens to has made its first
@@ -196,14 +195,11 @@ impl InstantUpdates {
     /// whether it listens, instead of `Connecting` followed by a second
     /// write a moment later.
     pub async fn first_connection(&self, key: &ObjectKey, within: Duration) -> Option<StreamState> {
-        let deadline = Instant::now() + within;
-        loop {
-            let state = self.state_of(key)?;
-            if state != StreamState::Opening || Instant::now() >= deadline {
-                return Some(state);
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let mut changes = self.state_channel(key)?.subscribe();
+        let _ =
+            tokio::time::timeout(within, changes.wait_for(|s| *s != StreamState::Opening)).await;
+        let state = changes.borrow().clone();
+        Some(state)
     }
 
     /// The oldest start an answer for `key` may have had and still be
@@ -250,7 +246,7 @@ impl InstantUpdates {
         }
         let mut streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
         let entry = streams.entry(stream_key).or_insert_with(|| {
-            let state = Arc::new(Mutex::new(StreamState::Opening));
+            let state = Arc::new(watch::channel(StreamState::Opening).0);
             let subscribers: Subscribers = Arc::default();
             let heard: Heard = Arc::default();
             let task = tokio::spawn(run(
@@ -278,11 +274,7 @@ impl InstantUpdates {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(key.clone());
-        entry
-            .state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        entry.state.borrow().clone()
     }
 
     fn leave(&self, key: &ObjectKey, stream_key: &Key) {
@@ -358,12 +350,14 @@ async fn run(
     kms: Arc<Kms>,
     identity: Identity,
     sub: Subscription,
-    state: Arc<Mutex<StreamState>>,
+    state: Arc<watch::Sender<StreamState>>,
     notify: Notify,
 ) {
     let mut backoff = Duration::from_secs(1);
     loop {
-        let set = |s: StreamState| *state.lock().unwrap_or_else(|e| e.into_inner()) = s;
+        let set = |s: StreamState| {
+            state.send_replace(s);
+        };
         match kms.subscribe(&identity, &sub).await {
             Ok(mut stream) => {
                 set(StreamState::Open);
@@ -399,8 +393,7 @@ async fn run(
                 // The first connection failed: the subscribers say so
                 // (they kept what their status said while it was made) and
                 // poll meanwhile.
-                let first =
-                    *state.lock().unwrap_or_else(|e| e.into_inner()) == StreamState::Opening;
+                let first = *state.borrow() == StreamState::Opening;
                 if first {
                     set(StreamState::Connecting);
                     notify.notify(false);

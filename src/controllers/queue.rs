@@ -73,6 +73,8 @@ pub const PARK: Duration = Duration::from_secs(1);
 pub struct Queue<K> {
     inner: Mutex<Inner<K>>,
     notify: Notify,
+    /// Woken whenever a key's processing ends (see [`Queue::idle_for`]).
+    finished: Notify,
 }
 
 impl<K: Clone + Eq + Hash + Ord> Default for Queue<K> {
@@ -97,6 +99,7 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
                 failures: HashMap::new(),
             }),
             notify: Notify::new(),
+            finished: Notify::new(),
         }
     }
 
@@ -332,9 +335,26 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
     pub fn done(&self, key: &K) {
         let mut q = self.lock();
         q.processing.remove(key);
-        if let Some((shard, due, mark)) = q.dirty.remove(key) {
-            drop(q);
+        let dirty = q.dirty.remove(key);
+        drop(q);
+        self.finished.notify_waiters();
+        if let Some((shard, due, mark)) = dirty {
             self.add_marked(key.clone(), shard, due, mark);
+        }
+    }
+
+    /// Wait until no key of `shard` is being processed (at once when none
+    /// is), woken as each one ends.
+    pub async fn idle_for(&self, shard: u32) {
+        loop {
+            let ended = self.finished.notified();
+            tokio::pin!(ended);
+            // Registered before looking, so an end in between is not missed.
+            ended.as_mut().enable();
+            if self.in_progress_for(shard) == 0 {
+                return;
+            }
+            ended.await;
         }
     }
 
@@ -617,6 +637,39 @@ mod tests {
         q.done(&k);
         assert_eq!(q.len(), 1);
         assert_eq!(q.next(|_| true, |_| false).await, Some(("a", 0)));
+    }
+
+    #[tokio::test]
+    async fn idle_for_wakes_when_the_shards_last_key_is_done() {
+        let q = std::sync::Arc::new(Queue::<&str>::new());
+        q.add("a", 3);
+        q.add("b", 4);
+        let (first, _) = q.next(|_| true, |_| false).await.unwrap();
+        let (second, _) = q.next(|_| true, |_| false).await.unwrap();
+        let (a, b) = if first == "a" {
+            (first, second)
+        } else {
+            (second, first)
+        };
+        // Another shard's key does not count; none in progress: at once.
+        tokio::time::timeout(Duration::from_secs(1), q.idle_for(9))
+            .await
+            .expect("a shard with nothing in progress is idle");
+        let waiting = {
+            let q = q.clone();
+            tokio::spawn(async move { q.idle_for(3).await })
+        };
+        q.done(&b);
+        tokio::task::yield_now().await;
+        assert!(
+            !waiting.is_finished(),
+            "shard 3 still has a key in progress"
+        );
+        q.done(&a);
+        tokio::time::timeout(Duration::from_secs(1), waiting)
+            .await
+            .expect("woken when its key was done")
+            .unwrap();
     }
 
     #[tokio::test(start_paused = true)]

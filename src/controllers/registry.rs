@@ -73,6 +73,8 @@ pub trait WorkQueue: Send + Sync {
     fn drop_shard(&self, shard: u32) -> usize;
     /// Keys of `shard` being reconciled now.
     fn in_progress_for(&self, shard: u32) -> usize;
+    /// Wait until no key of `shard` is being reconciled.
+    fn idle_for(&self, shard: u32) -> futures::future::BoxFuture<'_, ()>;
     /// Take no more work.
     fn close(&self);
     /// Depth and oldest wait per shard.
@@ -88,6 +90,9 @@ impl<K: Clone + Eq + Hash + Ord + Send + Sync> WorkQueue for Queue<K> {
     }
     fn in_progress_for(&self, shard: u32) -> usize {
         Queue::in_progress_for(self, shard)
+    }
+    fn idle_for(&self, shard: u32) -> futures::future::BoxFuture<'_, ()> {
+        Box::pin(Queue::idle_for(self, shard))
     }
     fn close(&self) {
         Queue::close(self);

@@ -42,7 +42,10 @@ use crate::metrics::Metrics;
 use crate::server;
 use crate::sharding::Ownership;
 
-/// Run the operator until SIGTERM or SIGINT.
+/// Run the operator until SIGTERM or SIGINT: the probes and the shard
+/// Leases first (on their own runtime), then the watches, the caches' first
+/// lists, the workers (ready), and the shards followed; then the graceful
+/// stop.
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     server::check_exposure(&args.metrics_addr, args.metrics_tls, args.metrics_insecure)?;
     let client = Client::try_default().await?;
@@ -51,32 +54,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         .clone()
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| "kms-operator".to_owned());
-    tracing::info!(version = env!("CARGO_PKG_VERSION"), pod = %pod_name, namespaces = ?args.namespaces, "kms-operator starting");
-    // The health and metrics servers first: probes are answered (not ready)
-    // from the start, however long discovery and the first lists take.
+    tracing::info!(version = crate::cli::VERSION, pod = %pod_name, namespaces = ?args.namespaces, "kms-operator starting");
     let metrics = Metrics::new(args.shards);
     // Ready means the workers run: set once every cache has its initial list
     // and the workers are started. Asking never touches the caches.
     let started = Arc::new(AtomicBool::new(false));
-    let ready = {
-        let started = started.clone();
-        Arc::new(move || started.load(Ordering::Acquire))
-    };
-    let tls = server::MetricsTls {
-        enabled: args.metrics_tls,
-        cert_dir: args.metrics_cert_path.clone(),
-        cert_name: args.metrics_cert_name.clone(),
-        key_name: args.metrics_cert_key.clone(),
-    };
-    // Probes and Leases on a runtime of their own (see `control`).
-    let control = control::Control::start().await?;
-    let servers = {
-        let (health, addr) = (args.health_addr, args.metrics_addr);
-        let (metrics, client) = (metrics.clone(), control.client.clone());
-        control
-            .run(async move { server::start(&health, &addr, metrics, ready, &tls, client).await })
-            .await??
-    };
+    let (control, servers) = start_control(&args, &metrics, started.clone()).await?;
 
     // Every write carries the kind the cluster serves (ours, or the Go
     // operator's spelling after a hand-over in place); no CRDs, no start.
@@ -89,24 +72,117 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     // at once. Otherwise, split by shard, it waits a moment before watching
     // what it gains (see `shards::follow_scopes`).
     let resumed = resumed_member(&client, &args, &pod_name).await;
-    let coordinator = {
-        let _control = control.enter();
-        shard::Coordinator::start(
-            control.client.clone(),
-            shard::Config {
-                shards: args.shards,
-                lease_duration: args.lease_duration,
-                renew_deadline: args.renew_deadline,
-                retry_period: args.retry_period,
-                ..shard::Config::new(&args.pod_namespace, &args.lease_prefix, &pod_name)
-            },
-        )
-    }
-    .map_err(|e| anyhow::anyhow!("sharding: {e}"))?;
+    let coordinator = start_coordinator(&control, &args, &pod_name)?;
     // Subscribe before anything is acquired, so no gain is missed.
     let shard_events = coordinator.events();
-    // Split by shard, a replica caches only what it owns, and works on a
-    // gained shard once its watches have listed it.
+    let (scopes, gate) = ownership(&args, &coordinator);
+    let cache = open_cache(&args)?;
+    let wired = wire(
+        &args,
+        &client,
+        &pod_name,
+        (gate.clone(), scopes.clone()),
+        &metrics,
+        cache.clone(),
+        served,
+    )?;
+    let (ctx, registry) = (wired.ctx.clone(), wired.registry.clone());
+    let (mut tasks, labeler) = start_watches(wired.drivers, &client, &scopes, &gate, &ctx);
+    wait_for_caches(&wired.caches, &registry, &wired.global_store, &args).await;
+    tracing::info!(
+        objects = wired.kms_secrets.counts().values().sum::<usize>(),
+        "caches synced; starting workers"
+    );
+    tasks.push(tokio::spawn(prune_cache(
+        client.clone(),
+        ctx.settings.namespaces.clone(),
+        cache.clone(),
+    )));
+    tasks.push(tokio::spawn(report_queue(
+        ctx.clone(),
+        registry.clone(),
+        wired.dynamic,
+        wired.cached,
+    )));
+    let workers: Vec<_> = registry
+        .kinds()
+        .iter()
+        .map(|k| k.clone().start(ctx.clone()))
+        .collect();
+    tracing::info!("workers started; ready");
+    started.store(true, Ordering::Release);
+
+    let shard_moves = ShardMoves {
+        coordinator: &coordinator,
+        registry: &registry,
+        ctx: &ctx,
+        gate: &gate,
+        scopes: scopes.zip(labeler),
+        settle: if resumed {
+            shards::Settle::at_once()
+        } else {
+            shards::Settle::fresh(args.retry_period, args.expected_replicas)
+        },
+    };
+    tasks.extend(shard_moves.follow(shard_events, wired.reload_budget, pod_ref(&args, pod_name)));
+    tasks.push(servers);
+
+    shutdown_signal().await;
+    stop(&registry, &ctx, &coordinator, workers, tasks).await;
+    Ok(())
+}
+
+/// The control runtime, and the health and metrics servers started on it:
+/// probes are answered (not ready until `started`) from the start, however
+/// long discovery and the first lists take.
+async fn start_control(
+    args: &RunArgs,
+    metrics: &Metrics,
+    started: Arc<AtomicBool>,
+) -> anyhow::Result<(control::Control, tokio::task::JoinHandle<()>)> {
+    let ready: server::ReadyFn = Arc::new(move || started.load(Ordering::Acquire));
+    let tls = server::MetricsTls {
+        enabled: args.metrics_tls,
+        cert_dir: args.metrics_cert_path.clone(),
+        cert_name: args.metrics_cert_name.clone(),
+        key_name: args.metrics_cert_key.clone(),
+    };
+    let control = control::Control::start().await?;
+    let (health, addr) = (args.health_addr, args.metrics_addr);
+    let (metrics, client) = (metrics.clone(), control.client.clone());
+    let servers = control
+        .run(async move { server::start(&health, &addr, metrics, ready, &tls, client).await })
+        .await??;
+    Ok((control, servers))
+}
+
+/// The shard coordinator, on the control runtime with its client.
+fn start_coordinator(
+    control: &control::Control,
+    args: &RunArgs,
+    pod_name: &str,
+) -> anyhow::Result<shard::Coordinator> {
+    let _control = control.enter();
+    shard::Coordinator::start(
+        control.client.clone(),
+        shard::Config {
+            shards: args.shards,
+            lease_duration: args.lease_duration,
+            renew_deadline: args.renew_deadline,
+            retry_period: args.retry_period,
+            ..shard::Config::new(&args.pod_namespace, &args.lease_prefix, pod_name)
+        },
+    )
+    .map_err(|e| anyhow::anyhow!("sharding: {e}"))
+}
+
+/// Split by shard (the default), a replica caches only what it owns and
+/// works on a gained shard once its watches have listed it: the shard
+/// scopes, and the gate that says so.
+fn ownership(
+    args: &RunArgs,
+    coordinator: &shard::Coordinator,
+) -> (Option<Arc<stores::ShardScopes>>, Arc<dyn Ownership>) {
     let scopes = (args.watch_scope == WatchScope::Shard).then(|| {
         let c = coordinator.clone();
         let shard_of: stores::ShardOf = Arc::new(move |ns: &str| c.shard_of(ns));
@@ -116,35 +192,44 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         Some(scopes) => Arc::new(shards::CachedGate::new(coordinator.clone(), scopes.clone())),
         None => Arc::new(coordinator.clone()),
     };
-    let cache = open_cache(&args)?;
-    let mut wired = wire(
-        &args,
-        &client,
-        &pod_name,
-        (gate.clone(), scopes.clone()),
-        &metrics,
-        cache.clone(),
-        served,
-    )?;
-    let sharded = scopes.clone().map(|scopes| {
+    (scopes, gate)
+}
+
+/// Spawn every watch (the kinds' and, split by shard, the shard labeller's).
+fn start_watches(
+    mut drivers: Vec<futures::future::BoxFuture<'static, ()>>,
+    client: &Client,
+    scopes: &Option<Arc<stores::ShardScopes>>,
+    gate: &Arc<dyn Ownership>,
+    ctx: &Context,
+) -> (
+    Vec<tokio::task::JoinHandle<()>>,
+    Option<Arc<shard_labels::Labeler>>,
+) {
+    let labeler = scopes.as_ref().map(|scopes| {
         let labeler =
             shard_labels::Labeler::new(client.clone(), scopes.labels().clone(), gate.clone());
-        wired
-            .drivers
-            .extend(labeler.drivers(&wired.ctx.settings.namespaces));
-        (scopes, labeler)
+        drivers.extend(labeler.drivers(&ctx.settings.namespaces));
+        labeler
     });
-    let (ctx, registry) = (wired.ctx.clone(), wired.registry.clone());
-    let watch_tasks: Vec<_> = wired.drivers.into_iter().map(tokio::spawn).collect();
+    (drivers.into_iter().map(tokio::spawn).collect(), labeler)
+}
 
-    // The caches first, so that targets and owners are known.
-    for cache in &wired.caches {
+/// Wait for the caches' first lists (targets and owners first, then the
+/// kinds), and briefly for the global configuration.
+async fn wait_for_caches(
+    caches: &[Box<dyn Cache>],
+    registry: &Registry,
+    global: &Scoped<ConfigMap>,
+    args: &RunArgs,
+) {
+    for cache in caches {
         cache.wait_ready().await;
     }
     for kind in registry.kinds() {
         kind.wait_ready().await;
     }
-    if tokio::time::timeout(GLOBAL_CONFIG_WAIT, wired.global_store.wait_ready())
+    if tokio::time::timeout(GLOBAL_CONFIG_WAIT, global.wait_ready())
         .await
         .is_err()
     {
@@ -155,77 +240,71 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             crate::controllers::refs::GLOBAL_CONFIG_NAME
         );
     }
-    tracing::info!(
-        objects = wired.kms_secrets.counts().values().sum::<usize>(),
-        "caches synced; starting workers"
-    );
-    let prune = tokio::spawn(prune_cache(
-        client.clone(),
-        ctx.settings.namespaces.clone(),
-        cache.clone(),
-    ));
-    let stats = tokio::spawn(report_queue(
-        ctx.clone(),
-        registry.clone(),
-        wired.dynamic,
-        wired.cached,
-    ));
-    let workers: Vec<_> = registry
-        .kinds()
-        .iter()
-        .map(|k| k.clone().start(ctx.clone()))
-        .collect();
-    tracing::info!("workers started; ready");
-    started.store(true, Ordering::Release);
+}
 
-    shards::set_drain_hook(&coordinator, registry.clone(), ctx.clone());
-    let scope_task = match sharded {
-        Some((scopes, labeler)) => Some(shards::follow_scopes(
-            &coordinator,
-            scopes,
-            labeler,
-            registry.clone(),
-            gate.clone(),
-            if resumed {
-                shards::Settle {
-                    at_most: Duration::ZERO,
-                    quiet: Duration::ZERO,
-                    expected: None,
-                }
-            } else {
-                shards::Settle::fresh(args.retry_period, args.expected_replicas)
-            },
-        )),
-        None => {
-            for shard in (0..gate.shard_count()).filter(|s| gate.owns(*s)) {
-                shards::full_pass(&registry, gate.as_ref(), shard);
-            }
-            None
-        }
-    };
-    let pod = k8s_openapi::api::core::v1::ObjectReference {
+/// This replica's pod, as Events about shard moves name it.
+fn pod_ref(args: &RunArgs, pod_name: String) -> k8s_openapi::api::core::v1::ObjectReference {
+    k8s_openapi::api::core::v1::ObjectReference {
         api_version: Some("v1".to_owned()),
         kind: Some("Pod".to_owned()),
         name: Some(pod_name),
         namespace: Some(args.pod_namespace.clone()),
         ..Default::default()
-    };
-    let share_task = shards::share_kms_budget(registry.clone(), ctx.clone());
-    let shard_task = shards::follow(
-        shard_events,
-        registry.clone(),
-        ctx.clone(),
-        wired.reload_budget,
-        pod,
-        scopes.is_some(),
-    );
+    }
+}
 
-    shutdown_signal().await;
-    let mut tasks = watch_tasks;
-    tasks.extend([shard_task, share_task, stats, servers, prune]);
-    tasks.extend(scope_task);
-    stop(&registry, &ctx, &coordinator, workers, tasks).await;
-    Ok(())
+/// What follows the shards as they move.
+struct ShardMoves<'a> {
+    coordinator: &'a shard::Coordinator,
+    registry: &'a Registry,
+    ctx: &'a Arc<Context>,
+    gate: &'a Arc<dyn Ownership>,
+    /// Split by shard: the scopes and the labeller.
+    scopes: Option<(Arc<stores::ShardScopes>, Arc<shard_labels::Labeler>)>,
+    /// How a fresh replica waits before watching what it gains.
+    settle: shards::Settle,
+}
+
+impl ShardMoves<'_> {
+    /// The drain hook set, the shards' caches followed (split by shard) or
+    /// every owned shard queued, the KMS budget shared and shard moves
+    /// published: the tasks doing it.
+    fn follow(
+        self,
+        events: tokio::sync::broadcast::Receiver<shard::Event>,
+        reload_budget: Arc<Limiter>,
+        pod: k8s_openapi::api::core::v1::ObjectReference,
+    ) -> Vec<tokio::task::JoinHandle<()>> {
+        let (registry, ctx) = (self.registry, self.ctx);
+        shards::set_drain_hook(self.coordinator, registry.clone(), ctx.clone());
+        let split = self.scopes.is_some();
+        let mut tasks = Vec::new();
+        match self.scopes {
+            Some((scopes, labeler)) => tasks.push(shards::follow_scopes(
+                self.coordinator,
+                scopes,
+                labeler,
+                registry.clone(),
+                self.gate.clone(),
+                self.settle,
+            )),
+            None => {
+                for shard in (0..self.gate.shard_count()).filter(|s| self.gate.owns(*s)) {
+                    shards::full_pass(registry, self.gate.as_ref(), shard);
+                }
+            }
+        }
+        tasks.push(shards::share_kms_budget(registry.clone(), ctx.clone()));
+        tasks.push(shards::follow(
+            events,
+            registry.clone(),
+            ctx.clone(),
+            reload_budget,
+            pod,
+            split,
+        ));
+        tasks
+    }
 }
 
 /// The render threads of `--render-threads` and `--render-timeout`.
@@ -413,15 +492,8 @@ fn wire(
         debounce: args.reload_debounce,
     };
     let index = Arc::new(RefIndex::default());
-    let kms_secret_queue = Arc::new(Queue::new());
-    let kms_secret_written = Arc::new(crate::controllers::written::WrittenStatus::default());
-    let (kms_secrets, mut drivers) = kms_secret::watch::watch(
-        &by_shard,
-        gate.clone(),
-        kms_secret_queue.clone(),
-        index.clone(),
-        kms_secret_written.clone(),
-    );
+    let (kms_secret_kind, kms_secrets, mut drivers) =
+        kms_secret_kind(&by_shard, &gate, &index, kms.clone());
     let (secrets, config_maps, d) = watches::managed_objects(&by_shard, &routes, index.clone());
     drivers.extend(d);
     let (workloads, d) = watches::workloads(&all, &routes, &secrets, &config_maps);
@@ -448,20 +520,7 @@ fn wire(
         index,
         referenced.clone(),
     ));
-    // Until its watch has listed it, what falls back to kms-config waits;
-    // the operator starts without it (a namespace-scoped install may lack
-    // access to it, and the namespace may not exist yet).
-    let global = Arc::new(RwLock::new(GlobalConfig::pending(
-        &args.global_config_namespace,
-    )));
-    let global_epoch = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let (global_store, d) = watches::global_config(
-        client,
-        &args.global_config_namespace,
-        undecodable,
-        (global.clone(), global_epoch.clone()),
-        &routes,
-    );
+    let (global, global_epoch, global_store, d) = global_config(client, args, undecodable, &routes);
     drivers.extend(d);
     let reload_budget = Arc::new(Limiter::new(args.max_reloads_per_second));
     reload_budget.set_members(gate.members());
@@ -469,18 +528,7 @@ fn wire(
     // full passes, drains, metrics, workers and shutdown all loop over it.
     let registry = routes.registry.clone();
     registry.set(vec![
-        Arc::new(Resources::new(
-            kms_secret::CONTROLLER,
-            kms_secrets.clone(),
-            kms_secret_queue.clone(),
-            kms_secret::Controller::new(
-                kms.clone(),
-                gate.clone(),
-                kms_secrets.clone(),
-                kms_secret_queue,
-                kms_secret_written,
-            ),
-        )) as Arc<dyn Kind>,
+        kms_secret_kind,
         Arc::new(Resources::new(
             kms_push_secret::CONTROLLER,
             push.resources.clone(),
@@ -503,27 +551,7 @@ fn wire(
             queue: routes.reload_queue.clone(),
         }),
     ]);
-    let settings = Settings {
-        allow_cross_namespace_refs: args.allow_cross_namespace_refs,
-        pod_namespace: args.pod_namespace.clone(),
-        global_config_namespace: args.global_config_namespace.clone(),
-        defaults: crate::controllers::refs::Defaults {
-            host_api: args
-                .default_host_api
-                .clone()
-                .map(|h| h.trim().to_owned())
-                .filter(|h| !h.is_empty()),
-            ca_ref: args.default_ca_ref.clone(),
-        },
-        namespaces,
-        cleanup_timeout: args.cleanup_timeout,
-        workers: usize::from(args.workers),
-        cloud_identities: Arc::new(match &args.cloud_identities {
-            Some(path) => CloudIdentities::load(path)?,
-            None => CloudIdentities::default(),
-        }),
-        ..Settings::default()
-    };
+    let settings = settings(args, namespaces)?;
     let ctx = Arc::new(Context {
         client: client.clone(),
         kms,
@@ -561,6 +589,93 @@ fn wire(
         dynamic: dynamic_resources,
         reload_budget,
         cached,
+    })
+}
+
+/// The KmsSecret kind: its watch (the drivers), its cache, and its
+/// registration (queue and controller).
+fn kms_secret_kind(
+    by_shard: &stores::Watches,
+    gate: &Arc<dyn Ownership>,
+    index: &Arc<RefIndex>,
+    kms: Arc<Kms>,
+) -> (
+    Arc<dyn Kind>,
+    Scoped<KmsSecret>,
+    Vec<futures::future::BoxFuture<'static, ()>>,
+) {
+    let queue = Arc::new(Queue::new());
+    let written = Arc::new(crate::controllers::written::WrittenStatus::default());
+    let (resources, drivers) = kms_secret::watch::watch(
+        by_shard,
+        gate.clone(),
+        queue.clone(),
+        index.clone(),
+        written.clone(),
+    );
+    let controller =
+        kms_secret::Controller::new(kms, gate.clone(), resources.clone(), queue.clone(), written);
+    let kind = Arc::new(Resources::new(
+        kms_secret::CONTROLLER,
+        resources.clone(),
+        queue,
+        controller,
+    ));
+    (kind, resources, drivers)
+}
+
+/// The global configuration (`kms-config`), its change count, its watch's
+/// cache and drivers. Until the watch has listed it, what falls back to
+/// kms-config waits; the operator starts without it (a namespace-scoped
+/// install may lack access to it, and the namespace may not exist yet).
+#[allow(clippy::type_complexity)]
+fn global_config(
+    client: &Client,
+    args: &RunArgs,
+    undecodable: stores::Undecodable,
+    routes: &watches::Routes,
+) -> (
+    Arc<RwLock<GlobalConfig>>,
+    Arc<std::sync::atomic::AtomicU64>,
+    Scoped<ConfigMap>,
+    Vec<futures::future::BoxFuture<'static, ()>>,
+) {
+    let global = Arc::new(RwLock::new(GlobalConfig::pending(
+        &args.global_config_namespace,
+    )));
+    let global_epoch = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (store, drivers) = watches::global_config(
+        client,
+        &args.global_config_namespace,
+        undecodable,
+        (global.clone(), global_epoch.clone()),
+        routes,
+    );
+    (global, global_epoch, store, drivers)
+}
+
+/// The controllers' settings from the flags.
+fn settings(args: &RunArgs, namespaces: Vec<String>) -> anyhow::Result<Settings> {
+    Ok(Settings {
+        allow_cross_namespace_refs: args.allow_cross_namespace_refs,
+        pod_namespace: args.pod_namespace.clone(),
+        global_config_namespace: args.global_config_namespace.clone(),
+        defaults: crate::controllers::refs::Defaults {
+            host_api: args
+                .default_host_api
+                .clone()
+                .map(|h| h.trim().to_owned())
+                .filter(|h| !h.is_empty()),
+            ca_ref: args.default_ca_ref.clone(),
+        },
+        namespaces,
+        cleanup_timeout: args.cleanup_timeout,
+        workers: usize::from(args.workers),
+        cloud_identities: Arc::new(match &args.cloud_identities {
+            Some(path) => CloudIdentities::load(path)?,
+            None => CloudIdentities::default(),
+        }),
+        ..Settings::default()
     })
 }
 

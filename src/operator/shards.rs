@@ -41,17 +41,11 @@ pub fn set_drain_hook(coordinator: &shard::Coordinator, registry: Registry, ctx:
                 .iter()
                 .map(|k| k.queue().drop_shard(shard))
                 .sum();
-            let deadline = tokio::time::Instant::now() + DRAIN_WAIT;
-            while registry
-                .kinds()
-                .iter()
-                .map(|k| k.queue().in_progress_for(shard))
-                .sum::<usize>()
-                > 0
-                && tokio::time::Instant::now() < deadline
-            {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+            // Woken as each reconcile of the shard ends.
+            let idle = futures::future::join_all(
+                registry.kinds().iter().map(|k| k.queue().idle_for(shard)),
+            );
+            let _ = tokio::time::timeout(DRAIN_WAIT, idle).await;
             if let Some(store) = &cache
                 && let Err(e) = store.flush_async().await
             {
@@ -211,6 +205,15 @@ pub struct Settle {
 }
 
 impl Settle {
+    /// No wait: a replica resuming its shards after a crash.
+    pub fn at_once() -> Self {
+        Self {
+            at_most: Duration::ZERO,
+            quiet: Duration::ZERO,
+            expected: None,
+        }
+    }
+
     /// The wait of a replica that starts fresh: two retry periods at most,
     /// for `expected` live members (`--expected-replicas`; 0 is none) or
     /// else for a member set unchanged for half a retry period.
@@ -223,9 +226,6 @@ impl Settle {
     }
 }
 
-/// How often [`settled`] looks at the coordinator.
-const SETTLE_LOOK: Duration = Duration::from_millis(50);
-
 /// Wait until this replica's view has settled: the Leases are listed, the
 /// live member set has not changed for `settle.quiet` (or has
 /// `settle.expected` members), and the shards this replica holds are
@@ -237,12 +237,14 @@ const SETTLE_LOOK: Duration = Duration::from_millis(50);
 /// of after a fixed wait.
 async fn settled(coordinator: &shard::Coordinator, settle: Settle) {
     let deadline = tokio::time::Instant::now() + settle.at_most;
+    let mut changes = coordinator.changes();
     let mut last: Option<(Vec<String>, tokio::time::Instant)> = None;
     loop {
         let now = tokio::time::Instant::now();
         if now >= deadline {
             return;
         }
+        changes.borrow_and_update();
         let view = coordinator.view();
         let since = match &last {
             Some((members, since)) if *members == view.members => *since,
@@ -254,7 +256,21 @@ async fn settled(coordinator: &shard::Coordinator, settle: Settle) {
         if view_settled(&view) && complete(view.members.len(), now.duration_since(since), &settle) {
             return;
         }
-        tokio::time::sleep(SETTLE_LOOK.min(deadline - now)).await;
+        // Look again when the view changes, or when the member set has
+        // been quiet long enough, or at the deadline.
+        let quiet_at = (settle.expected.is_none() && view_settled(&view))
+            .then(|| since + settle.quiet)
+            .filter(|at| *at > now)
+            .unwrap_or(deadline)
+            .min(deadline);
+        tokio::select! {
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+            () = tokio::time::sleep_until(quiet_at) => {}
+        }
     }
 }
 

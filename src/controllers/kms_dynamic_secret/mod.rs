@@ -198,6 +198,75 @@ fn target_of(cr: &KmsDynamicSecret, allow_cross: bool) -> Result<Target, SyncErr
     })
 }
 
+/// A Secret the Go operator wrote for the current lease: its data and
+/// version.
+type GoHeld = (BTreeMap<String, Vec<u8>>, String);
+
+/// Whether the Secret as observed holds the lease in the status: written
+/// by this resource for it, or (second) by the Go operator for it (its
+/// version is `<leaseId>-<leaseVersion>` too; owned by this resource's uid,
+/// or only marked by that version), with its data and version to adopt as
+/// they are, so the hand-over creates no lease and changes no data
+/// (docs/migration.md).
+fn held_by_secret(
+    status: &KmsDynamicSecretStatus,
+    observed: Option<&Observed>,
+    c: &Claim,
+) -> (bool, Option<GoHeld>) {
+    let ours = match (&status.lease, observed, c) {
+        (Some(l), Some(o), Claim::Ours) => o
+            .annotations
+            .get(super::target::VERSION_ANNOTATION)
+            .is_some_and(|v| v.starts_with(&format!("{}-", l.id))),
+        _ => false,
+    };
+    let go_held = match (&status.lease, observed, c) {
+        (Some(l), Some(o), Claim::Ours | Claim::Adoptable)
+            if !o.annotations.contains_key(super::target::OWNER_ANNOTATION) =>
+        {
+            super::target::LEGACY_VERSION_ANNOTATIONS
+                .iter()
+                .filter_map(|k| o.annotations.get(*k))
+                .find(|v| v.starts_with(&format!("{}-", l.id)))
+                .cloned()
+                .map(|v| (o.data.clone(), v))
+        }
+        _ => None,
+    };
+    (ours || go_held.is_some(), go_held)
+}
+
+/// The Secret's data for a lease just created: its credentials through the
+/// target's template (rendered off the runtime).
+async fn render_created(
+    ctx: &Context,
+    target: &Target,
+    created: &crate::kms::leases::CreatedLease,
+    path: &str,
+) -> Result<BTreeMap<String, Vec<u8>>, SyncError> {
+    let data: SecretMap = created
+        .data
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.clone(),
+                SecretItem {
+                    key: k.clone(),
+                    value: SecretString::from(secrecy::ExposeSecret::expose_secret(v).to_owned()),
+                    secret_path: path.to_owned(),
+                },
+            )
+        })
+        .collect();
+    let data = Arc::new(crate::kms::Fetched::unheld(data));
+    Ok(
+        super::kms_secret::render_targets(ctx, std::slice::from_ref(target), data)
+            .await?
+            .pop()
+            .unwrap_or_default(),
+    )
+}
+
 impl Controller {
     async fn run(
         &self,
@@ -362,32 +431,7 @@ impl Controller {
         if let Some(refused) = c.refusal(&what, "KmsDynamicSecret") {
             return Err(refused);
         }
-        let holds_current = match (&status.lease, &observed, &c) {
-            (Some(l), Some(o), Claim::Ours) => o
-                .annotations
-                .get(super::target::VERSION_ANNOTATION)
-                .is_some_and(|v| v.starts_with(&format!("{}-", l.id))),
-            _ => false,
-        };
-        // A Secret the Go operator wrote for the lease in this resource's
-        // status (its version is `<leaseId>-<leaseVersion>` too; owned by
-        // this resource's uid, or only marked by that version): it holds
-        // the current lease. Adopt it as it is, so the hand-over creates no
-        // lease and changes no data (docs/migration.md).
-        let go_held = match (&status.lease, &observed, &c) {
-            (Some(l), Some(o), Claim::Ours | Claim::Adoptable)
-                if !o.annotations.contains_key(super::target::OWNER_ANNOTATION) =>
-            {
-                super::target::LEGACY_VERSION_ANNOTATIONS
-                    .iter()
-                    .filter_map(|k| o.annotations.get(*k))
-                    .find(|v| v.starts_with(&format!("{}-", l.id)))
-                    .cloned()
-                    .map(|v| (o.data.clone(), v))
-            }
-            _ => None,
-        };
-        let holds_current = holds_current || go_held.is_some();
+        let (holds_current, go_held) = held_by_secret(&status, observed.as_ref(), &c);
         if let Some((data, version)) = go_held {
             self.write_secret(
                 ctx,
@@ -421,28 +465,7 @@ impl Controller {
         if let Decision::Create { reason } = decision {
             let (recorded, w, created) = step.create(reason, status, written).await?;
             (status, written) = (recorded, w);
-            let data: SecretMap = created
-                .data
-                .iter()
-                .map(|(k, v)| {
-                    (
-                        k.clone(),
-                        SecretItem {
-                            key: k.clone(),
-                            value: SecretString::from(
-                                secrecy::ExposeSecret::expose_secret(v).to_owned(),
-                            ),
-                            secret_path: lease_target.path.clone(),
-                        },
-                    )
-                })
-                .collect();
-            let data = Arc::new(crate::kms::Fetched::unheld(data));
-            let rendered =
-                super::kms_secret::render_targets(ctx, std::slice::from_ref(&target), data)
-                    .await?
-                    .pop()
-                    .unwrap_or_default();
+            let rendered = render_created(ctx, &target, &created, &lease_target.path).await?;
             let version = format!("{}-{}", created.lease.id, created.lease.version);
             self.write_secret(
                 ctx,

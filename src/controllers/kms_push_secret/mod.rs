@@ -93,6 +93,9 @@ pub struct Controller {
     /// that a reconcile right after another one starts from what it wrote.
     /// Dropped by the watch as it delivers each write.
     written: Arc<WrittenStatus<KmsPushSecretStatus>>,
+    /// Woken at every change the watch delivers (a cleanup waits on it for
+    /// the skip annotation).
+    changed: Arc<tokio::sync::Notify>,
 }
 
 /// What makes a resource worth reconciling (its status is not).
@@ -115,9 +118,10 @@ pub fn watch(
 ) -> (Controller, Vec<BoxFuture<'static, ()>>) {
     let by_generator = Arc::new(RefIndex::default());
     let written = Arc::new(WrittenStatus::default());
+    let changed = Arc::new(tokio::sync::Notify::new());
     let (resources, mut drivers) = {
         let (gate, queue, by_generator) = (gate.clone(), queue.clone(), by_generator.clone());
-        let written = written.clone();
+        let (written, changed) = (written.clone(), changed.clone());
         let fingerprint = |o: &KmsPushSecret| -> Fingerprint {
             (
                 o.metadata.generation,
@@ -130,6 +134,7 @@ pub fn watch(
             if let (Some(uid), Some(rv)) = (&o.metadata.uid, &o.metadata.resource_version) {
                 written.seen(uid, rv);
             }
+            changed.notify_waiters();
             let owner = plan::owner_id(&key.namespace, &key.name);
             if deleted {
                 refs.remove(&owner);
@@ -163,6 +168,7 @@ pub fn watch(
             renderer: Arc::new(kms_template::Engine::default()),
             identities: Mutex::new(HashMap::new()),
             written,
+            changed,
         },
         drivers,
     )
@@ -332,62 +338,11 @@ impl Controller {
         let ns = cr.namespace().unwrap_or_default();
         let name = cr.name_any();
         let uid = cr.uid().unwrap_or_default();
-        let allow_cross = ctx.settings.allow_cross_namespace_refs;
         report.interval = plan::resync_interval(&cr.spec)?;
         let folder = plan::folder(&cr.spec)?;
 
         // What the resource wants: source keys (and templates), generators.
-        let source = match plan::source_ref(cr, allow_cross)? {
-            Some((sns, sname)) => {
-                let secret = ctx
-                    .referenced
-                    .get(&ctx.client, &sns, &sname)
-                    .await?
-                    .ok_or_else(|| SyncError::Reference {
-                        reason: "SourceSecretNotFound",
-                        message: format!("source Secret {sns}/{sname} not found"),
-                    })?;
-                let data: BTreeMap<String, Vec<u8>> = secret
-                    .data
-                    .iter()
-                    .flatten()
-                    .map(|(k, v)| (k.clone(), v.0.clone()))
-                    .collect();
-                let template = cr
-                    .spec
-                    .push
-                    .secret
-                    .as_ref()
-                    .and_then(|s| s.template.clone());
-                let (source, path) = (format!("{sns}/{sname}"), folder.path.clone());
-                let renderer = self.renderer.clone();
-                let render = move |budget: &mut kms_template::Budget| {
-                    plan::source_values(
-                        &source,
-                        &data,
-                        template.as_ref(),
-                        &path,
-                        renderer.as_ref(),
-                        budget,
-                    )
-                };
-                // Templates render off the runtime, with one budget.
-                let templated = cr
-                    .spec
-                    .push
-                    .secret
-                    .as_ref()
-                    .and_then(|s| s.template.as_ref())
-                    .and_then(|t| t.data.as_ref())
-                    .is_some_and(|d| !d.is_empty());
-                if templated {
-                    ctx.renders.run(render).await?
-                } else {
-                    render(&mut kms_template::Budget::new(0))?
-                }
-            }
-            None => BTreeMap::new(),
-        };
+        let source = self.source_values(ctx, cr, &folder.path).await?;
         let generators = cr.spec.push.generators.clone().unwrap_or_default();
         if !generators.is_empty() {
             tokio::select! {
@@ -430,26 +385,7 @@ impl Controller {
         let managed = status.managed_secrets.unwrap_or_default();
         let generated = status.generated_secrets.unwrap_or_default();
         let marker = plan::marker(&ns, &name, &uid);
-        // The resources other keys' markers name, once each (another
-        // replica's shard is read from the API server).
-        let mut named: HashMap<(String, String), Option<Arc<KmsPushSecret>>> = HashMap::new();
-        for s in &stored {
-            let Some((owner, _)) = plan::parse_marker(&s.comment) else {
-                continue;
-            };
-            let Some(o) = OwnerId::parse(&owner) else {
-                continue;
-            };
-            let id = (o.namespace.to_owned(), o.name.to_owned());
-            if named.contains_key(&id) {
-                continue;
-            }
-            let found = ctx
-                .resource(&self.resources, o.namespace, o.name)
-                .await
-                .map_err(|e| SyncError::kube(format!("reading KmsPushSecret {owner}"), e))?;
-            named.insert(id, found);
-        }
+        let named = self.owners_named(ctx, &stored).await?;
         let pushed_by_other = |comment: &str| -> Option<String> {
             let (owner, owner_uid) = plan::parse_marker(comment)?;
             let o = OwnerId::parse(&owner)?;
@@ -491,6 +427,97 @@ impl Controller {
         }
         report.applied = Some(applied);
         Ok(())
+    }
+
+    /// The values the source Secret contributes (its keys, through the
+    /// templates, rendered off the runtime with one budget); none without
+    /// a source Secret.
+    async fn source_values(
+        &self,
+        ctx: &Context,
+        cr: &KmsPushSecret,
+        path: &str,
+    ) -> Result<BTreeMap<String, secrecy::SecretString>, SyncError> {
+        let allow_cross = ctx.settings.allow_cross_namespace_refs;
+        Ok(match plan::source_ref(cr, allow_cross)? {
+            Some((sns, sname)) => {
+                let secret = ctx
+                    .referenced
+                    .get(&ctx.client, &sns, &sname)
+                    .await?
+                    .ok_or_else(|| SyncError::Reference {
+                        reason: "SourceSecretNotFound",
+                        message: format!("source Secret {sns}/{sname} not found"),
+                    })?;
+                let data: BTreeMap<String, Vec<u8>> = secret
+                    .data
+                    .iter()
+                    .flatten()
+                    .map(|(k, v)| (k.clone(), v.0.clone()))
+                    .collect();
+                let template = cr
+                    .spec
+                    .push
+                    .secret
+                    .as_ref()
+                    .and_then(|s| s.template.clone());
+                let (source, path) = (format!("{sns}/{sname}"), path.to_owned());
+                let renderer = self.renderer.clone();
+                let render = move |budget: &mut kms_template::Budget| {
+                    plan::source_values(
+                        &source,
+                        &data,
+                        template.as_ref(),
+                        &path,
+                        renderer.as_ref(),
+                        budget,
+                    )
+                };
+                // Templates render off the runtime, with one budget.
+                let templated = cr
+                    .spec
+                    .push
+                    .secret
+                    .as_ref()
+                    .and_then(|s| s.template.as_ref())
+                    .and_then(|t| t.data.as_ref())
+                    .is_some_and(|d| !d.is_empty());
+                if templated {
+                    ctx.renders.run(render).await?
+                } else {
+                    render(&mut kms_template::Budget::new(0))?
+                }
+            }
+            None => BTreeMap::new(),
+        })
+    }
+
+    /// The resources other keys' markers in `stored` name, once each
+    /// (another replica's shard is read from the API server).
+    async fn owners_named(
+        &self,
+        ctx: &Context,
+        stored: &[crate::kms::push::StoredSecret],
+    ) -> Result<HashMap<(String, String), Option<Arc<KmsPushSecret>>>, SyncError> {
+        let mut named: HashMap<(String, String), Option<Arc<KmsPushSecret>>> = HashMap::new();
+        for s in stored {
+            let Some((owner, _)) = plan::parse_marker(&s.comment) else {
+                continue;
+            };
+            let Some(o) = OwnerId::parse(&owner) else {
+                continue;
+            };
+            let id = (o.namespace.to_owned(), o.name.to_owned());
+            if named.contains_key(&id) {
+                continue;
+            }
+            let found = ctx
+                .resource(&self.resources, o.namespace, o.name)
+                .await
+                .map_err(|e| SyncError::kube(format!("reading KmsPushSecret {owner}"), e))?;
+            named.insert(id, found);
+        }
+        Ok(named)
     }
 
     /// A resource being deleted: clean up per `deletionPolicy`, then remove
@@ -537,12 +564,16 @@ impl Controller {
         // attempt for a while).
         let skip_requested = async {
             loop {
-                tokio::time::sleep(Duration::from_millis(500)).await;
+                let changed = self.changed.notified();
+                tokio::pin!(changed);
+                // Registered before looking, so a change in between counts.
+                changed.as_mut().enable();
                 match self.resources.get(Some(&key.namespace), &key.name) {
                     None => return None,
                     Some(o) if skip_cleanup(&o) => return Some(o),
                     Some(_) => {}
                 }
+                changed.await;
             }
         };
         let result = tokio::select! {

@@ -385,6 +385,9 @@ struct Progress {
     endpoint: Option<String>,
 }
 
+/// One sync: observe the targets, decide what to ask of the KMS, log in and
+/// listen, fetch, render, write what differs, prune, and remember what was
+/// synced (each step below, in that order).
 async fn sync(
     ctx: &Context,
     this: &Controller,
@@ -393,124 +396,29 @@ async fn sync(
     cancel: &CancellationToken,
     progress: &mut Progress,
 ) -> Result<Synced, SyncError> {
-    let ns = cr.namespace().unwrap_or_default();
-    let name = cr.name_any();
-    let me = owner_id(&ns, &name);
-    let allow_cross = ctx.settings.allow_cross_namespace_refs;
+    let me = owner_id(&cr.namespace().unwrap_or_default(), &cr.name_any());
     let interval = plan::resync_interval(&cr.spec)?;
-    let targets = plan::targets(cr, allow_cross)?;
+    let targets = plan::targets(cr, ctx.settings.allow_cross_namespace_refs)?;
     let observed = observe_targets(ctx, this, cr, &me, &targets).await?;
-
-    // Decide what to ask of the KMS.
-    let now = SystemTime::now();
-    let record = last_record(ctx, this, cr, interval, shard, &targets, &observed);
-    let all_intact = observed
-        .iter()
-        .all(|(o, c)| *c == Claim::Ours && o.as_ref().is_some_and(Observed::data_intact));
-    // Instant updates: an event since the last fetch makes the resource due.
-    // A resource that starts listening (after a restart, a shard hand-over,
-    // or the option turned on) may have missed events meanwhile: it checks
-    // once, with a conditional request.
-    let instant = plan::instant_updates(&cr.spec);
-    let key = ObjectKey::new(&ns, &name);
-    let nudged = if instant {
-        this.instant.take_fresh(&key)
-    } else {
-        None
-    };
-    let fresh = nudged.is_some();
-    progress.nudged = nudged;
-    let newly_listening = instant && !this.instant.is_registered(&key);
-    // The global configuration changed since the endpoint was resolved:
-    // check now, against the endpoint it names now.
-    let epoch = ctx.global_epoch();
-    let endpoint_stale = this.endpoint_stale(cr, epoch);
-    let generation = cr.metadata.generation.unwrap_or(0);
-    let decision = plan::decide(
-        record.as_ref(),
-        generation,
-        all_intact,
-        fresh || newly_listening || endpoint_stale,
-        now,
-    );
-
-    // Log in and listen (when due), then fetch.
+    let asked = Asked::decide(ctx, this, cr, interval, shard, &targets, &observed);
+    progress.nudged = asked.nudged;
     let t_login = std::time::Instant::now();
-    let login = if decision == Decision::NotDue {
-        None
-    } else {
-        let AuthChoice { method, scope } = plan::auth_choice(&cr.spec, &ns, allow_cross)?;
-        let (identity, choice) = super::auth::identity_with_source(
-            ctx,
-            &ns,
-            cr.spec.host_api.as_deref(),
-            cr.spec.tls.as_ref(),
-            &method,
-        )
-        .await?;
-        this.endpoint_resolved(cr, epoch);
-        progress.endpoint = Some(choice.describe());
-        Some((identity, scope))
-    };
-    let t_stream = std::time::Instant::now();
-    let stream = match (&login, instant) {
-        (_, false) => {
-            this.instant.unregister(&key);
-            None
-        }
-        (Some((identity, scope)), true) => Some(this.instant.ensure(&key, identity, scope).await),
-        (None, true) => this.instant.state_of(&key),
-    };
-    // A resource whose status says nothing of instant updates yet waits
-    // for its stream's first connection (a moment), so that its first
-    // status says whether it listens.
-    let stream = match stream {
-        Some(StreamState::Opening)
-            if conditions::get(
-                cr.status.as_ref().map_or(&[][..], |s| &s.conditions),
-                ct::INSTANT_UPDATES,
-            )
-            .is_none() =>
-        {
-            this.instant.first_connection(&key, FIRST_CONNECTION).await
-        }
-        other => other,
-    };
-    let mut etag_out = record.as_ref().and_then(|r| r.etag.clone());
+    let (login, stream) = login_and_listen(ctx, this, cr, &asked, progress).await?;
     let t_fetch = std::time::Instant::now();
-    let fetched = match &login {
-        Some((identity, scope)) => {
-            let etag = match decision {
-                Decision::Full => None,
-                _ => etag_out.as_deref(),
-            };
-            let request = FetchRequest {
-                key: &key,
-                identity,
-                scope,
-                etag,
-            };
-            let answer = fetch_scope(ctx, this, &request, &observed, cancel, progress).await?;
-            answer.map(|(secrets, etag)| {
-                etag_out = etag;
-                secrets
-            })
-        }
-        None => None,
-    };
-    if decision == Decision::Full && fetched.is_none() {
-        // A 304 to an unconditional request cannot happen; be safe anyway.
-        return Err(SyncError::Kms(crate::kms::KmsError::Decode {
-            endpoint: "GET /api/v3/secrets/raw",
-            reason: "304 Not Modified to an unconditional request".to_owned(),
-        }));
-    }
-
+    let (fetched, etag) = fetch(
+        ctx,
+        this,
+        &asked,
+        login.as_ref(),
+        &observed,
+        cancel,
+        progress,
+    )
+    .await?;
     tracing::debug!(
         resource = %me,
-        ?decision,
-        login_ms = (t_stream - t_login).as_millis(),
-        stream_ms = (t_fetch - t_stream).as_millis(),
+        decision = ?asked.decision,
+        login_ms = (t_fetch - t_login).as_millis(),
         fetch_ms = t_fetch.elapsed().as_millis(),
         "KMS steps of a sync timed"
     );
@@ -528,45 +436,11 @@ async fn sync(
     };
     let (desired_all, wrote) = plan.apply(ctx, this, observed, shard, cancel).await?;
     prune(ctx, cr, &me, &targets, shard, cancel).await?;
-
-    // Remember what was synced.
     let synced_keys = fetched
         .as_ref()
         .map(|s| s.len() as i64)
-        .or_else(|| record.as_ref().map(|r| r.synced_keys));
-    let polling = stream.as_ref().is_some_and(|s| *s != StreamState::Open);
-    // A check made only because the resource started listening (after a
-    // restart or a hand-over), its stream opened, or its endpoint changed,
-    // that found every target in step, is not a sync: the status keeps
-    // when the targets were last brought in step (no status write for
-    // it), and the scheduled check stays due when it was.
-    let open = stream.as_ref() == Some(&StreamState::Open);
-    let checked = match &record {
-        Some(r)
-            if decision == Decision::Conditional
-                && nudged != Some(Nudge::Event)
-                && !wrote
-                && !plan::check_was_due(r, interval, open, now) =>
-        {
-            Some(r)
-        }
-        _ => None,
-    };
-    let (last_sync, next_due) = match checked {
-        Some(r) => {
-            let (last, due) =
-                plan::times_after_check(r, interval, open, polling, now, fastrand::f64());
-            (Some(last), due)
-        }
-        None => plan::next_times(
-            decision,
-            record.as_ref(),
-            interval,
-            polling,
-            now,
-            fastrand::f64(),
-        ),
-    };
+        .or_else(|| asked.record.as_ref().map(|r| r.synced_keys));
+    let (last_sync, next_due) = asked.times(interval, stream.as_ref(), wrote);
     let target_hashes = targets
         .iter()
         .zip(&desired_all)
@@ -577,9 +451,9 @@ async fn sync(
         &cr.uid().unwrap_or_default(),
         shard,
         SyncRecord {
-            generation,
-            etag: etag_out,
-            last_sync: last_sync.unwrap_or(now),
+            generation: asked.generation,
+            etag,
+            last_sync: last_sync.unwrap_or(asked.now),
             next_due,
             synced_keys: synced_keys.unwrap_or(0),
             target_hashes,
@@ -592,6 +466,206 @@ async fn sync(
         targets: targets.len(),
         stream,
     })
+}
+
+/// What a sync decided to ask of the KMS, and from what.
+struct Asked {
+    decision: Decision,
+    /// What was synced last (the cache, else the status).
+    record: Option<SyncRecord>,
+    /// An instant-update event (or its stream's opening) made it due.
+    nudged: Option<Nudge>,
+    key: ObjectKey,
+    /// Instant updates are on.
+    instant: bool,
+    /// The global configuration's change count when decided.
+    epoch: u64,
+    generation: i64,
+    now: SystemTime,
+}
+
+impl Asked {
+    /// Decide: nothing, a conditional request, or a full one (see
+    /// [`plan::decide`]).
+    fn decide(
+        ctx: &Context,
+        this: &Controller,
+        cr: &KmsSecret,
+        interval: Duration,
+        shard: u32,
+        targets: &[Target],
+        observed: &[(Option<Observed>, Claim)],
+    ) -> Self {
+        let now = SystemTime::now();
+        let record = last_record(ctx, this, cr, interval, shard, targets, observed);
+        let all_intact = observed
+            .iter()
+            .all(|(o, c)| *c == Claim::Ours && o.as_ref().is_some_and(Observed::data_intact));
+        // Instant updates: an event since the last fetch makes the resource
+        // due. A resource that starts listening (after a restart, a shard
+        // hand-over, or the option turned on) may have missed events
+        // meanwhile: it checks once, with a conditional request.
+        let instant = plan::instant_updates(&cr.spec);
+        let key = ObjectKey::new(cr.namespace().unwrap_or_default(), cr.name_any());
+        let nudged = instant.then(|| this.instant.take_fresh(&key)).flatten();
+        let newly_listening = instant && !this.instant.is_registered(&key);
+        // The global configuration changed since the endpoint was resolved:
+        // check now, against the endpoint it names now.
+        let epoch = ctx.global_epoch();
+        let endpoint_stale = this.endpoint_stale(cr, epoch);
+        let generation = cr.metadata.generation.unwrap_or(0);
+        let decision = plan::decide(
+            record.as_ref(),
+            generation,
+            all_intact,
+            nudged.is_some() || newly_listening || endpoint_stale,
+            now,
+        );
+        Self {
+            decision,
+            record,
+            nudged,
+            key,
+            instant,
+            epoch,
+            generation,
+            now,
+        }
+    }
+
+    /// When the targets were last brought in step, and when the next check
+    /// is due. A check made only because the resource started listening
+    /// (after a restart or a hand-over), its stream opened, or its endpoint
+    /// changed, that found every target in step (nothing `wrote`), is not a
+    /// sync: the status keeps when the targets were last brought in step
+    /// (no status write for it), and the scheduled check stays due when it
+    /// was.
+    fn times(
+        &self,
+        interval: Duration,
+        stream: Option<&StreamState>,
+        wrote: bool,
+    ) -> (Option<SystemTime>, SystemTime) {
+        let polling = stream.is_some_and(|s| *s != StreamState::Open);
+        let open = stream == Some(&StreamState::Open);
+        match &self.record {
+            Some(r)
+                if self.decision == Decision::Conditional
+                    && self.nudged != Some(Nudge::Event)
+                    && !wrote
+                    && !plan::check_was_due(r, interval, open, self.now) =>
+            {
+                let (last, due) =
+                    plan::times_after_check(r, interval, open, polling, self.now, fastrand::f64());
+                (Some(last), due)
+            }
+            _ => plan::next_times(
+                self.decision,
+                self.record.as_ref(),
+                interval,
+                polling,
+                self.now,
+                fastrand::f64(),
+            ),
+        }
+    }
+}
+
+/// Log in (when anything is due) and listen for changes (instant updates):
+/// the identity and scope to fetch with, and the stream's state.
+async fn login_and_listen(
+    ctx: &Context,
+    this: &Controller,
+    cr: &KmsSecret,
+    asked: &Asked,
+    progress: &mut Progress,
+) -> Result<
+    (
+        Option<(crate::kms::Identity, crate::kms::Scope)>,
+        Option<StreamState>,
+    ),
+    SyncError,
+> {
+    let ns = cr.namespace().unwrap_or_default();
+    let login = if asked.decision == Decision::NotDue {
+        None
+    } else {
+        let allow_cross = ctx.settings.allow_cross_namespace_refs;
+        let AuthChoice { method, scope } = plan::auth_choice(&cr.spec, &ns, allow_cross)?;
+        let (identity, choice) = super::auth::identity_with_source(
+            ctx,
+            &ns,
+            cr.spec.host_api.as_deref(),
+            cr.spec.tls.as_ref(),
+            &method,
+        )
+        .await?;
+        this.endpoint_resolved(cr, asked.epoch);
+        progress.endpoint = Some(choice.describe());
+        Some((identity, scope))
+    };
+    let key = &asked.key;
+    let stream = match (&login, asked.instant) {
+        (_, false) => {
+            this.instant.unregister(key);
+            None
+        }
+        (Some((identity, scope)), true) => Some(this.instant.ensure(key, identity, scope).await),
+        (None, true) => this.instant.state_of(key),
+    };
+    // A resource whose status says nothing of instant updates yet waits
+    // for its stream's first connection (a moment), so that its first
+    // status says whether it listens.
+    let stream = match stream {
+        Some(StreamState::Opening)
+            if conditions::get(
+                cr.status.as_ref().map_or(&[][..], |s| &s.conditions),
+                ct::INSTANT_UPDATES,
+            )
+            .is_none() =>
+        {
+            this.instant.first_connection(key, FIRST_CONNECTION).await
+        }
+        other => other,
+    };
+    Ok((login, stream))
+}
+
+/// Fetch what was decided (conditionally unless full): the secrets when
+/// they came (`None` for a 304 or nothing due), and the ETag to send next.
+async fn fetch(
+    ctx: &Context,
+    this: &Controller,
+    asked: &Asked,
+    login: Option<&(crate::kms::Identity, crate::kms::Scope)>,
+    observed: &[(Option<Observed>, Claim)],
+    cancel: &CancellationToken,
+    progress: &mut Progress,
+) -> Result<(Option<Arc<Fetched>>, Option<String>), SyncError> {
+    let known = asked.record.as_ref().and_then(|r| r.etag.clone());
+    let Some((identity, scope)) = login else {
+        return Ok((None, known));
+    };
+    let request = FetchRequest {
+        key: &asked.key,
+        identity,
+        scope,
+        etag: match asked.decision {
+            Decision::Full => None,
+            _ => known.as_deref(),
+        },
+    };
+    match fetch_scope(ctx, this, &request, observed, cancel, progress).await? {
+        Some((secrets, etag)) => Ok((Some(secrets), etag)),
+        // A 304 to an unconditional request cannot happen; be safe anyway.
+        None if asked.decision == Decision::Full => {
+            Err(SyncError::Kms(crate::kms::KmsError::Decode {
+                endpoint: "GET /api/v3/secrets/raw",
+                reason: "304 Not Modified to an unconditional request".to_owned(),
+            }))
+        }
+        None => Ok((None, known)),
+    }
 }
 
 /// The data of every target from the fetched `secrets`: on the render
@@ -892,30 +966,22 @@ async fn prune(
     let mut stale: Vec<(TargetKind, String, String, String, bool)> = Vec::new();
     // The owner annotation is kept apart in the caches: only this
     // resource's own targets are decoded.
-    for s in ctx.secrets.owned_by(me) {
-        let (ns, name) = (s.namespace().unwrap_or_default(), s.name_any());
-        if !listed(TargetKind::Secret, &ns, &name) {
-            let owned = s.owner_references().iter().any(|r| r.uid == uid);
-            stale.push((
-                TargetKind::Secret,
-                ns,
-                name,
-                s.resource_version().unwrap_or_default(),
-                owned,
-            ));
-        }
-    }
-    for c in ctx.config_maps.owned_by(me) {
-        let (ns, name) = (c.namespace().unwrap_or_default(), c.name_any());
-        if !listed(TargetKind::ConfigMap, &ns, &name) {
-            let owned = c.owner_references().iter().any(|r| r.uid == uid);
-            stale.push((
-                TargetKind::ConfigMap,
-                ns,
-                name,
-                c.resource_version().unwrap_or_default(),
-                owned,
-            ));
+    let secrets = ctx.secrets.owned_by(me);
+    let config_maps = ctx.config_maps.owned_by(me);
+    let metas = (secrets.iter().map(|s| (TargetKind::Secret, &s.metadata))).chain(
+        config_maps
+            .iter()
+            .map(|c| (TargetKind::ConfigMap, &c.metadata)),
+    );
+    for (kind, meta) in metas {
+        let (ns, name) = (
+            meta.namespace.clone().unwrap_or_default(),
+            meta.name.clone().unwrap_or_default(),
+        );
+        if !listed(kind, &ns, &name) {
+            let owned = meta.owner_references.iter().flatten().any(|r| r.uid == uid);
+            let rv = meta.resource_version.clone().unwrap_or_default();
+            stale.push((kind, ns, name, rv, owned));
         }
     }
     for (kind, ns, name, rv, owned) in stale {
@@ -1013,86 +1079,9 @@ fn next_status(
                 ));
             }
             status.synced_keys = s.synced_keys.or(status.synced_keys);
-            match &s.stream {
-                Some(StreamState::Open) => conditions::set(
-                    c,
-                    ct::INSTANT_UPDATES,
-                    Status::True,
-                    "Subscribed",
-                    "Listening to the KMS's change events",
-                    generation,
-                    now,
-                ),
-                Some(StreamState::Opening) if conditions::get(c, ct::INSTANT_UPDATES).is_some() => {
-                    // A stream just started keeps what the status said (a
-                    // restart or a hand-over does not flip it to
-                    // `Connecting` and back); its opening or failure comes
-                    // next.
-                }
-                Some(StreamState::Opening | StreamState::Connecting) => conditions::set(
-                    c,
-                    ct::INSTANT_UPDATES,
-                    Status::False,
-                    "Connecting",
-                    "Connecting to the KMS's change events; polling meanwhile",
-                    generation,
-                    now,
-                ),
-                Some(StreamState::Unavailable(why)) => conditions::set(
-                    c,
-                    ct::INSTANT_UPDATES,
-                    Status::False,
-                    "Unavailable",
-                    &conditions::bounded(&format!(
-                        "Instant updates are not available, polling instead: {why}"
-                    )),
-                    generation,
-                    now,
-                ),
-                None => c.retain(|x| x.type_ != ct::INSTANT_UPDATES),
-            }
+            instant_updates_condition(c, s.stream.as_ref(), generation, now);
         }
-        Err(e) => {
-            let message = conditions::bounded(&e.to_string());
-            let auth_failure = matches!(e, SyncError::Auth(_))
-                || matches!(e, SyncError::Reference { reason, .. } if reason.starts_with("Credentials"));
-            if auth_failure {
-                conditions::set(
-                    c,
-                    ct::LOADED_KMS_TOKEN,
-                    Status::False,
-                    e.reason(),
-                    &format!("Failed to log in to the KMS with {auth_method}: {message}"),
-                    generation,
-                    now,
-                );
-            }
-            conditions::set(
-                c,
-                ct::READY_TO_SYNC_SECRETS,
-                Status::False,
-                e.reason(),
-                &format!("Failed to sync secrets; the targets keep their data: {message}"),
-                generation,
-                now,
-            );
-            // A throttled check of a resource whose targets are in step with
-            // this spec leaves `Ready` as it is: the targets hold the data of
-            // the last sync and the KMS only asked to come back later. The
-            // condition above says so; a spec change not yet synced, or any
-            // other failure, still turns `Ready` false.
-            if !throttled_in_step {
-                conditions::set(
-                    c,
-                    ct::READY,
-                    Status::False,
-                    e.reason(),
-                    &message,
-                    generation,
-                    now,
-                );
-            }
-        }
+        Err(e) => failure_conditions(c, e, auth_method, throttled_in_step, generation, now),
     }
     match outcome {
         Ok(_) => {
@@ -1122,6 +1111,104 @@ fn next_status(
     status.shard = Some(i32::try_from(shard).unwrap_or(i32::MAX));
 
     status
+}
+
+/// The `InstantUpdates` condition after a sync, by its stream's state.
+fn instant_updates_condition(
+    c: &mut Vec<crate::api::common::Condition>,
+    stream: Option<&StreamState>,
+    generation: Option<i64>,
+    now: &Time,
+) {
+    match stream {
+        Some(StreamState::Open) => conditions::set(
+            c,
+            ct::INSTANT_UPDATES,
+            Status::True,
+            "Subscribed",
+            "Listening to the KMS's change events",
+            generation,
+            now,
+        ),
+        Some(StreamState::Opening) if conditions::get(c, ct::INSTANT_UPDATES).is_some() => {
+            // A stream just started keeps what the status said (a
+            // restart or a hand-over does not flip it to
+            // `Connecting` and back); its opening or failure comes
+            // next.
+        }
+        Some(StreamState::Opening | StreamState::Connecting) => conditions::set(
+            c,
+            ct::INSTANT_UPDATES,
+            Status::False,
+            "Connecting",
+            "Connecting to the KMS's change events; polling meanwhile",
+            generation,
+            now,
+        ),
+        Some(StreamState::Unavailable(why)) => conditions::set(
+            c,
+            ct::INSTANT_UPDATES,
+            Status::False,
+            "Unavailable",
+            &conditions::bounded(&format!(
+                "Instant updates are not available, polling instead: {why}"
+            )),
+            generation,
+            now,
+        ),
+        None => c.retain(|x| x.type_ != ct::INSTANT_UPDATES),
+    }
+}
+
+/// The conditions of a failed sync: the login's (when it failed), the
+/// sync's and `Ready` (unless only throttled while in step).
+fn failure_conditions(
+    c: &mut Vec<crate::api::common::Condition>,
+    e: &SyncError,
+    auth_method: &str,
+    throttled_in_step: bool,
+    generation: Option<i64>,
+    now: &Time,
+) {
+    let message = conditions::bounded(&e.to_string());
+    let auth_failure = matches!(e, SyncError::Auth(_))
+        || matches!(e, SyncError::Reference { reason, .. } if reason.starts_with("Credentials"));
+    if auth_failure {
+        conditions::set(
+            c,
+            ct::LOADED_KMS_TOKEN,
+            Status::False,
+            e.reason(),
+            &format!("Failed to log in to the KMS with {auth_method}: {message}"),
+            generation,
+            now,
+        );
+    }
+    conditions::set(
+        c,
+        ct::READY_TO_SYNC_SECRETS,
+        Status::False,
+        e.reason(),
+        &format!("Failed to sync secrets; the targets keep their data: {message}"),
+        generation,
+        now,
+    );
+    // A throttled check of a resource whose targets are in step with
+    // this spec leaves `Ready` as it is: the targets hold the data of
+    // the last sync and the KMS only asked to come back later. The
+    // condition above says so; a spec change not yet synced, or any
+    // other failure, still turns `Ready` false.
+    if !throttled_in_step {
+        conditions::set(
+            c,
+            ct::READY,
+            Status::False,
+            e.reason(),
+            &message,
+            generation,
+            now,
+        );
+    }
 }
 
 async fn write_status(
