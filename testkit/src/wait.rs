@@ -2,7 +2,8 @@
 //! outside: [`until`] polls for something to happen, [`throughout`] checks
 //! that something holds over a whole window (a negative assertion, such as
 //! "nothing rolls for 10 s", seen to hold at every poll, not only at the
-//! end). The poll period is the caller's.
+//! end), and [`every`] paces what a test does periodically. The poll
+//! period is the caller's.
 
 use std::future::Future;
 use std::time::Duration;
@@ -55,4 +56,13 @@ where
         at.as_secs_f64(),
         window.as_secs_f64()
     ))
+}
+
+/// A period for something a test does again and again (a sampler, a
+/// writer's pace, a probe loop): `tick().await` at each round. A round that
+/// runs late delays the next instead of bunching the ones missed.
+pub fn every(period: Duration) -> tokio::time::Interval {
+    let mut interval = tokio::time::interval(period);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    interval
 }

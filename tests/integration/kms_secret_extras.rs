@@ -8,7 +8,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
-use crate::harness::{self, TestNamespace, wait_for};
+use crate::harness::{self, TestNamespace, holds_for, wait_for};
 use crate::kms_secret::{
     apply_cr, condition, data_of, expect, kms_secrets, wait_condition, wait_data,
 };
@@ -374,6 +374,9 @@ async fn a_stop_does_not_wait_out_a_hanging_kms() {
         .patch("app", &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .expect("patch the scope");
+    // Time for the reconcile's list to reach the KMS and hang there: the
+    // dev server counts answers, not arrivals, so nothing tells a request
+    // in flight.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let took = op.stop_within(Duration::from_secs(40));
     let took = took.expect("the replica did not stop within 40 s");
@@ -569,10 +572,20 @@ async fn a_first_sync_with_instant_updates_writes_one_status_that_says_subscribe
         Duration::from_secs(60),
     )
     .await;
-    // The stream's opening queues the resource for a check: time for it,
-    // and for any status write it would make, to land.
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // The stream's opening queues the resource for a check: no status
+    // write may follow for a while (there is no event for "none came").
+    let written = seen.lock().unwrap().len();
+    let quiet = holds_for(Duration::from_secs(4), || async {
+        seen.lock().unwrap().len() == written
+    })
+    .await;
     watch.abort();
+    if let Err(when) = quiet {
+        panic!(
+            "the status was written again, {when}: {:#?}",
+            seen.lock().unwrap()
+        );
+    }
     let seen = seen.lock().unwrap().clone();
     let condition_of = |status: &Value, type_: &str| {
         status["conditions"]
@@ -624,17 +637,26 @@ async fn listening_again_checks_once_and_rewrites_no_status() {
     )
     .await;
     let resources = crate::kms_secret::kms_secrets(&client, &ns.name);
-    // Settled: the status no longer changes (the check the stream makes
-    // when it opens is done).
-    let mut before = resources.get("calm").await.unwrap();
-    loop {
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let now = resources.get("calm").await.unwrap();
-        if now.metadata.resource_version == before.metadata.resource_version {
-            break;
-        }
-        before = now;
-    }
+    // Settled: the status no longer changes for 2 s (the check the stream
+    // makes when it opens is done).
+    let unchanged_for_2s = || async {
+        let then = resources.get("calm").await.ok()?;
+        let rv = then.metadata.resource_version.clone();
+        holds_for(Duration::from_secs(2), || async {
+            resources
+                .get("calm")
+                .await
+                .ok()
+                .and_then(|o| o.metadata.resource_version)
+                == rv
+        })
+        .await
+        .ok()
+        .map(|()| then)
+    };
+    let before = wait_for(Duration::from_secs(60), unchanged_for_2s)
+        .await
+        .expect("the status kept changing");
     op.stop();
     let lists = kms.count(LIST, None).await;
     let _op = Operator::start(&ns.name, &[&ns.name], &[]).await;
@@ -643,15 +665,24 @@ async fn listening_again_checks_once_and_rewrites_no_status() {
     })
     .await
     .expect("the restarted operator did not check the folder");
-    // Time for a status write to land, and for the stream to open (which
-    // queues the resource again).
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    let after = resources.get("calm").await.unwrap();
-    assert_eq!(
-        after.metadata.resource_version, before.metadata.resource_version,
-        "the status was rewritten: {} -> {}",
-        before.data["status"], after.data["status"]
-    );
+    // No status write while the stream opens (which queues the resource
+    // again) and after.
+    let rewritten = holds_for(Duration::from_secs(4), || async {
+        resources
+            .get("calm")
+            .await
+            .ok()
+            .and_then(|o| o.metadata.resource_version)
+            == before.metadata.resource_version
+    })
+    .await;
+    if let Err(when) = rewritten {
+        let after = resources.get("calm").await.unwrap();
+        panic!(
+            "the status was rewritten, {when}: {} -> {}",
+            before.data["status"], after.data["status"]
+        );
+    }
     assert!(
         kms.count(LIST, None).await - lists <= 2,
         "more than the opening checks: {} lists",

@@ -68,11 +68,13 @@ fn resolve(modules: &BTreeSet<Module>, current: &Module, path: &[&str]) -> Optio
 /// What one file names, as modules.
 fn dependencies(modules: &BTreeSet<Module>, current: &Module, text: &str) -> BTreeSet<Module> {
     // Test modules (at the end of a file, by this repository's style) out.
-    let tests = Regex::new(r"#\[cfg\(test\)\]\s*(?:pub(?:\(crate\))?\s+)?mod\s").unwrap();
+    // (`#[cfg(test)] mod fuzz;`, a file of its own, is not one: only a
+    // module with its body here.)
+    let tests = Regex::new(r"#\[cfg\(test\)\]\s*(?:pub(?:\(crate\))?\s+)?mod\s+\w+\s*\{").unwrap();
     let text = tests.split(text).next().unwrap_or(text);
     let path =
         Regex::new(r"(?:^|[^\w:])((?:crate|super|self|[a-z_][a-z0-9_]*)(?:::\w+)+)").unwrap();
-    let group = Regex::new(r"\buse\s+((?:crate|super|self)(?:::\w+)*)::\{([^;]*)\}\s*;").unwrap();
+    let uses = Regex::new(r"\buse\s+([^;]*);").unwrap();
     let mut out = BTreeSet::new();
     let mut add = |segments: Vec<&str>| {
         let segments = if segments
@@ -89,21 +91,70 @@ fn dependencies(modules: &BTreeSet<Module>, current: &Module, text: &str) -> BTr
             out.insert(m);
         }
     };
-    for c in group.captures_iter(text) {
-        let base: Vec<&str> = c[1].split("::").collect();
-        for item in c[2].split(',') {
-            let item = item.split(" as ").next().unwrap_or("");
-            let item: Vec<&str> = item
-                .split("::")
-                .map(|s| s.trim_matches(|ch: char| ch == '{' || ch == '}' || ch.is_whitespace()))
-                .filter(|s| !s.is_empty() && *s != "*" && *s != "self")
-                .collect();
-            add([base.clone(), item].concat());
+    for c in uses.captures_iter(text) {
+        for leaf in use_tree(&c[1]) {
+            add(leaf.iter().map(String::as_str).collect());
         }
     }
-    for c in path.captures_iter(text) {
+    // Paths outside `use` lines (`crate::x::f()`, `super::X`, `child::g()`).
+    let rest = uses.replace_all(text, "");
+    for c in path.captures_iter(&rest) {
         add(c[1].split("::").collect());
     }
+    out
+}
+
+/// The paths a `use` tree names, one per leaf, with its groups expanded
+/// (`a::{b, c::{d, e}}` is `a::b`, `a::c::d`, `a::c::e`; `self` in a group
+/// is its prefix; `*` and renames are dropped).
+fn use_tree(tree: &str) -> Vec<Vec<String>> {
+    fn split_top(s: &str) -> Vec<&str> {
+        let (mut depth, mut start, mut parts) = (0, 0, Vec::new());
+        for (i, ch) in s.char_indices() {
+            match ch {
+                '{' => depth += 1,
+                '}' => depth -= 1,
+                ',' if depth == 0 => {
+                    parts.push(&s[start..i]);
+                    start = i + 1;
+                }
+                _ => {}
+            }
+        }
+        parts.push(&s[start..]);
+        parts
+    }
+    fn expand(prefix: &[String], tree: &str, out: &mut Vec<Vec<String>>) {
+        let tree = tree.trim();
+        if tree.is_empty() {
+            return;
+        }
+        if let Some(inner) = tree.strip_prefix('{').and_then(|t| t.strip_suffix('}')) {
+            for part in split_top(inner) {
+                expand(prefix, part, out);
+            }
+            return;
+        }
+        if let Some(at) = tree.find("::{") {
+            let mut base = prefix.to_vec();
+            base.extend(tree[..at].split("::").map(|s| s.trim().to_owned()));
+            expand(&base, &tree[at + 2..], out);
+            return;
+        }
+        let leaf = tree.split(" as ").next().unwrap_or("").trim();
+        let mut path = prefix.to_vec();
+        path.extend(
+            leaf.split("::")
+                .map(str::trim)
+                .filter(|s| !s.is_empty() && *s != "*" && *s != "self")
+                .map(str::to_owned),
+        );
+        if !path.is_empty() {
+            out.push(path);
+        }
+    }
+    let mut out = Vec::new();
+    expand(&[], tree, &mut out);
     out
 }
 
@@ -196,6 +247,26 @@ fn src_has_no_import_cycle() {
 }
 
 #[test]
+fn use_trees_are_read_whole() {
+    let paths = |t: &str| -> Vec<String> { use_tree(t).iter().map(|p| p.join("::")).collect() };
+    assert_eq!(paths("crate::a::B"), ["crate::a::B"]);
+    assert_eq!(
+        paths("super::{a::{B, c::D}, e, self}"),
+        ["super::a::B", "super::a::c::D", "super::e", "super"]
+    );
+    assert_eq!(paths("child::{A as X, b::*}"), ["child::A", "child::b"]);
+    // A parent's re-export of its child is an edge parent → child.
+    let modules: BTreeSet<Module> = [vec![], vec!["k".into()], vec!["k".into(), "c".into()]]
+        .into_iter()
+        .collect();
+    let k = vec!["k".to_owned()];
+    assert_eq!(
+        dependencies(&modules, &k, "pub use c::{Client, Fetch};\n"),
+        [vec!["k".to_owned(), "c".to_owned()]].into()
+    );
+}
+
+#[test]
 fn the_cycle_check_sees_a_cycle_through_a_mod_rs_and_its_child() {
     // `a` (a mod.rs) names its child `a::b` by a bare path; `a::b` names
     // `a` through `super::`: a cycle, as the rule above defines it.
@@ -228,4 +299,226 @@ fn the_cycle_check_sees_a_cycle_through_a_mod_rs_and_its_child() {
     .into_iter()
     .collect();
     assert!(cycles(&graph).is_empty());
+}
+
+// ----- budgets --------------------------------------------------------------
+
+/// The longest a function in `src/` may be, counted from its `fn` line to
+/// its closing brace.
+const MAX_FUNCTION_LINES: usize = 150;
+/// Functions allowed to be longer for now (`path:name`); empty, and to stay
+/// so.
+const LONG_FUNCTIONS_ALLOWED: &[&str] = &[];
+/// The longest `operator::run` may be: the start-up reads as a list of
+/// steps.
+const MAX_RUN_LINES: usize = 120;
+/// The most `sleep(` calls in `tests/`; each says why no event exists to
+/// wait on.
+const MAX_TEST_SLEEPS: usize = 10;
+/// `duplicates` on `src/`: the pairs it finds, and those that are more than
+/// shape. They may only go down (lower these when they do).
+const MAX_DUPLICATE_PAIRS: usize = 58;
+const MAX_DUPLICATE_PAIRS_NOT_SHAPE: usize = 24;
+
+/// Source text with comments, strings and character literals blanked
+/// (newlines kept), so that braces and `fn` are only code's.
+fn code_only(src: &str) -> String {
+    let raw_string = Regex::new(r#"^r(#*)""#).unwrap();
+    let character = Regex::new(r"^'(\\.|\\u\{[0-9a-fA-F]+\}|[^\\'])'").unwrap();
+    let b = src.as_bytes();
+    let mut out = String::with_capacity(src.len());
+    let mut i = 0;
+    let blank = |s: &str, out: &mut String| {
+        out.extend(s.chars().map(|c| if c == '\n' { '\n' } else { ' ' }))
+    };
+    while i < b.len() {
+        let rest = &src[i..];
+        let after_ident = i > 0 && (b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_');
+        if rest.starts_with("//") {
+            let end = rest.find('\n').unwrap_or(rest.len());
+            blank(&rest[..end], &mut out);
+            i += end;
+        } else if let Some(body) = rest.strip_prefix("/*") {
+            let end = body.find("*/").map_or(rest.len(), |e| e + 4);
+            blank(&rest[..end], &mut out);
+            i += end;
+        } else if let Some(raw) = (b[i] == b'r' && !after_ident)
+            .then(|| raw_string.captures(rest))
+            .flatten()
+        {
+            let close = format!("\"{}", &raw[1]);
+            let start = raw[0].len();
+            let end = rest[start..]
+                .find(&close)
+                .map_or(rest.len(), |e| start + e + close.len());
+            blank(&rest[..end], &mut out);
+            i += end;
+        } else if b[i] == b'"' {
+            let mut j = i + 1;
+            while j < b.len() && b[j] != b'"' {
+                j += if b[j] == b'\\' { 2 } else { 1 };
+            }
+            let end = (j + 1).min(b.len());
+            blank(&src[i..end], &mut out);
+            i = end;
+        } else if let Some(c) = (b[i] == b'\'').then(|| character.find(rest)).flatten() {
+            blank(c.as_str(), &mut out);
+            i += c.end();
+        } else {
+            let ch = rest.chars().next().unwrap();
+            out.push(ch);
+            i += ch.len_utf8();
+        }
+    }
+    out
+}
+
+/// Every function with a body in `text`: (name, first line, lines).
+fn function_lengths(text: &str) -> Vec<(String, usize, usize)> {
+    let code = code_only(text);
+    let bytes = code.as_bytes();
+    let fun = Regex::new(r"\bfn\s+(\w+)").unwrap();
+    let mut out = Vec::new();
+    for m in fun.captures_iter(&code) {
+        let whole = m.get(0).unwrap();
+        let Some(open) = code[whole.end()..]
+            .find(['{', ';'])
+            .map(|o| whole.end() + o)
+        else {
+            continue;
+        };
+        if bytes[open] == b';' {
+            continue;
+        }
+        let mut depth = 0;
+        let mut close = open;
+        for (k, &c) in bytes.iter().enumerate().skip(open) {
+            match c {
+                b'{' => depth += 1,
+                b'}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        close = k;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let first = code[..whole.start()].matches('\n').count() + 1;
+        let last = code[..close].matches('\n').count() + 1;
+        out.push((m[1].to_owned(), first, last - first + 1));
+    }
+    out
+}
+
+fn src_files() -> (PathBuf, Vec<PathBuf>) {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut all = Vec::new();
+    files(&src, &mut all);
+    all.sort();
+    (src, all)
+}
+
+#[test]
+fn no_function_in_src_is_longer_than_the_budget() {
+    let (src, all) = src_files();
+    let mut long = Vec::new();
+    let mut run = None;
+    for f in &all {
+        let rel = f.strip_prefix(&src).unwrap().display().to_string();
+        for (name, line, lines) in function_lengths(&std::fs::read_to_string(f).unwrap()) {
+            if rel == "operator/mod.rs" && name == "run" {
+                run = Some(lines);
+            }
+            let id = format!("{rel}:{name}");
+            if lines > MAX_FUNCTION_LINES && !LONG_FUNCTIONS_ALLOWED.contains(&id.as_str()) {
+                long.push(format!("src/{rel}:{line} {name}: {lines} lines"));
+            }
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "functions longer than {MAX_FUNCTION_LINES} lines (split them into the steps they are): {long:#?}"
+    );
+    let run = run.expect("operator::run in src/operator/mod.rs");
+    assert!(
+        run < MAX_RUN_LINES,
+        "operator::run is {run} lines, the budget {MAX_RUN_LINES}: move a step into a function"
+    );
+}
+
+#[test]
+fn the_length_count_reads_code_not_text() {
+    let text = "fn a() {\n    let s = \"}\";\n    // }\n    let c = '}';\n}\nfn b();\nfn c() { r#\"{\"# }\n";
+    assert_eq!(
+        function_lengths(text),
+        [("a".to_owned(), 1, 5), ("c".to_owned(), 7, 1)]
+    );
+}
+
+#[test]
+fn tests_sleep_rarely_and_say_why() {
+    let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let mut all = Vec::new();
+    files(&tests, &mut all);
+    let this = Path::new(file!()).file_name().unwrap();
+    let sleep = Regex::new(r"\bsleep\(").unwrap();
+    let (mut count, mut unexplained) = (0, Vec::new());
+    for f in all.iter().filter(|f| f.file_name() != Some(this)) {
+        let code = code_only(&std::fs::read_to_string(f).unwrap());
+        let text = std::fs::read_to_string(f).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        for m in sleep.find_iter(&code) {
+            count += 1;
+            let line = code[..m.start()].matches('\n').count();
+            let said = lines[line.saturating_sub(3)..line]
+                .iter()
+                .any(|l| l.trim_start().starts_with("//"));
+            if !said {
+                unexplained.push(format!("{}:{}", f.display(), line + 1));
+            }
+        }
+    }
+    assert!(
+        count <= MAX_TEST_SLEEPS,
+        "{count} sleep( calls in tests/, the budget {MAX_TEST_SLEEPS}: wait on what the sleep waits for \
+         (wait_for, holds_for), or pace periodic actions with kms_testkit::wait::every"
+    );
+    assert!(
+        unexplained.is_empty(),
+        "sleeps without a comment saying why no event exists to wait on: {unexplained:#?}"
+    );
+}
+
+#[test]
+fn duplicates_in_src_only_go_down() {
+    let Ok(out) = std::process::Command::new("duplicates")
+        .args(["--repo", "src", "--most", "1", "--seconds", "120"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+    else {
+        println!("skipped: the duplicates tool is not on this machine");
+        return;
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    let first = text.lines().next().unwrap_or_default();
+    let numbers: Vec<usize> = Regex::new(r"(\d+) pairs of places.*?\((\d+) by shape alone")
+        .unwrap()
+        .captures(first)
+        .map(|c| vec![c[1].parse().unwrap(), c[2].parse().unwrap()])
+        .unwrap_or_else(|| {
+            if first.starts_with("no duplicates") {
+                vec![0, 0]
+            } else {
+                panic!("unexpected duplicates output: {text}")
+            }
+        });
+    let (pairs, not_shape) = (numbers[0], numbers[0] - numbers[1]);
+    println!("duplicates in src/: {pairs} pairs, {not_shape} more than shape");
+    assert!(
+        pairs <= MAX_DUPLICATE_PAIRS && not_shape <= MAX_DUPLICATE_PAIRS_NOT_SHAPE,
+        "duplicates in src/ went up: {pairs} pairs (budget {MAX_DUPLICATE_PAIRS}), {not_shape} more than \
+         shape (budget {MAX_DUPLICATE_PAIRS_NOT_SHAPE}); `duplicates --repo src` lists them"
+    );
 }

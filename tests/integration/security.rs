@@ -212,6 +212,7 @@ async fn a_readiness_probe_during_start_up_does_not_wedge_the_replica() {
     let http = reqwest::Client::new();
     let started = Instant::now();
     let (mut addr, mut not_ready, mut ready_at) = (None, 0, None);
+    let mut every = kms_testkit::wait::every(Duration::from_millis(1));
     while started.elapsed() < Duration::from_secs(30) {
         if addr.is_none() {
             addr = op.served().into_iter().next();
@@ -231,7 +232,7 @@ async fn a_readiness_probe_during_start_up_does_not_wedge_the_replica() {
                 Err(_) => {}
             }
         }
-        tokio::time::sleep(Duration::from_millis(1)).await;
+        every.tick().await;
     }
     let ready_at = ready_at.unwrap_or_else(|| panic!("never ready:\n{}", op.output.text()));
     assert!(

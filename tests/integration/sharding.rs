@@ -1090,7 +1090,12 @@ async fn one_watch_of_every_namespace_keeps_the_started_shards() {
     })
     .await;
     assert_eq!(arrived, Some(vec![format!("apply {}/cr0", names[0])]));
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Nothing else arrives (the other namespace's change is not ours).
+    let only = holds_for(Duration::from_millis(500), || async {
+        seen.lock().unwrap().len() == 1
+    })
+    .await;
+    assert!(only.is_ok(), "more arrived: {:?}", seen.lock().unwrap());
     assert_eq!(take(&seen), [format!("apply {}/cr0", names[0])]);
     assert!(store.get(Some(&names[2]), "cr0").is_none());
 

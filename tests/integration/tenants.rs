@@ -188,6 +188,7 @@ async fn expensive_templates_stall_no_one() {
     let mut pending = false;
     let data_api =
         Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), &victim.name);
+    let mut every = kms_testkit::wait::every(Duration::from_millis(500));
     while started.elapsed() < Duration::from_secs(30) {
         let now = Instant::now();
         for (name, (_, renewed)) in shard_leases(&client, &ns.name).await {
@@ -226,7 +227,7 @@ async fn expensive_templates_stall_no_one() {
         }
         // The loop is the measurement: a Lease read and a Secret read every
         // half second (no event says "not renewed").
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        every.tick().await;
     }
     assert!(!last_change.is_empty(), "no shard Lease in {}", ns.name);
     println!(
@@ -544,12 +545,13 @@ async fn slow_clients_on_the_health_port_hold_little_for_long() {
             };
             let mut sent = 0;
             // 380 KiB of one header line, slowly; never the blank line.
+            let mut every = kms_testkit::wait::every(Duration::from_millis(10));
             while sent < 380 * 1024 {
                 if s.write_all(chunk.as_bytes()).await.is_err() {
                     break;
                 }
                 sent += chunk.len();
-                tokio::time::sleep(Duration::from_millis(10)).await;
+                every.tick().await;
             }
             // Hold the connection as long as the server lets it.
             let _ = tokio::time::timeout(Duration::from_secs(40), async {
@@ -564,9 +566,10 @@ async fn slow_clients_on_the_health_port_hold_little_for_long() {
     // While the attack runs, the peak stays small.
     let mut peak = 0;
     let t0 = Instant::now();
+    let mut every = kms_testkit::wait::every(Duration::from_millis(200));
     while t0.elapsed() < Duration::from_secs(8) {
         peak = peak.max(rss(pid));
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        every.tick().await;
     }
     // The connections are dropped by the server (head too large, or its
     // timeout), not held for the attackers' 40 s.

@@ -358,6 +358,8 @@ fn probe_new_pods(
             .unwrap();
         let mut probes = tokio::task::JoinSet::new();
         let mut seen = BTreeSet::new();
+        // How soon a new pod is probed: a sampling period, not a wait.
+        let mut every = kms_testkit::wait::every(Duration::from_millis(50));
         while !STOP_PROBES.load(Relaxed) {
             for pod in pods(&client, RELEASE).await {
                 let (Some(name), Some(status)) = (pod.metadata.name, pod.status) else {
@@ -373,6 +375,7 @@ fn probe_new_pods(
                 probes.spawn(async move {
                     let url = format!("http://{ip}:8081/readyz");
                     let mut probed = Probed::default();
+                    let mut every = kms_testkit::wait::every(Duration::from_millis(20));
                     while !STOP_PROBES.load(Relaxed) {
                         match http.get(&url).send().await.map(|r| r.status().as_u16()) {
                             Ok(200) => {
@@ -385,13 +388,12 @@ fn probe_new_pods(
                             _ => {}
                         }
                         // The probe period: the answers are counted, not awaited.
-                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        every.tick().await;
                     }
                     (name, probed)
                 });
             }
-            // How soon a new pod is probed: a sampling period, not a wait.
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            every.tick().await;
         }
         probes.join_all().await.into_iter().collect()
     })
@@ -407,6 +409,7 @@ fn watch_nothing_emptied(
         let mut violations = Vec::new();
         let deadline = Instant::now() + Duration::from_secs(600);
         let mut seen: BTreeSet<(String, String)> = BTreeSet::new();
+        let mut every = kms_testkit::wait::every(Duration::from_millis(300));
         while Instant::now() < deadline {
             for ns in &namespaces {
                 let api: Api<Secret> = Api::namespaced(client.clone(), ns);
@@ -438,7 +441,7 @@ fn watch_nothing_emptied(
                 break;
             }
             // A watch over the whole scenario: its sampling period.
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            every.tick().await;
         }
         violations
     })
@@ -861,6 +864,7 @@ async fn s7_upgrade_rolls_one_by_one_the_pdb_holds_uninstall_keeps() {
         tokio::spawn(async move {
             let kms = Kms::at(&url);
             let mut i = 0;
+            let mut every = kms_testkit::wait::every(Duration::from_secs(1));
             loop {
                 let value = format!("roll-{i}");
                 kms.set_secret("A", &value).await;
@@ -869,7 +873,7 @@ async fn s7_upgrade_rolls_one_by_one_the_pdb_holds_uninstall_keeps() {
                 }
                 i += 1;
                 // The writer's pace (one change a second), not a wait.
-                tokio::time::sleep(Duration::from_secs(1)).await;
+                every.tick().await;
             }
         })
     };
@@ -883,6 +887,7 @@ async fn s7_upgrade_rolls_one_by_one_the_pdb_holds_uninstall_keeps() {
         let rolled = rolled.clone();
         tokio::spawn(async move {
             let (mut min, mut lowest, mut prev) = (usize::MAX, usize::MAX, usize::MAX);
+            let mut every = kms_testkit::wait::every(Duration::from_millis(250));
             while !rolled.load(std::sync::atomic::Ordering::Relaxed) {
                 let ps = pods(&client, RELEASE).await;
                 let now = ps
@@ -893,7 +898,7 @@ async fn s7_upgrade_rolls_one_by_one_the_pdb_holds_uninstall_keeps() {
                 min = min.min(now.max(prev));
                 prev = now;
                 // The sampling period of the lowest Ready count.
-                tokio::time::sleep(Duration::from_millis(250)).await;
+                every.tick().await;
             }
             println!("lowest Ready count in one sample: {lowest}; held for two samples: {min}");
             min

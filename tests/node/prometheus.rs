@@ -252,8 +252,11 @@ impl Discovery {
             };
         write_targets(&client, &namespaces, &file).await;
         let task = tokio::spawn(async move {
+            // Discovery's refresh period.
+            let mut every = kms_testkit::wait::every(Duration::from_secs(1));
+            every.tick().await;
             loop {
-                tokio::time::sleep(Duration::from_secs(1)).await;
+                every.tick().await;
                 write_targets(&client, &namespaces, &file).await;
             }
         });

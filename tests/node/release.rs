@@ -358,6 +358,7 @@ impl Watch {
             let mut seen = Observed::default();
             let mut uncovered_since: BTreeMap<String, Instant> = BTreeMap::new();
             let leases = Api::<Lease>::namespaced(client.clone(), RELEASE_NS);
+            let mut every = kms_testkit::wait::every(Duration::from_millis(500));
             while !flag.load(Ordering::Relaxed) {
                 for i in 0..UPGRADE_NAMESPACES {
                     let ns = format!("node-up-{i}");
@@ -422,7 +423,7 @@ impl Watch {
                 }
                 seen.samples += 1;
                 // The sampling period of the checks.
-                tokio::time::sleep(Duration::from_millis(500)).await;
+                every.tick().await;
             }
             seen
         });
@@ -433,6 +434,40 @@ impl Watch {
         self.stop.store(true, Ordering::Relaxed);
         self.task.await.unwrap()
     }
+}
+
+/// Whether every shard Lease is held by a pod of the release, each pod
+/// holding its share (16 shards over 3 pods: 5 or 6).
+async fn balanced(client: &kube::Client) -> bool {
+    let names: BTreeSet<String> = pods(client, RELEASE_OCI)
+        .await
+        .into_iter()
+        .filter(ready)
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    let leases = Api::<Lease>::namespaced(client.clone(), RELEASE_NS)
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    let mut held: BTreeMap<String, usize> = BTreeMap::new();
+    for l in leases.iter().filter(|l| {
+        l.metadata
+            .name
+            .as_deref()
+            .is_some_and(|n| n.contains("-shard-"))
+    }) {
+        let holder = l
+            .spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.clone())
+            .unwrap_or_default();
+        if !names.contains(&holder) {
+            return false;
+        }
+        *held.entry(holder).or_default() += 1;
+    }
+    names.len() == 3 && held.len() == 3 && held.values().all(|n| (5..=6).contains(n))
 }
 
 /// The pod template's restart stamp of the auto-reloaded Deployment.
@@ -480,8 +515,13 @@ async fn roll(
     let t0 = Instant::now();
     tokio::task::spawn_blocking(run_it).await.unwrap();
     wait_ready_pods(client, RELEASE_OCI, 3, Duration::from_secs(180)).await;
-    // The replicas settle (shards back where they belong).
-    tokio::time::sleep(Duration::from_secs(15)).await;
+    // The replicas settle: every shard held by a pod of the release, each
+    // pod its share.
+    wait_for(Duration::from_secs(60), || async {
+        balanced(client).await.then_some(())
+    })
+    .await
+    .expect("the shards did not settle on the new pods");
     let took = t0.elapsed();
     let seen = watch.finish().await;
     let after = requests().await;
@@ -600,11 +640,12 @@ spec:
         tokio::spawn(async move {
             let kms = Kms::at(&url);
             let mut i = 0;
+            let mut every = kms_testkit::wait::every(Duration::from_secs(1));
             while writing.load(Ordering::Relaxed) {
                 kms.set_secret("L", &format!("live-{i}")).await;
                 i += 1;
                 // The writer's pace (one change a second), not a wait.
-                tokio::time::sleep(Duration::from_secs(1)).await;
+                every.tick().await;
             }
             format!("live-{}", i - 1)
         })
