@@ -344,22 +344,152 @@ pub struct GenericAuthentication {
     pub ldap_auth: Option<LdapAuth>,
 }
 
-/// The authentication methods of a `GenericAuthentication` (KmsPushSecret,
-/// KmsDynamicSecret), as their fields are named: the one list the CEL rules
-/// and their messages are built from. A KmsSecret adds
-/// [`KMS_SECRET_ONLY_METHODS`].
-pub(crate) const GENERIC_AUTH_METHODS: [&str; 7] = [
-    "universalAuth",
-    "kubernetesAuth",
-    "awsIamAuth",
-    "azureAuth",
-    "gcpIdTokenAuth",
-    "gcpIamAuth",
-    "ldapAuth",
-];
+/// An authentication method, as the spec names it: the one list every
+/// other list of methods (the CEL rules and their messages, the migration
+/// from the Go operators, the messages that name a resource's method) is
+/// derived from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MethodName {
+    /// `universalAuth`.
+    Universal,
+    /// `kubernetesAuth`.
+    Kubernetes,
+    /// `awsIamAuth`.
+    AwsIam,
+    /// `azureAuth`.
+    Azure,
+    /// `gcpIdTokenAuth`.
+    GcpIdToken,
+    /// `gcpIamAuth`.
+    GcpIam,
+    /// `ldapAuth`.
+    Ldap,
+    /// `serviceToken` (a KmsSecret's only).
+    ServiceToken,
+    /// `serviceAccount` (a KmsSecret's only).
+    ServiceAccount,
+}
 
-/// The methods only a KmsSecret's `authentication` has.
-pub(crate) const KMS_SECRET_ONLY_METHODS: [&str; 2] = ["serviceToken", "serviceAccount"];
+impl MethodName {
+    /// The methods of a `GenericAuthentication` (KmsPushSecret,
+    /// KmsDynamicSecret) in the order they are preferred when several are
+    /// set. A KmsSecret adds [`MethodName::KMS_SECRET_ONLY`].
+    pub const GENERIC: [MethodName; 7] = [
+        Self::Universal,
+        Self::Kubernetes,
+        Self::AwsIam,
+        Self::Azure,
+        Self::GcpIdToken,
+        Self::GcpIam,
+        Self::Ldap,
+    ];
+
+    /// The methods only a KmsSecret's `authentication` has.
+    pub const KMS_SECRET_ONLY: [MethodName; 2] = [Self::ServiceToken, Self::ServiceAccount];
+
+    /// The spec field that sets the method.
+    pub const fn field(self) -> &'static str {
+        match self {
+            Self::Universal => "universalAuth",
+            Self::Kubernetes => "kubernetesAuth",
+            Self::AwsIam => "awsIamAuth",
+            Self::Azure => "azureAuth",
+            Self::GcpIdToken => "gcpIdTokenAuth",
+            Self::GcpIam => "gcpIamAuth",
+            Self::Ldap => "ldapAuth",
+            Self::ServiceToken => "serviceToken",
+            Self::ServiceAccount => "serviceAccount",
+        }
+    }
+
+    /// The method set by the spec field `field`.
+    pub fn of_field(field: &str) -> Option<MethodName> {
+        Self::GENERIC
+            .into_iter()
+            .chain(Self::KMS_SECRET_ONLY)
+            .find(|m| m.field() == field)
+    }
+
+    /// Whether the method logs in with the operator pod's own cloud
+    /// identity (so an admin rule must allow it per namespace).
+    pub const fn is_cloud(self) -> bool {
+        matches!(
+            self,
+            Self::AwsIam | Self::Azure | Self::GcpIdToken | Self::GcpIam
+        )
+    }
+}
+
+/// The fields of `methods`, as a constant.
+const fn fields<const N: usize>(methods: [MethodName; N]) -> [&'static str; N] {
+    let mut out = [""; N];
+    let mut i = 0;
+    while i < N {
+        out[i] = methods[i].field();
+        i += 1;
+    }
+    out
+}
+
+/// The fields of [`MethodName::GENERIC`], for the CEL rules.
+pub(crate) const GENERIC_AUTH_METHODS: [&str; 7] = fields(MethodName::GENERIC);
+
+/// The fields of [`MethodName::KMS_SECRET_ONLY`].
+pub(crate) const KMS_SECRET_ONLY_METHODS: [&str; 2] = fields(MethodName::KMS_SECRET_ONLY);
+
+/// One machine-identity method's settings, borrowed from an
+/// `authentication` block: the typed view the controllers match on.
+#[derive(Clone, Copy, Debug)]
+pub enum Method<'a> {
+    /// Universal auth.
+    Universal(&'a UniversalAuth),
+    /// Kubernetes auth.
+    Kubernetes(&'a KubernetesAuth),
+    /// AWS IAM auth.
+    AwsIam(&'a AwsIamAuth),
+    /// Azure managed-identity auth.
+    Azure(&'a AzureAuth),
+    /// GCP ID-token auth.
+    GcpIdToken(&'a GcpIdTokenAuth),
+    /// GCP IAM auth.
+    GcpIam(&'a GcpIamAuth),
+    /// LDAP auth.
+    Ldap(&'a LdapAuth),
+}
+
+impl Method<'_> {
+    /// The method's name.
+    pub fn name(&self) -> MethodName {
+        match self {
+            Method::Universal(_) => MethodName::Universal,
+            Method::Kubernetes(_) => MethodName::Kubernetes,
+            Method::AwsIam(_) => MethodName::AwsIam,
+            Method::Azure(_) => MethodName::Azure,
+            Method::GcpIdToken(_) => MethodName::GcpIdToken,
+            Method::GcpIam(_) => MethodName::GcpIam,
+            Method::Ldap(_) => MethodName::Ldap,
+        }
+    }
+}
+
+impl GenericAuthentication {
+    /// The method set (the schema allows exactly one; the first in
+    /// [`MethodName::GENERIC`]'s order if several are).
+    pub fn method(&self) -> Option<Method<'_>> {
+        MethodName::GENERIC.into_iter().find_map(|name| {
+            Some(match name {
+                MethodName::Universal => Method::Universal(self.universal_auth.as_ref()?),
+                MethodName::Kubernetes => Method::Kubernetes(self.kubernetes_auth.as_ref()?),
+                MethodName::AwsIam => Method::AwsIam(self.aws_iam_auth.as_ref()?),
+                MethodName::Azure => Method::Azure(self.azure_auth.as_ref()?),
+                MethodName::GcpIdToken => Method::GcpIdToken(self.gcp_id_token_auth.as_ref()?),
+                MethodName::GcpIam => Method::GcpIam(self.gcp_iam_auth.as_ref()?),
+                MethodName::Ldap => Method::Ldap(self.ldap_auth.as_ref()?),
+                MethodName::ServiceToken | MethodName::ServiceAccount => return None,
+            })
+        })
+    }
+}
 
 /// CEL expression counting the `methods` set at `self.authentication`.
 pub(crate) fn auth_count(methods: &[&str]) -> String {

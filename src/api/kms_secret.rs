@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 use super::common::{
     AwsIamAuth, AzureAuth, DURATION_PATTERN, GENERIC_AUTH_METHODS, GcpIamAuth, GcpIdTokenAuth,
     KMS_SECRET_ONLY_METHODS, KubeSecretReference, KubernetesAuth, LdapAuth, MachineIdentityScope,
-    ManagedKubeConfigMapConfig, ManagedKubeSecretConfig, ServiceTokenScope, Time, TlsConfig,
-    auth_count, one_method_message,
+    ManagedKubeConfigMapConfig, ManagedKubeSecretConfig, Method, MethodName, ServiceTokenScope,
+    Time, TlsConfig, UniversalAuth, auth_count, one_method_message,
 };
 
 /// Sync secrets from a KMS folder into Kubernetes Secrets and ConfigMaps.
@@ -167,12 +167,85 @@ pub struct KmsSecretAuthentication {
     pub service_account: Option<Box<ServiceAccountAuth>>,
 }
 
+/// A KmsSecret's authentication method, borrowed from its spec.
+#[derive(Clone, Copy, Debug)]
+pub enum KmsSecretMethod<'a> {
+    /// A machine-identity method and the scope it reads.
+    Machine(Method<'a>, &'a MachineIdentityScope),
+    /// The legacy service token.
+    ServiceToken(&'a ServiceTokenAuth),
+    /// The legacy service account.
+    ServiceAccount(&'a ServiceAccountAuth),
+}
+
+impl KmsSecretMethod<'_> {
+    /// The method's name.
+    pub fn name(&self) -> MethodName {
+        match self {
+            Self::Machine(m, _) => m.name(),
+            Self::ServiceToken(_) => MethodName::ServiceToken,
+            Self::ServiceAccount(_) => MethodName::ServiceAccount,
+        }
+    }
+}
+
+impl KmsSecretAuthentication {
+    /// The method set (the schema allows exactly one; the first in
+    /// [`MethodName::GENERIC`]'s order, then the legacy ones, if several
+    /// are).
+    pub fn method(&self) -> Option<KmsSecretMethod<'_>> {
+        use KmsSecretMethod::Machine;
+        let all = MethodName::GENERIC
+            .into_iter()
+            .chain(MethodName::KMS_SECRET_ONLY);
+        all.into_iter().find_map(|name| {
+            Some(match name {
+                MethodName::Universal => {
+                    let a = self.universal_auth.as_deref()?;
+                    Machine(Method::Universal(&a.auth), &a.secrets_scope)
+                }
+                MethodName::Kubernetes => {
+                    let a = self.kubernetes_auth.as_deref()?;
+                    Machine(Method::Kubernetes(&a.auth), &a.secrets_scope)
+                }
+                MethodName::AwsIam => {
+                    let a = self.aws_iam_auth.as_deref()?;
+                    Machine(Method::AwsIam(&a.auth), &a.secrets_scope)
+                }
+                MethodName::Azure => {
+                    let a = self.azure_auth.as_deref()?;
+                    Machine(Method::Azure(&a.auth), &a.secrets_scope)
+                }
+                MethodName::GcpIdToken => {
+                    let a = self.gcp_id_token_auth.as_deref()?;
+                    Machine(Method::GcpIdToken(&a.auth), &a.secrets_scope)
+                }
+                MethodName::GcpIam => {
+                    let a = self.gcp_iam_auth.as_deref()?;
+                    Machine(Method::GcpIam(&a.auth), &a.secrets_scope)
+                }
+                MethodName::Ldap => {
+                    let a = self.ldap_auth.as_deref()?;
+                    Machine(Method::Ldap(&a.auth), &a.secrets_scope)
+                }
+                MethodName::ServiceToken => {
+                    KmsSecretMethod::ServiceToken(self.service_token.as_deref()?)
+                }
+                MethodName::ServiceAccount => {
+                    KmsSecretMethod::ServiceAccount(self.service_account.as_deref()?)
+                }
+            })
+        })
+    }
+}
+
 /// Universal auth with the scope to read.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ScopedUniversalAuth {
-    /// Secret with the keys `clientId` and `clientSecret`.
-    pub credentials_ref: KubeSecretReference,
+    /// The method's settings.
+    #[serde(flatten)]
+    pub auth: UniversalAuth,
     /// What to read.
     pub secrets_scope: MachineIdentityScope,
 }

@@ -25,7 +25,7 @@ use super::refs::{
 };
 use crate::api::common::{
     AwsIamAuth, AzureAuth, GcpIamAuth, GcpIdTokenAuth, GenericAuthentication, KubeSecretReference,
-    KubernetesAuth, LdapAuth, TlsConfig,
+    KubernetesAuth, LdapAuth, Method, TlsConfig,
 };
 use crate::kms::auth::JwtSource;
 use crate::kms::cloud::{self, CloudMethod};
@@ -532,31 +532,33 @@ pub fn gcp_iam_method(a: &GcpIamAuth) -> AuthMethod {
     }
 }
 
+/// The runtime method of a spec's machine-identity method.
+pub fn machine_method(
+    method: Method<'_>,
+    ns: &str,
+    allow_cross: bool,
+) -> Result<AuthMethod, SyncError> {
+    Ok(match method {
+        Method::Universal(a) => universal_method(&a.credentials_ref, ns, allow_cross)?,
+        Method::Kubernetes(a) => kubernetes_method(a, ns, allow_cross)?,
+        Method::Ldap(a) => ldap_method(a, ns, allow_cross)?,
+        Method::AwsIam(a) => aws_method(a),
+        Method::Azure(a) => azure_method(a),
+        Method::GcpIdToken(a) => gcp_id_token_method(a),
+        Method::GcpIam(a) => gcp_iam_method(a),
+    })
+}
+
 /// The method of a push or dynamic secret's generic authentication block.
 pub fn generic_method(
     auth: &GenericAuthentication,
     ns: &str,
     allow_cross: bool,
 ) -> Result<AuthMethod, SyncError> {
-    if let Some(a) = &auth.universal_auth {
-        universal_method(&a.credentials_ref, ns, allow_cross)
-    } else if let Some(a) = &auth.kubernetes_auth {
-        kubernetes_method(a, ns, allow_cross)
-    } else if let Some(a) = &auth.ldap_auth {
-        ldap_method(a, ns, allow_cross)
-    } else if let Some(a) = &auth.aws_iam_auth {
-        Ok(aws_method(a))
-    } else if let Some(a) = &auth.azure_auth {
-        Ok(azure_method(a))
-    } else if let Some(a) = &auth.gcp_id_token_auth {
-        Ok(gcp_id_token_method(a))
-    } else if let Some(a) = &auth.gcp_iam_auth {
-        Ok(gcp_iam_method(a))
-    } else {
-        Err(SyncError::Spec(
-            "no authentication method is set".to_owned(),
-        ))
-    }
+    let method = auth
+        .method()
+        .ok_or_else(|| SyncError::Spec("no authentication method is set".to_owned()))?;
+    machine_method(method, ns, allow_cross)
 }
 
 #[cfg(test)]

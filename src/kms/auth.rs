@@ -15,6 +15,7 @@ use tokio::time::Instant;
 
 use super::cloud::{CloudMethod, CloudSource};
 use super::endpoint::{Endpoint, hex};
+use super::error::KmsError;
 use super::method::LoginMethod;
 
 /// Produces a Kubernetes service-account token when a login needs one (a
@@ -129,6 +130,54 @@ impl Credentials {
             Credentials::Ldap { .. } => LoginMethod::Ldap,
             Credentials::Cloud { method, .. } => method.login(),
             Credentials::ServiceToken { .. } => LoginMethod::ServiceToken,
+        }
+    }
+
+    /// The body of the login request, or `None` for credentials that are
+    /// used as they are ([`Credentials::bearer_without_login`]).
+    pub async fn login_body(&self) -> Result<Option<serde_json::Value>, KmsError> {
+        Ok(Some(match self {
+            Credentials::UniversalAuth {
+                client_id,
+                client_secret,
+            } => {
+                serde_json::json!({"clientId": client_id, "clientSecret": client_secret.expose_secret()})
+            }
+            Credentials::Kubernetes {
+                identity_id, jwt, ..
+            } => {
+                let token = jwt().await.map_err(KmsError::Credentials)?;
+                serde_json::json!({"identityId": identity_id, "jwt": token.expose_secret()})
+            }
+            Credentials::Ldap {
+                identity_id,
+                username,
+                password,
+            } => {
+                serde_json::json!({"identityId": identity_id, "username": username, "password": password.expose_secret()})
+            }
+            Credentials::Cloud {
+                identity_id,
+                source,
+                ..
+            } => {
+                let proof = source.proof(identity_id).await.map_err(|e| {
+                    KmsError::Credentials(format!("{} login: {e}", self.strategy_name()))
+                })?;
+                proof.login_body(identity_id)
+            }
+            Credentials::ServiceToken { .. } => return Ok(None),
+        }))
+    }
+
+    /// The bearer of credentials used without a login (a service token's
+    /// first three dot-parts); empty for the others.
+    pub fn bearer_without_login(&self) -> SecretString {
+        match self {
+            Credentials::ServiceToken { token } => {
+                SecretString::from(Credentials::service_token_bearer(token.expose_secret()))
+            }
+            _ => SecretString::from(String::new()),
         }
     }
 

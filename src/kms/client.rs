@@ -12,7 +12,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
-use super::auth::{Credentials, Identity, IdentityKey, Token, TokenAction, TokenCache};
+use super::auth::{Identity, IdentityKey, Token, TokenAction, TokenCache};
 use super::cloud::CloudConfig;
 use super::endpoint::{BodyError, describe_reqwest_error, read_capped};
 use super::endpoint::{Clients, Endpoint, host_allowed};
@@ -430,49 +430,16 @@ impl Kms {
     async fn login(&self, identity: &Identity) -> Result<Token, KmsError> {
         let ep = &identity.endpoint;
         let method = identity.credentials.method();
-        let body = match &identity.credentials {
-            Credentials::UniversalAuth {
-                client_id,
-                client_secret,
-            } => {
-                serde_json::json!({"clientId": client_id, "clientSecret": client_secret.expose_secret()})
-            }
-            Credentials::Kubernetes {
-                identity_id, jwt, ..
-            } => {
-                let token = jwt().await.map_err(KmsError::Credentials)?;
-                serde_json::json!({"identityId": identity_id, "jwt": token.expose_secret()})
-            }
-            Credentials::Ldap {
-                identity_id,
-                username,
-                password,
-            } => {
-                serde_json::json!({"identityId": identity_id, "username": username, "password": password.expose_secret()})
-            }
-            Credentials::Cloud {
-                identity_id,
-                source,
-                ..
-            } => {
-                let proof = source.proof(identity_id).await.map_err(|e| {
-                    KmsError::Credentials(format!("{} login: {e}", method.strategy_name()))
-                })?;
-                proof.login_body(identity_id)
-            }
-            Credentials::ServiceToken { token } => {
-                // No login: the token is the credential.
-                let now = Instant::now();
-                return Ok(Token {
-                    access_token: SecretString::from(Credentials::service_token_bearer(
-                        token.expose_secret(),
-                    )),
-                    obtained: now,
-                    renewed: now,
-                    ttl: Duration::ZERO,
-                    max_ttl: Duration::ZERO,
-                });
-            }
+        let Some(body) = identity.credentials.login_body().await? else {
+            // No login: the token is the credential.
+            let now = Instant::now();
+            return Ok(Token {
+                access_token: identity.credentials.bearer_without_login(),
+                obtained: now,
+                renewed: now,
+                ttl: Duration::ZERO,
+                max_ttl: Duration::ZERO,
+            });
         };
         let (route, path) = method.route().ok_or_else(|| {
             KmsError::Credentials(format!("{} has no login", method.strategy_name()))
@@ -1007,6 +974,7 @@ pub(super) fn urlencode(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kms::auth::Credentials;
     use reqwest::header::HeaderValue;
 
     #[test]

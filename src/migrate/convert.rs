@@ -12,6 +12,7 @@
 
 use serde_json::{Map, Value, json};
 
+use kms_operator::api::common::MethodName;
 use kms_operator::api::{ClusterGenerator, KmsDynamicSecret, KmsPushSecret, KmsSecret};
 
 /// Our API group and version.
@@ -958,10 +959,7 @@ fn auth_method(cx: &mut Cx, name: &str, mut o: Obj, scoped: bool) -> Option<Valu
         );
         return None;
     }
-    if matches!(
-        name,
-        "awsIamAuth" | "azureAuth" | "gcpIdTokenAuth" | "gcpIamAuth"
-    ) {
+    if MethodName::of_field(name).is_some_and(MethodName::is_cloud) {
         cx.add(
             Severity::NeedsSetting,
             &format!("{path}.identityId"),
@@ -973,16 +971,11 @@ fn auth_method(cx: &mut Cx, name: &str, mut o: Obj, scoped: bool) -> Option<Valu
 }
 
 /// The machine-identity methods, in the order this conversion prefers them
-/// when several are set (the Go operator tried them in random order).
-const METHODS: [&str; 7] = [
-    "universalAuth",
-    "kubernetesAuth",
-    "awsIamAuth",
-    "azureAuth",
-    "gcpIdTokenAuth",
-    "gcpIamAuth",
-    "ldapAuth",
-];
+/// when several are set (the Go operator tried them in random order): the
+/// operator's own order.
+fn method_fields() -> impl Iterator<Item = &'static str> {
+    MethodName::GENERIC.into_iter().map(MethodName::field)
+}
 
 /// Keep the first applicable method; report the others.
 fn pick_one(cx: &mut Cx, path: &str, methods: Vec<(String, Value)>) -> Option<Value> {
@@ -1096,7 +1089,7 @@ fn sync_auth(
                 ),
             }
         }
-        for name in METHODS {
+        for name in method_fields() {
             if let Some(o) = auth.obj(cx, name)
                 && let Some(v) = auth_method(cx, name, o, true)
             {
@@ -1150,7 +1143,7 @@ fn sync_auth(
 fn generic_auth(cx: &mut Cx, auth: Option<Obj>) -> Option<Value> {
     let mut methods = Vec::new();
     if let Some(mut auth) = auth {
-        for name in METHODS {
+        for name in method_fields() {
             if let Some(o) = auth.obj(cx, name)
                 && let Some(v) = auth_method(cx, name, o, false)
             {

@@ -89,16 +89,10 @@ struct Synced {
 
 /// The spec field of the resource's authentication method, for messages.
 fn auth_method_name(cr: &KmsSecret) -> &'static str {
-    let Some(a) = &cr.spec.authentication else {
-        return "tokenSecretReference";
-    };
-    // The method is the field that is set, named as in the spec.
-    let set = serde_json::to_value(a).unwrap_or_default();
-    crate::api::common::GENERIC_AUTH_METHODS
-        .into_iter()
-        .chain(crate::api::common::KMS_SECRET_ONLY_METHODS)
-        .find(|m| !set[*m].is_null())
-        .unwrap_or("no method")
+    match &cr.spec.authentication {
+        None => "tokenSecretReference",
+        Some(a) => a.method().map_or("no method", |m| m.name().field()),
+    }
 }
 
 /// `KmsSecret/<ns>/<name>`.

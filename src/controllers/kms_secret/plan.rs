@@ -10,12 +10,9 @@ use crate::api::common::{
     SecretTemplate,
 };
 use crate::api::duration::parse_optional_duration;
-use crate::api::kms_secret::{KmsSecret, KmsSecretSpec};
+use crate::api::kms_secret::{KmsSecret, KmsSecretMethod, KmsSecretSpec};
 pub use crate::controllers::auth::AuthMethod;
-use crate::controllers::auth::{
-    aws_method, azure_method, gcp_iam_method, gcp_id_token_method, kubernetes_method, ldap_method,
-    universal_method,
-};
+use crate::controllers::auth::machine_method;
 use crate::controllers::error::SyncError;
 use crate::controllers::refs::namespace_of;
 use crate::controllers::target::{
@@ -231,18 +228,19 @@ pub fn auth_choice(
             )),
         };
     };
-    if let Some(st) = &auth.service_token {
-        let s = &st.secrets_scope;
-        return service_token(
-            &st.service_token_secret_reference,
-            "authentication.serviceToken.serviceTokenSecretReference",
-            &s.secrets_path,
-            &s.env_slug,
-            s.recursive.unwrap_or(false),
-        );
-    }
-    if auth.service_account.is_some() {
-        return Ok(AuthChoice {
+    let no_method = || SyncError::Spec("no authentication method is set".to_owned());
+    match auth.method().ok_or_else(no_method)? {
+        KmsSecretMethod::ServiceToken(st) => {
+            let s = &st.secrets_scope;
+            service_token(
+                &st.service_token_secret_reference,
+                "authentication.serviceToken.serviceTokenSecretReference",
+                &s.secrets_path,
+                &s.env_slug,
+                s.recursive.unwrap_or(false),
+            )
+        }
+        KmsSecretMethod::ServiceAccount(_) => Ok(AuthChoice {
             method: AuthMethod::Unsupported(
                 "serviceAccount (legacy service accounts are not offered by the KMS API any more; use universalAuth or kubernetesAuth)",
             ),
@@ -253,37 +251,12 @@ pub fn auth_choice(
                 recursive: false,
                 secret_name: None,
             },
-        });
+        }),
+        KmsSecretMethod::Machine(method, scope) => Ok(AuthChoice {
+            method: machine_method(method, ns, allow_cross)?,
+            scope: machine_scope(scope)?,
+        }),
     }
-    let (method, scope) = if let Some(a) = &auth.universal_auth {
-        (
-            universal_method(&a.credentials_ref, ns, allow_cross)?,
-            &a.secrets_scope,
-        )
-    } else if let Some(a) = &auth.kubernetes_auth {
-        (
-            kubernetes_method(&a.auth, ns, allow_cross)?,
-            &a.secrets_scope,
-        )
-    } else if let Some(a) = &auth.ldap_auth {
-        (ldap_method(&a.auth, ns, allow_cross)?, &a.secrets_scope)
-    } else if let Some(a) = &auth.aws_iam_auth {
-        (aws_method(&a.auth), &a.secrets_scope)
-    } else if let Some(a) = &auth.azure_auth {
-        (azure_method(&a.auth), &a.secrets_scope)
-    } else if let Some(a) = &auth.gcp_id_token_auth {
-        (gcp_id_token_method(&a.auth), &a.secrets_scope)
-    } else if let Some(a) = &auth.gcp_iam_auth {
-        (gcp_iam_method(&a.auth), &a.secrets_scope)
-    } else {
-        return Err(SyncError::Spec(
-            "no authentication method is set".to_owned(),
-        ));
-    };
-    Ok(AuthChoice {
-        method,
-        scope: machine_scope(scope)?,
-    })
 }
 
 /// A KMS folder path: leading `/`, no trailing `/` (except the root).
