@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use crate::kms::method::LoginMethod;
+use crate::kms::auth::LoginMethod;
 use prometheus::{
     Encoder, Gauge, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
     Opts, Registry, TextEncoder,

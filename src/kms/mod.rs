@@ -30,7 +30,6 @@ mod fuzz;
 pub mod leases;
 pub mod limiter;
 pub mod memory;
-pub mod method;
 pub mod model;
 pub mod push;
 pub mod share;

@@ -10,8 +10,6 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use secrecy::SecretString;
 
-use crate::kms::method::LoginMethod;
-
 /// Default AWS instance metadata service.
 pub const DEFAULT_AWS_IMDS: &str = "http://169.254.169.254";
 /// Default Azure instance metadata service.
@@ -109,16 +107,6 @@ pub enum CloudMethod {
 }
 
 impl CloudMethod {
-    /// The login method it is.
-    pub fn login(self) -> LoginMethod {
-        match self {
-            CloudMethod::AwsIam => LoginMethod::AwsIam,
-            CloudMethod::Azure => LoginMethod::Azure,
-            CloudMethod::GcpIdToken => LoginMethod::GcpIdToken,
-            CloudMethod::GcpIam => LoginMethod::GcpIam,
-        }
-    }
-
     /// The spec field that selects it.
     pub fn field(self) -> &'static str {
         match self {
