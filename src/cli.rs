@@ -175,7 +175,7 @@ pub struct RunArgs {
     /// Accepted for compatibility; replicas always coordinate through Leases.
     #[arg(long, env = "KMS_OPERATOR_LEADER_ELECT")]
     pub leader_elect: bool,
-    /// Accepted for compatibility with the reference chart; has no effect.
+    /// Accepted for compatibility with the Go operator's chart; has no effect.
     #[arg(long, hide = true)]
     pub deprecated_scoped_namespace_warning: bool,
     /// Allow resources to reference Secrets and ServiceAccounts in other

@@ -66,7 +66,7 @@ struct Args {
     floor_concurrency: usize,
     /// `floor`: the status applied: `ready` (one `Ready` condition), or
     /// `full` (what a first sync writes: `Ready` and the four
-    /// `secrets.hanzo.ai/…` conditions SPEC §2 names, `observedGeneration`,
+    /// `secrets.hanzo.ai/…` conditions of a KmsSecret's status, `observedGeneration`,
     /// `lastSyncTime`, `syncedKeys`, `shard`).
     #[arg(long, default_value = "ready", value_parser = ["ready", "full"])]
     floor_status: String,

@@ -1055,7 +1055,7 @@ pub struct Floor {
 /// data a sync writes: `env.keys` keys, the managed labels and version
 /// annotation) followed by a server-side apply of its status (`Ready`
 /// alone, or with `full_status` the status a first sync writes: every
-/// condition SPEC §2 requires and the status fields). No KMS, no reads,
+/// condition a KmsSecret's status carries and the status fields). No KMS, no reads,
 /// no Events, no watches.
 pub async fn floor(
     env: &Env,

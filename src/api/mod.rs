@@ -225,7 +225,7 @@ mod tests {
         v
     }
 
-    /// Every field of the reference operator's v1alpha1 CRDs, plus our status
+    /// Every field of the Go operators' v1alpha1 CRDs, plus our status
     /// additions.
     fn expected_fields(plural: &str) -> Vec<String> {
         let mut f: Vec<String> = Vec::new();

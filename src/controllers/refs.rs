@@ -24,7 +24,7 @@ use crate::kms::{DEFAULT_HOST_API, Endpoint};
 /// Name of the global configuration ConfigMap.
 pub const GLOBAL_CONFIG_NAME: &str = "kms-config";
 /// Default namespace of the global configuration ConfigMap, as the
-/// reference operators' documentation names it.
+/// Go operators' documentation names it.
 pub const GLOBAL_CONFIG_NAMESPACE: &str = "kms-operator-system";
 
 /// The namespace a reference points to: its own, or the resource's. Another
@@ -750,7 +750,7 @@ mod tests {
             Some(("certs".into(), "global-ca".into(), "ca.crt".into()))
         );
         assert_eq!(c.ca_source, from_global);
-        // Its own host, no CA: the global CA still applies (reference §3.1).
+        // Its own host, no CA: the global CA still applies (as in the Go operators).
         let c = choose_endpoint(
             "app",
             Some("https://own.example"),

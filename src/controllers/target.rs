@@ -155,7 +155,7 @@ pub fn is_go_version(v: &str) -> bool {
 /// The version the Go operators (upstream v0.11 and later) write for this
 /// data: over the sorted keys, each key and each value followed by a NUL
 /// byte, `W/"secrets-<byte length>-<CRC-32 (IEEE), 8 upper-case hex>"`
-/// (reference §3.3.2). The older format (≤ v0.10) hashes the fetched list
+/// (the Go operators' current format). The older format (≤ v0.10) hashes the fetched list
 /// with the KMS's ids and cannot be recomputed from the data: it is known
 /// only through [`GO_VERSIONS_ANNOTATION`].
 pub fn go_version_of(data: &BTreeMap<String, Vec<u8>>) -> String {

@@ -1,5 +1,5 @@
 //! Where the KMS is and how it is talked to: base-URL normalisation (`/api`
-//! appended as the reference does), the `--allowed-kms-hosts` check, one HTTP
+//! appended as the Go operators do), the `--allowed-kms-hosts` check, one HTTP
 //! client per trust configuration (system roots, or system roots plus a
 //! private CA), bodies read under a cap, and transport failures described.
 

@@ -5,8 +5,8 @@
 //! typed resources before it is printed, so what we print is what our CRDs
 //! accept.
 //!
-//! The Go schemas walked here are those of `operator-reference.md` §2 (and
-//! Appendix B for `secrets.lux.network`). A field the walk does not know was
+//! The Go schemas walked here are those of the Go operators' CRDs (and of
+//! their `secrets.lux.network` variant). A field the walk does not know was
 //! not in the Go operator's schema either: its API server pruned it, so it had
 //! no effect, and it is reported as dropped.
 
@@ -17,7 +17,7 @@ use kms_operator::api::{ClusterGenerator, KmsDynamicSecret, KmsPushSecret, KmsSe
 
 /// Our API group and version.
 const OUR_API_VERSION: &str = "secrets.hanzo.ai/v1alpha1";
-/// The groups of the Go operators (`operator-reference.md` §1.1).
+/// The API groups of the Go operators.
 const GO_GROUPS: [&str; 4] = [
     "secrets.infisical.com",
     "secrets.hanzo.ai",
@@ -613,7 +613,7 @@ fn status_notes(cx: &mut Cx, class: Class, status: Option<&Value>) {
 }
 
 // ---------------------------------------------------------------------------
-// building blocks (operator-reference.md §2.1)
+// building blocks shared by the Go operators' kinds
 
 /// `{secretName, secretNamespace}`; `None` when no name is set.
 fn secret_ref(cx: &mut Cx, mut o: Obj, what: &str) -> Option<Value> {
@@ -805,7 +805,7 @@ fn managed_config_map(cx: &mut Cx, mut o: Obj) -> Option<Value> {
 }
 
 // ---------------------------------------------------------------------------
-// authentication (operator-reference.md §2.2.2, §2.3)
+// authentication
 
 /// The machine-identity `secretsScope`; a `secrets.lux.network` scope's
 /// `keys` are kept in `cx.lux_keys` (turned into templates later).
@@ -844,7 +844,7 @@ fn service_token_scope(cx: &mut Cx, mut o: Obj) -> Value {
 
 /// One machine-identity method (`scoped`: a KMSSecret's, with
 /// `secretsScope`). `None` when the Go operator would have found it "not
-/// applicable" (§3.2), which is reported.
+/// applicable", which is reported.
 fn auth_method(cx: &mut Cx, name: &str, mut o: Obj, scoped: bool) -> Option<Value> {
     let mut m = Map::new();
     let path = o.path.clone();
@@ -1224,12 +1224,12 @@ fn carry_common(cx: &mut Cx, o: &mut Obj, spec: &mut Map<String, Value>) {
     }
 }
 
-/// KMSSecret → KmsSecret (§2.2).
+/// KMSSecret → KmsSecret.
 fn sync_spec(cx: &mut Cx, mut o: Obj) -> Value {
     let mut spec = Map::new();
     carry_common(cx, &mut o, &mut spec);
 
-    // syncConfig, folding the deprecated top-level fields (§2.2.3).
+    // syncConfig, folding the deprecated top-level fields.
     let top_interval = o.str(cx, "resyncInterval");
     let top_instant = o.bool(cx, "instantUpdates");
     let mut sync = Map::new();
@@ -1277,7 +1277,7 @@ fn sync_spec(cx: &mut Cx, mut o: Obj) -> Value {
         }
     }
     if !sync.contains_key("resyncInterval") && cx.infisical {
-        // Upstream Infisical ≥ v0.11 defaults to 5 minutes (§2.2.3).
+        // Upstream Infisical ≥ v0.11 defaults to 5 minutes.
         cx.add(
             Severity::Note,
             "spec.syncConfig.resyncInterval",
@@ -1294,7 +1294,7 @@ fn sync_spec(cx: &mut Cx, mut o: Obj) -> Value {
     put(&mut spec, "authentication", auth);
     put(&mut spec, "tokenSecretReference", token_ref);
 
-    // Targets, folding the deprecated single managedSecretReference (§2.2.1).
+    // Targets, folding the deprecated single managedSecretReference.
     let mut secrets: Vec<Value> = Vec::new();
     let legacy = o.obj(cx, "managedSecretReference");
     let list_path = o.at("managedKubeSecretReferences");
@@ -1438,7 +1438,7 @@ fn project(cx: &mut Cx, o: &mut Obj, m: &mut Map<String, Value>) {
     put(m, "projectSlug", slug);
 }
 
-/// KMSPushSecret → KmsPushSecret (§2.3).
+/// KMSPushSecret → KmsPushSecret.
 fn push_spec(cx: &mut Cx, mut o: Obj) -> Value {
     let mut spec = Map::new();
     carry_common(cx, &mut o, &mut spec);
@@ -1554,7 +1554,7 @@ fn push_spec(cx: &mut Cx, mut o: Obj) -> Value {
     Value::Object(spec)
 }
 
-/// KMSDynamicSecret → KmsDynamicSecret (§2.4).
+/// KMSDynamicSecret → KmsDynamicSecret.
 fn dynamic_spec(cx: &mut Cx, mut o: Obj) -> Value {
     let mut spec = Map::new();
     carry_common(cx, &mut o, &mut spec);

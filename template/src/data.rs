@@ -1,7 +1,7 @@
 //! The data model handed to templates.
 //!
 //! Every secret key becomes a top-level variable holding a map with the two
-//! fields of the reference operator, `Value` and `SecretPath`, so
+//! fields of the Go operators, `Value` and `SecretPath`, so
 //! `{{ DB_PASSWORD.Value }}` works. The variable `secrets` holds all of them
 //! by key, for keys that are not identifiers (`{{ secrets["my-key"].Value }}`).
 //! A secret named `secrets` is therefore reachable only as

@@ -57,7 +57,7 @@ NONDET = "the function is not deterministic (refused)"
 ENV = "the function reads the environment or the network (refused)"
 UNIMPL = "the Sprig function is not implemented (refused as unsupported)"
 
-# 1. Every template fragment of operator-reference.md section 4 that does
+# 1. Every template fragment of the Go operators' templating docs that does
 # not use the operator's own helpers.
 add("ref/value", "{{ .DB_PASSWORD.Value }}")
 add("ref/secretPath", "{{ .DB_PASSWORD.SecretPath }}")

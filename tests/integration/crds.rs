@@ -217,7 +217,7 @@ async fn schema_defaults_are_filled_in() {
         .expect("valid KmsPushSecret");
     assert_eq!(push.data["spec"]["updatePolicy"], json!("None"));
     assert_eq!(push.data["spec"]["deletionPolicy"], json!("None"));
-    // leaseTTL and leaseRevocationPolicy are optional (the reference required them).
+    // leaseTTL and leaseRevocationPolicy are optional (the Go operator required them).
     let dynamic = namespaced(&client, &ns.name, "KmsDynamicSecret")
         .create(
             &PostParams::default(),

@@ -4,7 +4,7 @@
 //! every other test's objects would be refused under.
 //!
 //! The Go operator is a stand-in chart (tests/fixtures/go-operator: its CRDs
-//! written from the reference's §2 as ordinary templates without a keep
+//! written from the Go operator's published schemas as ordinary templates without a keep
 //! policy, and its Deployment). The test creates custom resources under
 //! those CRDs, the Secrets the Go operator would have written (its owner
 //! references of kind `KMSSecret`, its `W/"secrets-…"` version annotation)
@@ -187,8 +187,8 @@ fn seed() -> String {
 }
 
 /// A KMSDynamicSecret as the Go operator leaves it: a lease taken in the
-/// KMS, recorded in its status (reference §2.4), its Secret written with
-/// the lease's data and version `<leaseId>-<leaseVersion>` (§3.10). Returns
+/// KMS, recorded in its status, its Secret written with
+/// the lease's data and version `<leaseId>-<leaseVersion>`. Returns
 /// the lease id.
 async fn go_dynamic_secret(client: &Client, kms: &DevServer, name: &str, owned: bool) -> String {
     let http = kms.http();
@@ -294,8 +294,7 @@ fn dev_scope() -> Value {
     json!({"projectSlug": "demo", "envSlug": "dev", "secretsPath": "/"})
 }
 
-/// A Secret as the Go operator writes it for a KMSSecret target (reference
-/// §3.3, §3.4.4, §3.8): data, its version and tracking annotations, and
+/// A Secret as the Go operator writes it for a KMSSecret target: data, its version and tracking annotations, and
 /// with `creationPolicy: Owner` a controller reference of kind `KMSSecret`.
 fn go_secret(name: &str, owner: Option<(&str, &str)>) -> Secret {
     let mut s = json!({
@@ -319,7 +318,7 @@ fn go_secret(name: &str, owner: Option<(&str, &str)>) -> Secret {
     serde_json::from_value(s).expect("Secret")
 }
 
-/// A workload the Go operator stamped for auto-reload (reference §3.4).
+/// A workload the Go operator stamped for auto-reload.
 fn go_workload() -> Deployment {
     let stamp = json!({"secrets.hanzo.ai/managed-secret.out-owner": GO_VERSION});
     let mut annotations = stamp.clone();

@@ -12,6 +12,7 @@ mod harness;
 mod cache;
 mod cloud_auth;
 mod crds;
+mod docs;
 mod dynamic;
 mod global_config;
 mod handover;

@@ -1,5 +1,5 @@
 //! `kms-operator migrate` on a real API server with the dev KMS: manifests
-//! of the Go operators' documented shape (operator-reference.md §2 and §4,
+//! of the Go operators' documented shape (their CRDs and templates,
 //! Go templates with Sprig functions included) plus the seed documents'
 //! Namespace and `kms-config` examples go through `migrate`, the output is
 //! applied with kubectl, and the operator syncs to exactly the data the

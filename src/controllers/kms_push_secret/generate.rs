@@ -3,7 +3,7 @@
 //! system's CSPRNG (`ring::rand::SystemRandom`); indexes are drawn without
 //! modulo bias.
 //!
-//! The password rules follow the reference operator (its `go-password`
+//! The password rules follow the Go operators (their `go-password`
 //! algorithm): `length` characters of which `digits` are digits and `symbols`
 //! are symbols, the rest letters (lower case, plus upper case unless
 //! `noUpper`), in random order; without `allowRepeat` no character appears
