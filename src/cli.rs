@@ -55,11 +55,42 @@ pub enum Command {
     /// Run the embedded development KMS.
     #[cfg(feature = "dev-server")]
     DevServer(DevServerArgs),
-    /// Show shards, their owners, and objects that are not ready.
+    /// Show the resources of a namespace (or all) with their Ready
+    /// condition, and the shards and their owners where the Leases can be
+    /// read.
     Status(StatusArgs),
     /// Convert manifests of the Go operators (InfisicalSecret, KMSSecret, …)
     /// into kms-operator's kinds: YAML on stdout, the report on stderr.
     Migrate(MigrateArgs),
+    /// Print a shell completion script (`source <(kms-operator completion
+    /// bash)`).
+    Completion(CompletionArgs),
+}
+
+/// How a command that talks to the cluster reaches it, with kubectl's flags.
+#[derive(Debug, Args, Clone, Default)]
+pub struct ClusterArgs {
+    /// Path to the kubeconfig file (default: `$KUBECONFIG`, then
+    /// `~/.kube/config`, then the pod's service account).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use (default: its current context).
+    #[arg(long)]
+    pub context: Option<String>,
+    /// The namespace (default: the context's namespace, else `default`).
+    #[arg(short = 'n', long)]
+    pub namespace: Option<String>,
+    /// Every namespace.
+    #[arg(short = 'A', long, conflicts_with = "namespace")]
+    pub all_namespaces: bool,
+}
+
+/// Flags of `kms-operator completion`.
+#[derive(Debug, Args, Clone)]
+pub struct CompletionArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 /// Flags of `kms-operator run`.
@@ -315,13 +346,14 @@ pub struct MigrateArgs {
     /// Manifest files (multi-document YAML); `-` or none reads stdin.
     #[arg(conflicts_with = "from_cluster")]
     pub files: Vec<PathBuf>,
-    /// Read the Go operators' resources from the cluster of the current
-    /// kubeconfig instead of files.
+    /// Read the Go operators' resources from the cluster (of `--kubeconfig`
+    /// and `--context`) instead of files: every namespace, or the one of
+    /// `-n`.
     #[arg(long, env = "KMS_OPERATOR_FROM_CLUSTER")]
     pub from_cluster: bool,
-    /// With `--from-cluster`: only this namespace (default: all).
-    #[arg(long, requires = "from_cluster", env = "KMS_OPERATOR_NAMESPACE")]
-    pub namespace: Option<String>,
+    /// The cluster and namespace to read with `--from-cluster`.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
 }
 
 /// What a replica caches (`--watch-scope`).
@@ -338,13 +370,20 @@ pub enum WatchScope {
 pub enum OutputFormat {
     /// A table.
     Table,
+    /// A table with the shard and the condition's message.
+    Wide,
     /// JSON.
     Json,
+    /// YAML.
+    Yaml,
 }
 
 /// Flags of `kms-operator status`.
 #[derive(Debug, Args, Clone)]
 pub struct StatusArgs {
+    /// The cluster and the namespace to show.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
     /// Namespace of the operator's Leases.
     #[arg(
         long,
@@ -352,13 +391,10 @@ pub struct StatusArgs {
         env = "KMS_OPERATOR_POD_NAMESPACE"
     )]
     pub pod_namespace: String,
-    /// Prefix of the Lease names.
-    #[arg(
-        long,
-        default_value = "kms-operator",
-        env = "KMS_OPERATOR_LEASE_PREFIX"
-    )]
-    pub lease_prefix: String,
+    /// Prefix of the Lease names (default: found from the shard Leases in
+    /// `--pod-namespace`).
+    #[arg(long, env = "KMS_OPERATOR_LEASE_PREFIX")]
+    pub lease_prefix: Option<String>,
     /// Output format.
     #[arg(
         long,
@@ -533,6 +569,13 @@ mod tests {
             for arg in sub.get_arguments() {
                 let Some(long) = arg.get_long() else { continue };
                 if arg.is_hide_set() || long == "help" || long == "version" {
+                    continue;
+                }
+                // kubectl's flags, spelled and read as kubectl reads them
+                // (the kubeconfig from `KUBECONFIG`, the rest from none).
+                let kubectl = ["kubeconfig", "context", "namespace", "all-namespaces"];
+                if ["status", "migrate"].contains(&sub.get_name()) && kubectl.contains(&long) {
+                    assert!(arg.get_env().is_none(), "--{long} of {}", sub.get_name());
                     continue;
                 }
                 let want = format!("KMS_OPERATOR_{}", long.to_uppercase().replace('-', "_"));

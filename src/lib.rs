@@ -29,6 +29,7 @@
 
 pub mod api;
 pub mod cli;
+pub mod cluster;
 pub mod controllers;
 pub mod kms;
 pub mod metrics;

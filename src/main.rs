@@ -4,7 +4,7 @@
 //! operators and imports nothing from the controllers).
 
 use anyhow::Context as _;
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 use kms_operator::cli::{Cli, Command};
 use kms_operator::{api, telemetry};
 
@@ -15,7 +15,9 @@ fn main() -> anyhow::Result<()> {
     rustls::crypto::ring::default_provider()
         .install_default()
         .map_err(|_| anyhow::anyhow!("a TLS crypto provider was already installed"))?;
-    let cli = Cli::parse();
+    let name = program_name();
+    let cli = Cli::from_arg_matches(&Cli::command().bin_name(&name).get_matches())
+        .unwrap_or_else(|e| e.exit());
     telemetry::init(cli.log_format, &cli.log_level);
     match cli.command {
         Command::Crds(args) => match args.out_dir {
@@ -63,9 +65,33 @@ fn main() -> anyhow::Result<()> {
             let code = migrate::run(args)?;
             std::process::exit(code)
         }
+        Command::Completion(args) => {
+            clap_complete::generate(
+                args.shell,
+                &mut Cli::command(),
+                "kms-operator",
+                &mut std::io::stdout(),
+            );
+            Ok(())
+        }
         Command::Status(args) => tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?
             .block_on(kms_operator::status::run(args)),
+    }
+}
+
+/// How the user called us: `kubectl kms` when run as the kubectl plugin
+/// (an executable named `kubectl-kms` on the `PATH`), else `kms-operator`.
+fn program_name() -> String {
+    let arg0 = std::env::args_os().next().unwrap_or_default();
+    let file = std::path::Path::new(&arg0)
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if file == "kubectl-kms" {
+        "kubectl kms".to_owned()
+    } else {
+        "kms-operator".to_owned()
     }
 }

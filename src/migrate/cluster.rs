@@ -1,5 +1,5 @@
 //! `kms-operator migrate --from-cluster`: lists the Go operators' resources
-//! in the cluster of the current kubeconfig (all namespaces, or one), in
+//! in the cluster of `--kubeconfig`/`--context` (all namespaces, or one), in
 //! every group they were published under, and hands them to the conversion
 //! as plain JSON. Reads only; writes nothing.
 //!
@@ -15,6 +15,8 @@ use kube::api::ListParams;
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Api, Client};
 use serde_json::Value;
+
+use kms_operator::cli::ClusterArgs;
 
 use super::convert::{Class, classify, strip_server_fields};
 
@@ -83,10 +85,8 @@ fn version_of(kind: &str) -> &'static str {
 /// Every Go-operator object in the cluster (in `namespace` only, when
 /// given; cluster-scoped ClusterGenerators are read either way), sorted by
 /// type, namespace and name.
-pub async fn read(namespace: Option<&str>) -> anyhow::Result<Vec<Value>> {
-    let client = Client::try_default()
-        .await
-        .context("connecting to the cluster of the current kubeconfig")?;
+pub async fn read(args: &ClusterArgs, namespace: Option<&str>) -> anyhow::Result<Vec<Value>> {
+    let (client, _) = kms_operator::cluster::connect(args).await?;
     let hanzo_go = hanzo_go_crds(&client).await;
     let mut out = Vec::new();
     for (group, kind, plural) in TYPES {

@@ -336,14 +336,38 @@ pub fn migrate_value(value: Value, text: Option<&str>, outcome: &mut Outcome) {
     }
 }
 
+/// The namespace `--from-cluster` reads (none: every namespace, which `-A`
+/// also says). `KMS_OPERATOR_NAMESPACE` is read as a deprecated alias of
+/// `-n`. The cluster flags need `--from-cluster`.
+fn cluster_namespace(args: &MigrateArgs) -> anyhow::Result<Option<String>> {
+    let c = &args.cluster;
+    let flags =
+        c.namespace.is_some() || c.all_namespaces || c.kubeconfig.is_some() || c.context.is_some();
+    if flags && !args.from_cluster {
+        anyhow::bail!(
+            "--namespace, --all-namespaces, --kubeconfig and --context read a cluster: add --from-cluster"
+        );
+    }
+    if c.namespace.is_none()
+        && !c.all_namespaces
+        && let Ok(ns) = std::env::var("KMS_OPERATOR_NAMESPACE")
+        && !ns.is_empty()
+    {
+        eprintln!("warning: KMS_OPERATOR_NAMESPACE is deprecated; use -n/--namespace");
+        return Ok(args.from_cluster.then_some(ns));
+    }
+    Ok(c.namespace.clone())
+}
+
 /// `kms-operator migrate`: read, convert, print; returns the exit status.
 pub fn run(args: MigrateArgs) -> anyhow::Result<i32> {
+    let namespace = cluster_namespace(&args)?;
     let mut outcome = Outcome::default();
     if args.from_cluster {
         let values = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?
-            .block_on(cluster::read(args.namespace.as_deref()))?;
+            .block_on(cluster::read(&args.cluster, namespace.as_deref()))?;
         for v in values {
             migrate_value(v, None, &mut outcome);
         }
@@ -399,13 +423,18 @@ mod tests {
             a.files,
             vec![std::path::PathBuf::from("a.yaml"), "-".into()]
         );
-        assert!(!a.from_cluster && a.namespace.is_none());
+        assert!(!a.from_cluster && a.cluster.namespace.is_none());
         assert!(args(&[]).unwrap().files.is_empty());
         let a = args(&["--from-cluster", "--namespace", "app"]).unwrap();
         assert!(a.from_cluster);
-        assert_eq!(a.namespace.as_deref(), Some("app"));
+        assert_eq!(cluster_namespace(&a).unwrap().as_deref(), Some("app"));
+        let a = args(&["--from-cluster", "-n", "app", "--context", "c"]).unwrap();
+        assert_eq!(a.cluster.context.as_deref(), Some("c"));
+        assert_eq!(cluster_namespace(&a).unwrap().as_deref(), Some("app"));
+        assert!(args(&["--from-cluster", "-A", "-n", "app"]).is_err());
         assert!(args(&["--from-cluster", "a.yaml"]).is_err());
-        assert!(args(&["--namespace", "app"]).is_err());
+        let err = cluster_namespace(&args(&["--namespace", "app"]).unwrap()).unwrap_err();
+        assert!(err.to_string().contains("add --from-cluster"), "{err}");
     }
 
     #[test]

@@ -49,7 +49,7 @@ fn helm_binary() -> &'static Path {
     PATH.get_or_init(|| testenv_path("helm"))
 }
 
-fn kubectl_binary() -> &'static Path {
+pub(crate) fn kubectl_binary() -> &'static Path {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
     PATH.get_or_init(|| testenv_path("kubectl"))
 }
@@ -1935,7 +1935,7 @@ async fn default_install_upgrade_and_uninstall_keep_crds_and_resources() {
 // Namespace-scoped RBAC, exercised by the operator itself.
 
 /// A kubeconfig for the test cluster whose user is a bearer token.
-fn token_kubeconfig(path: &Path, token: &str, namespace: &str) {
+pub(crate) fn token_kubeconfig(path: &Path, token: &str, namespace: &str) {
     let admin: Value =
         serde_saphyr::from_str(&std::fs::read_to_string(harness::kubeconfig()).unwrap()).unwrap();
     let current = admin["current-context"].as_str().unwrap_or_default();
