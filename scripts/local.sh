@@ -5,20 +5,27 @@
 # docs/examples, then show the Secret they sync.
 #
 #   scripts/local.sh          start (or resume) everything and show the synced Secret
+#   scripts/local.sh env      the shell lines that point kubectl (and kubectl kms) at
+#                             it: eval "$(scripts/local.sh env)"
 #   scripts/local.sh status   what runs, and the resources' status
 #   scripts/local.sh logs     follow the operator and dev-server logs
 #   scripts/local.sh down     stop everything started here
 #
 # Everything keeps running in the background after the script returns. State
-# lives in .local/ at the repository root. REPLICAS (default 3) sets the number
-# of operator replicas.
+# lives in .local/ at the repository root (KMS_LOCAL_STATE elsewhere).
+# REPLICAS (default 3) sets the number of operator replicas; KMS_LOCAL_KMS_ADDR
+# (default 127.0.0.1:8080), KMS_LOCAL_HEALTH_PORT (18081) and
+# KMS_LOCAL_METRICS_PORT (18443, one port more per replica) where they listen;
+# KMS_LOCAL_BIN a kms-operator binary to use instead of building one.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
-STATE=$ROOT/.local
+STATE=${KMS_LOCAL_STATE:-$ROOT/.local}
 TESTENV=$ROOT/tests/testenv/testenv
 REPLICAS=${REPLICAS:-3}
-KMS_ADDR=127.0.0.1:8080
+KMS_ADDR=${KMS_LOCAL_KMS_ADDR:-127.0.0.1:8080}
+HEALTH_PORT=${KMS_LOCAL_HEALTH_PORT:-18081}
+METRICS_PORT=${KMS_LOCAL_METRICS_PORT:-18443}
 OPERATOR_NS=kms-operator-system
 
 stop_pidfile() {
@@ -39,12 +46,16 @@ case ${1:-up} in
   down)
     for f in "$STATE"/operator-*.pid "$STATE"/devserver.pid; do [ -e "$f" ] && stop_pidfile "$f"; done
     [ -d "$STATE/cluster" ] && "$TESTENV" down "$STATE/cluster"
-    echo "stopped (state kept in .local/; remove it for a clean start)"
+    echo "stopped (state kept in $STATE; remove it for a clean start)"
     exit 0 ;;
   logs)
     exec tail -F "$STATE"/operator-*.log "$STATE/devserver.log" ;;
+  env)
+    echo "export KUBECONFIG=$STATE/cluster/kubeconfig"
+    echo "export PATH=$STATE/bin:\$PATH"
+    exit 0 ;;
   status|up) ;;
-  *) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  *) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac
 
 mkdir -p "$STATE"
@@ -65,12 +76,23 @@ KUBECTL=$("$TESTENV" path kubectl)
 kc() { "$KUBECTL" "$@"; }
 
 echo "==> operator binary"
-cargo build --quiet --bin kms-operator
-BIN=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')/debug/kms-operator
+if [ -n "${KMS_LOCAL_BIN:-}" ]; then
+  BIN=$KMS_LOCAL_BIN
+else
+  cargo build --quiet --bin kms-operator
+  BIN=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')/debug/kms-operator
+fi
+# kubectl and the CLI as its plugin, for `eval "$(scripts/local.sh env)"`.
+mkdir -p "$STATE/bin"
+ln -sf "$KUBECTL" "$STATE/bin/kubectl"
+ln -sf "$BIN" "$STATE/bin/kubectl-kms"
 
 echo "==> CRDs"
 "$BIN" crds | kc apply --server-side --force-conflicts --field-manager=kms-operator-local -f - >/dev/null
 kc get namespace "$OPERATOR_NS" >/dev/null 2>&1 || kc create namespace "$OPERATOR_NS" >/dev/null
+# The KMS of resources that name none: the dev KMS.
+kc -n "$OPERATOR_NS" create configmap kms-config --from-literal=hostAPI="http://$KMS_ADDR/api" \
+  --dry-run=client -o yaml | kc apply -f - >/dev/null
 
 echo "==> dev KMS on http://$KMS_ADDR"
 if ! running "$STATE/devserver.pid"; then
@@ -86,7 +108,7 @@ for i in $(seq 0 $((REPLICAS - 1))); do
   pidf=$STATE/operator-$i.pid
   running "$pidf" && continue
   nohup "$BIN" --log-format text run --pod-name "kms-operator-$i" --pod-namespace "$OPERATOR_NS" --expected-replicas "$REPLICAS" \
-    --health-addr "127.0.0.1:$((18081 + i))" --metrics-addr "127.0.0.1:$((18443 + i))" \
+    --health-addr "127.0.0.1:$((HEALTH_PORT + i))" --metrics-addr "127.0.0.1:$((METRICS_PORT + i))" \
     >"$STATE/operator-$i.log" 2>&1 &
   echo $! >"$pidf"
 done
@@ -112,9 +134,10 @@ echo "Secret default/demo-app (synced from the dev KMS):"
 kc -n default get secret demo-app -o go-template='{{range $k, $v := .data}}  {{$k}} = {{$v | base64decode}}{{"\n"}}{{end}}'
 cat <<MSG
 
-Everything keeps running. Try:
-  export KUBECONFIG=$KUBECONFIG
-  $KUBECTL get kmssecrets -A
+Everything keeps running. Try (docs/quickstart.md goes on from here):
+  eval "\$(scripts/local.sh env)"   # kubectl and kubectl kms for this cluster
+  kubectl get kmss -A
+  kubectl kms status -A
   scripts/local.sh logs      # follow the logs
   scripts/local.sh down      # stop everything
 MSG

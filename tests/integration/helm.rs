@@ -2288,3 +2288,66 @@ fn the_committed_alert_rules_are_what_the_chart_renders() {
         "tests/prometheus/rules.yaml is stale: run scripts/generate.sh"
     );
 }
+
+/// Every chart object the docs name as `<name>-…` (the release's full name,
+/// `<release>-secrets-operator`) is one the chart renders, cluster-wide or
+/// namespace-scoped, with the optional objects on; and no doc spells a name
+/// `<release>-…` without the chart's name.
+#[test]
+fn the_names_the_docs_use_are_the_names_the_chart_renders() {
+    let (release, fullname) = ("kms-operator", "kms-operator-secrets-operator");
+    let mut rendered: BTreeSet<String> = BTreeSet::new();
+    for values in [
+        json!({"telemetry": {"serviceMonitor": {"enabled": true}, "prometheusRule": {"enabled": true}, "grafanaDashboard": {"enabled": true}}}),
+        json!({"scopedRBAC": true, "scopedNamespaces": ["app"]}),
+    ] {
+        for d in render(release, "kms-operator-system", &values).docs {
+            if let Some(name) = d["metadata"]["name"].as_str() {
+                rendered.insert(name.to_owned());
+            }
+        }
+    }
+    // `<name>-shard-NN`, `<name>-member-<pod>`: Leases the operator makes.
+    let uses = regex::Regex::new(r"<name>(-[a-z0-9-]*[a-z0-9])(-NN|-<)?").unwrap();
+    let bare_release = regex::Regex::new(r"<release>-([a-z0-9-]+)").unwrap();
+    let mut missing = Vec::new();
+    let mut checked = 0;
+    let docs = harness::repo().join("docs");
+    let mut pages: Vec<PathBuf> = std::fs::read_dir(&docs)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    pages.push(harness::repo().join("README.md"));
+    for page in pages {
+        let text = std::fs::read_to_string(&page).unwrap();
+        let file = page.file_name().unwrap().to_string_lossy().into_owned();
+        for c in uses.captures_iter(&text) {
+            if c.get(2).is_some() {
+                continue;
+            }
+            checked += 1;
+            // Names are cut to 63 characters, as the chart cuts them.
+            let name = format!("{fullname}{}", &c[1]);
+            let name = name[..name.len().min(63)].trim_end_matches('-').to_owned();
+            if !rendered.contains(&name) {
+                missing.push(format!("{file}: <name>{} ({name} is not rendered)", &c[1]));
+            }
+        }
+        for c in bare_release.captures_iter(&text) {
+            if &c[1] != "secrets-operator" {
+                missing.push(format!(
+                    "{file}: <release>-{} (the chart's objects are <release>-secrets-operator-…)",
+                    &c[1]
+                ));
+            }
+        }
+    }
+    assert!(checked >= 8, "only {checked} names checked");
+    assert!(
+        missing.is_empty(),
+        "names in the docs the chart does not render:\n{}\nrendered: {rendered:#?}",
+        missing.join("\n")
+    );
+}

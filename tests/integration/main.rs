@@ -24,6 +24,7 @@ mod layout;
 mod migrate;
 mod observability;
 mod push;
+mod quickstart;
 mod release;
 mod reload;
 mod security;
