@@ -8,7 +8,9 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Client;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{Event, EventType};
+
+use super::events::Recorder;
 
 use super::refs::{GlobalConfig, SecretReads};
 use super::reload::ConsumerIndex;

@@ -31,6 +31,7 @@ pub mod cloud_identities;
 pub mod conditions;
 pub mod context;
 pub mod error;
+pub mod events;
 pub mod instant;
 pub mod key;
 pub mod kms_dynamic_secret;

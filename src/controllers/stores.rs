@@ -32,7 +32,9 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::Api;
 use kube::core::ObjectMeta;
 use kube::runtime::WatchStreamExt;
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
+use kube::runtime::events::{Event as KubeEvent, EventType};
+
+use super::events::Recorder;
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, Resource};
 use serde::de::{DeserializeOwned, Deserializer};

@@ -18,8 +18,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use crate::controllers::events::Recorder;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::{Client, ResourceExt};
 
 use crate::api::kms_dynamic_secret::KmsDynamicSecret;

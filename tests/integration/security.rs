@@ -1126,3 +1126,82 @@ async fn bad_keys_and_target_names_are_named() {
     );
     assert!(secret(&client, &ns.name, "keys-out").await.is_none());
 }
+
+/// Each new cause is readable in `kubectl describe`: after `/` →
+/// `/does-not-exist` → `/` → `/empty/nope`, the Events about the resource
+/// name both missing folders, each in an Event of its own (one reason about
+/// one object used to be one series that kept the first note).
+#[tokio::test]
+async fn a_new_cause_of_the_same_reason_is_a_new_event() {
+    let client = harness::client().await;
+    let ns = TestNamespace::new(&client, "sec-events").await;
+    let kms = DevServer::start_with(&folder_seed(), &["--missing-folders-not-found"]).await;
+    create_secret(&client, &ns.name, "kms-credentials", credentials()).await;
+    let _op = Operator::start(&ns.name, &[&ns.name], &[]).await;
+    apply_cr(
+        &client,
+        &ns.name,
+        cr("moving", &kms.api(), "moving-out", universal()),
+    )
+    .await;
+    let have = expect(&[("A", "1")]);
+    wait_data(
+        &client,
+        &ns.name,
+        "moving-out",
+        &have,
+        Duration::from_secs(30),
+    )
+    .await;
+    let folder_events = || async {
+        harness::events_of(&client, &ns.name, "moving")
+            .await
+            .into_iter()
+            .filter(|(reason, _)| reason == "FolderNotFound")
+            .map(|(_, note)| note)
+            .collect::<Vec<_>>()
+    };
+    rescope(
+        &client,
+        &ns.name,
+        "moving",
+        "demo",
+        "dev",
+        "/does-not-exist",
+    )
+    .await;
+    let (reason, _) = not_ready(&client, &ns.name, "moving").await;
+    assert_eq!(reason, "FolderNotFound");
+    rescope(&client, &ns.name, "moving", "demo", "dev", "/").await;
+    wait_condition(
+        &client,
+        &ns.name,
+        "moving",
+        "Ready",
+        "True",
+        Duration::from_secs(30),
+    )
+    .await;
+    rescope(&client, &ns.name, "moving", "demo", "dev", "/empty/nope").await;
+    let both = wait_for(Duration::from_secs(30), || async {
+        let notes = folder_events().await;
+        (notes.iter().any(|n| n.contains("/does-not-exist"))
+            && notes.iter().any(|n| n.contains("/empty/nope")))
+        .then_some(notes)
+    })
+    .await;
+    let Some(notes) = both else {
+        let all = harness::events_of(&client, &ns.name, "moving").await;
+        panic!("the second missing folder is not in the Events: {all:#?}");
+    };
+    assert_eq!(notes.len(), 2, "{notes:#?}");
+    // The secret kept its data throughout.
+    wait_data(
+        &client,
+        &ns.name,
+        "moving-out",
+        &have,
+        Duration::from_secs(5),
+    )
+    .await;
+}
