@@ -322,7 +322,9 @@ impl<'a, 'env> Exec<'a, 'env> {
             match node {
                 Node::Text(text) => self.write(text.as_bytes())?,
                 Node::Action(pipe) => {
-                    let value = self.eval_pipeline(dot, pipe)?;
+                    let value = self
+                        .eval_pipeline(dot, pipe)
+                        .map_err(|e| in_go_terms(e, pipe, Place::Print))?;
                     if pipe.decl.is_empty() {
                         self.print(&value)?;
                     }
@@ -337,7 +339,9 @@ impl<'a, 'env> Exec<'a, 'env> {
                         Control::Range => self.walk_range(dot, pipe, list, else_list.as_deref())?,
                         _ => {
                             let mark = self.vars.len();
-                            let value = self.eval_pipeline(dot, pipe)?;
+                            let value = self
+                                .eval_pipeline(dot, pipe)
+                                .map_err(|e| in_go_terms(e, pipe, Place::Condition))?;
                             let flow = if value.truth() {
                                 if *kind == Control::With {
                                     self.walk(&value, list)?
@@ -868,13 +872,55 @@ fn eval_field(receiver: &V, name: &str, pos: usize) -> R<V> {
     }
 }
 
+/// How a missing-secret message ends until the action around it says what
+/// Go would have done ([`what_go_does`]).
+const MISSING_SECRET_NOTE: &str = " (a missing key is an error here)";
+
 /// The error for a secret key that is not in the data.
 pub(crate) fn missing_secret(name: &str, pos: usize) -> ExecError {
     ExecError {
         pos: Some(pos),
         kind: ErrorKind::Undefined,
-        message: format!(
-            "no secret {name:?} (a missing key is an error here, where Go prints `<no value>`)"
-        ),
+        message: format!("no secret {name:?}{MISSING_SECRET_NOTE}"),
     }
+}
+
+/// Where a pipeline's value goes: printed (or assigned), or tested by
+/// `if`/`with`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Place {
+    Print,
+    Condition,
+}
+
+/// What Go's text/template does with a missing key in `pipe`, for the
+/// missing-secret message: a bare `{{ .X.Value }}` prints `<no value>`, a
+/// bare `{{ if .X }}` is false, a value piped or passed to a function that
+/// needs one fails in Go too.
+fn what_go_does(pipe: &Pipe, place: Place) -> String {
+    let bare = pipe.cmds.len() == 1
+        && matches!(
+            pipe.cmds[0].args.as_slice(),
+            [Arg::Field(_) | Arg::Var(..) | Arg::Chain(..)]
+        );
+    let function = pipe.cmds.iter().find_map(|c| match c.args.first() {
+        Some(Arg::Ident(name)) => Some(name.as_str()),
+        _ => None,
+    });
+    let go = match (bare, place, function) {
+        (true, Place::Print, _) if pipe.decl.is_empty() => "Go prints `<no value>`".to_owned(),
+        (true, Place::Print, _) => "Go assigns no value".to_owned(),
+        (true, Place::Condition, _) => "Go takes it as false".to_owned(),
+        (false, _, Some(f)) => format!("Go fails too where `{f}` needs a value"),
+        (false, _, None) => return MISSING_SECRET_NOTE.to_owned(),
+    };
+    format!(" (a missing key is an error here; {go})")
+}
+
+/// `e`, its missing-secret note replaced by what Go does in `pipe`.
+fn in_go_terms(mut e: ExecError, pipe: &Pipe, place: Place) -> ExecError {
+    if let Some(head) = e.message.strip_suffix(MISSING_SECRET_NOTE) {
+        e.message = format!("{head}{}", what_go_does(pipe, place));
+    }
+    e
 }

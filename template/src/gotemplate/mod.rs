@@ -154,4 +154,24 @@ mod tests {
                 .contains("environment")
         );
     }
+
+    #[test]
+    fn a_missing_secret_says_what_go_would_do_with_the_expression() {
+        let said = |t: &str| run(t).unwrap_err();
+        let bare = said("{{ .MISSING.Value }}");
+        assert!(bare.contains(r#"no secret "MISSING""#), "{bare}");
+        assert!(bare.contains("Go prints `<no value>`"), "{bare}");
+        let piped = said("{{ .MISSING.Value | upper }}");
+        assert!(
+            piped.contains("Go fails too where `upper` needs a value"),
+            "{piped}"
+        );
+        assert!(!piped.contains("<no value>"), "{piped}");
+        let argument = said("{{ upper .MISSING.Value }}");
+        assert!(argument.contains("`upper`"), "{argument}");
+        let tested = said("{{ if .MISSING }}x{{ end }}");
+        assert!(tested.contains("Go takes it as false"), "{tested}");
+        let assigned = said("{{ $v := .MISSING.Value }}");
+        assert!(assigned.contains("Go assigns no value"), "{assigned}");
+    }
 }
