@@ -1,7 +1,7 @@
 //! Setting status conditions: `lastTransitionTime` moves only when the
 //! status flips, every condition carries `observedGeneration`, and comparing
 //! two condition lists ignores timestamps. An Event is due when `Ready`
-//! changes its status or reason ([`ready_changed`]), not at every resync
+//! changes its status, reason or cause ([`ready_changed`]), not at every resync
 //! and not for a first success.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -27,13 +27,31 @@ impl Status {
     }
 }
 
+/// Reasons of failures that pass by themselves, whose messages change from
+/// one attempt to the next (a rate limit's wait, a connection's error): a
+/// new message of theirs is no new cause.
+const PASSING_REASONS: [&str; 4] = [
+    "KMSRateLimited",
+    "KMSUnavailable",
+    "KMSUnreachable",
+    "FolderCheckFailed",
+];
+
 /// The `Ready` condition of `new` when its status or reason differs from
-/// the one in `old`, or when it appeared not `True`: what an Event
-/// announces. A first successful sync has no Event (the status says it, and
-/// at scale one Event per resource doubles the API writes); a first
-/// failure, a recovery and every later change have one.
+/// the one in `old`, or, while it is not `True`, its message (a new cause
+/// of the same reason: another missing folder); or when it appeared not
+/// `True`: what an Event announces. A first successful sync has no Event
+/// (the status says it, and at scale one Event per resource doubles the API
+/// writes); a first failure, a recovery and every later change have one.
 pub fn ready_changed<'a>(old: &[Condition], new: &'a [Condition]) -> Option<&'a Condition> {
-    let key = |c: Option<&Condition>| c.map(|c| (c.status.clone(), c.reason.clone()));
+    let key = |c: Option<&Condition>| {
+        c.map(|c| {
+            let cause = (c.status != Status::True.as_str()
+                && !PASSING_REASONS.contains(&c.reason.as_str()))
+            .then(|| c.message.clone());
+            (c.status.clone(), c.reason.clone(), cause)
+        })
+    };
     let before = get(old, crate::api::conditions::READY);
     let after = get(new, crate::api::conditions::READY)?;
     if before.is_none() && after.status == Status::True.as_str() {
@@ -117,7 +135,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_event_is_due_when_ready_changes_status_or_reason_only() {
+    fn an_event_is_due_when_ready_changes_status_reason_or_cause() {
         let now = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
         let with = |status, reason: &str, message: &str| {
             let mut c = Vec::new();
@@ -137,6 +155,19 @@ mod tests {
             Some("False")
         );
         assert!(ready_changed(&failed, &with(Status::False, "Forbidden", "403")).is_some());
+        // A new cause of the same reason has one; a passing failure's new
+        // wording does not.
+        let missing = with(Status::False, "FolderNotFound", "folder /a does not exist");
+        assert!(ready_changed(&missing, &missing).is_none());
+        assert!(
+            ready_changed(
+                &missing,
+                &with(Status::False, "FolderNotFound", "folder /b does not exist")
+            )
+            .is_some()
+        );
+        let limited = |s: &str| with(Status::False, "KMSRateLimited", s);
+        assert!(ready_changed(&limited("wait 3s"), &limited("wait 5s")).is_none());
         assert!(ready_changed(&synced, &[]).is_none());
         // A first failure and a recovery have one.
         assert!(ready_changed(&[], &failed).is_some());
