@@ -100,19 +100,61 @@ impl AuthMethod {
     }
 }
 
-/// Read the Secret `ns/name` that holds a method's credentials.
+impl AuthMethod {
+    /// What to check when the KMS refused a login with this method: where
+    /// its credentials come from, named.
+    pub fn refused_login_fix(&self) -> Option<String> {
+        Some(match self {
+            AuthMethod::Universal {
+                credentials: (ns, name),
+            } => format!(
+                "check clientId and clientSecret in Secret {ns}/{name} against the machine identity's \
+                 universal auth (a client secret made anew must be copied there)"
+            ),
+            AuthMethod::Ldap {
+                identity_id,
+                credentials: (ns, name),
+            } => format!(
+                "check username and password in Secret {ns}/{name} and the LDAP auth of identity \
+                 {identity_id}"
+            ),
+            AuthMethod::Kubernetes {
+                identity_id,
+                service_account: (ns, name),
+                ..
+            } => format!(
+                "check that the Kubernetes auth of identity {identity_id} allows ServiceAccount \
+                 {ns}/{name} (and its token's audiences)"
+            ),
+            AuthMethod::ServiceToken { secret: (ns, name) } => format!(
+                "check the service token in Secret {ns}/{name} (kmsToken): it may be revoked or expired"
+            ),
+            AuthMethod::Cloud { identity_id, .. } => {
+                format!("check that identity {identity_id} trusts the operator's cloud identity")
+            }
+            AuthMethod::Unsupported(_) => return None,
+        })
+    }
+}
+
+/// Read the Secret `ns/name` that holds a method's credentials (`keys`, as
+/// the fix names them).
 async fn credentials_secret(
     ctx: &Context,
     ns: &str,
     name: &str,
     what: &str,
+    keys: &str,
 ) -> Result<Arc<Secret>, SyncError> {
     ctx.referenced
         .get(&ctx.client, ns, name)
         .await?
         .ok_or_else(|| SyncError::Reference {
             reason: "CredentialsNotFound",
-            message: format!("{what} Secret {ns}/{name} not found"),
+            message: format!(
+                "{what} Secret {ns}/{name} not found: create it with the keys {keys}, or point the \
+                 resource's reference at the Secret that has them"
+            ),
         })
 }
 
@@ -144,7 +186,7 @@ pub async fn universal_credentials(
     name: &str,
 ) -> Result<Credentials, SyncError> {
     let what = "credentials";
-    let secret = credentials_secret(ctx, ns, name, what).await?;
+    let secret = credentials_secret(ctx, ns, name, what, "clientId and clientSecret").await?;
     Ok(Credentials::UniversalAuth {
         client_id: secret_key(&secret, ns, name, &["clientId"], what)?,
         client_secret: secret_key(&secret, ns, name, &["clientSecret"], what)?.into(),
@@ -248,7 +290,7 @@ pub async fn credentials(ctx: &Context, method: &AuthMethod) -> Result<Credentia
             credentials: (ns, name),
         } => {
             let what = "LDAP credentials";
-            let secret = credentials_secret(ctx, ns, name, what).await?;
+            let secret = credentials_secret(ctx, ns, name, what, "username and password").await?;
             Ok(Credentials::Ldap {
                 identity_id: identity_id.clone(),
                 username: secret_key(&secret, ns, name, &["username"], what)?,
@@ -257,7 +299,7 @@ pub async fn credentials(ctx: &Context, method: &AuthMethod) -> Result<Credentia
         }
         AuthMethod::ServiceToken { secret: (ns, name) } => {
             let what = "service token";
-            let secret = credentials_secret(ctx, ns, name, what).await?;
+            let secret = credentials_secret(ctx, ns, name, what, "kmsToken").await?;
             let token = secret_key(&secret, ns, name, &["kmsToken", "infisicalToken"], what)?;
             let clean: String = token.chars().filter(|c| !c.is_whitespace()).collect();
             if !clean.starts_with("st.") || clean.split('.').count() < 3 {

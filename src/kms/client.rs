@@ -386,7 +386,7 @@ impl Kms {
                         }),
                     }
                 }
-                Err(e) => Err(transport_error(&endpoint.host, &e)),
+                Err(e) => Err(transport_error(&endpoint.origin, &e)),
             };
             let status = outcome.as_ref().ok().map(|r| r.status.as_u16());
             self.metrics.kms_request(route, status, t0.elapsed());

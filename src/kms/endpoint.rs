@@ -83,7 +83,9 @@ pub fn normalize_base(input: &str) -> Result<String, KmsError> {
     }
     let url = url::Url::parse(trimmed).map_err(|e| invalid(&e.to_string()))?;
     if url.scheme() != "http" && url.scheme() != "https" {
-        return Err(invalid("the scheme must be http or https"));
+        return Err(invalid(
+            "the scheme must be http or https: write it as http:// or https://<host>/api",
+        ));
     }
     if url.host_str().is_none_or(str::is_empty) {
         return Err(invalid("no host"));

@@ -40,7 +40,10 @@ pub enum KmsError {
     #[error("invalid CA bundle: {0}")]
     InvalidCa(String),
     /// The connection failed or timed out.
-    #[error("cannot reach the KMS at {host}: {reason}")]
+    #[error(
+        "cannot reach the KMS at {host}: {reason}; check the KMS address (spec.hostAPI, or hostAPI in \
+         the kms-config ConfigMap) and that the operator's pods can reach it"
+    )]
     Transport {
         /// The host that could not be reached.
         host: String,

@@ -189,7 +189,7 @@ impl Kms {
             .json(&body)
             .send()
             .await
-            .map_err(|e| super::client::transport_error(&identity.endpoint.host, &e))?;
+            .map_err(|e| super::client::transport_error(&identity.endpoint.origin, &e))?;
         let status = response.status();
         self.record_request(SUBSCRIBE, Some(status.as_u16()), started.elapsed());
         if !status.is_success() {

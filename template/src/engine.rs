@@ -295,7 +295,7 @@ impl Engine {
         self.env
             .template_from_named_str(field, source)
             .map(|_| ())
-            .map_err(|err| translate(field, &err, &SecretData::new(), false))
+            .map_err(|err| translate(field, source, &err, &SecretData::new(), false))
     }
 
     /// Renders a template to text, with a budget of its own. Binary output
@@ -592,7 +592,7 @@ impl Engine {
         let env = self.env_for(allowance);
         let template = env
             .template_from_named_str(field, source)
-            .map_err(|err| translate(field, &err, data, false))?;
+            .map_err(|err| translate(field, source, &err, data, false))?;
         let limit = self.limits.output_bytes;
         let _scope = Scope::enter(&budget.canceller());
         let (result, writer) = stacker::grow(RENDER_STACK_BYTES, || {
@@ -614,7 +614,7 @@ impl Engine {
                     let used = state.fuel_levels().map_or(0, |(consumed, _)| consumed);
                     (parts, used)
                 })
-                .map_err(|err| translate(field, &err, data, true));
+                .map_err(|err| translate(field, source, &err, data, true));
             (result, writer)
         });
         budget.spend(match &result {
@@ -656,8 +656,7 @@ fn go_error(
     err: gotemplate::GoError,
     data: &SecretData,
 ) -> TemplateError {
-    let line = err.pos.map(|pos| line_of(source, pos));
-    TemplateError::new(field, line, err.kind, scrub(&err.message, data))
+    TemplateError::new(field, None, err.kind, scrub(&err.message, data)).at(source, err.pos)
 }
 
 /// Takes `fuel` from `budget`, or fails (the budget spent) when it has less.
@@ -889,6 +888,21 @@ fn undefined_message(detail: &str, rendering: bool) -> String {
 
 /// Maps a minijinja error to a [`TemplateError`].
 fn translate(
+    field: &str,
+    source: &str,
+    err: &minijinja::Error,
+    data: &SecretData,
+    rendering: bool,
+) -> TemplateError {
+    let at = |e: TemplateError| match err.range() {
+        Some(range) => e.at(source, Some(range.start)),
+        None => e,
+    };
+    at(translate_kind(field, err, data, rendering))
+}
+
+/// [`translate`] without the position.
+fn translate_kind(
     field: &str,
     err: &minijinja::Error,
     data: &SecretData,

@@ -77,6 +77,8 @@ pub struct TemplateError {
     pub field: String,
     /// The 1-based line in the template, when known.
     pub line: Option<usize>,
+    /// The 1-based column (in characters) in that line, when known.
+    pub column: Option<usize>,
     /// What went wrong.
     pub kind: ErrorKind,
     /// The cause, without the field and line.
@@ -93,17 +95,39 @@ impl TemplateError {
         TemplateError {
             field: field.to_owned(),
             line,
+            column: None,
             kind,
             message: message.into(),
         }
+    }
+
+    /// The error, with the line and column of the byte offset `pos` of
+    /// `source` (the line stays when `pos` is unknown).
+    pub(crate) fn at(mut self, source: &str, pos: Option<usize>) -> Self {
+        if let Some(pos) = pos {
+            let pos = pos.min(source.len());
+            let pos = (0..=pos)
+                .rev()
+                .find(|p| source.is_char_boundary(*p))
+                .unwrap_or(0);
+            let start = source[..pos].rfind('\n').map_or(0, |i| i + 1);
+            self.line = Some(source[..pos].matches('\n').count() + 1);
+            self.column = Some(source[start..pos].chars().count() + 1);
+        }
+        self
     }
 }
 
 impl fmt::Display for TemplateError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.line {
-            Some(line) => write!(f, "{} line {}: {}", self.field, line, self.message),
-            None => write!(f, "{}: {}", self.field, self.message),
+        match (self.line, self.column) {
+            (Some(line), Some(column)) => write!(
+                f,
+                "{} line {line}, column {column}: {}",
+                self.field, self.message
+            ),
+            (Some(line), None) => write!(f, "{} line {line}: {}", self.field, self.message),
+            _ => write!(f, "{}: {}", self.field, self.message),
         }
     }
 }

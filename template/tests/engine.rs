@@ -52,11 +52,12 @@ fn undefined_is_an_error_naming_the_expression() {
     let e = err("line one\n{{ MISSING.Value }}", &d);
     assert_eq!(e.kind, ErrorKind::Undefined);
     assert_eq!(e.line, Some(2));
+    assert_eq!(e.column, Some(4), "{e}");
     assert!(e.message.contains("MISSING"), "{e}");
     assert_eq!(e.field, "template.data.test");
     assert!(
         e.to_string()
-            .starts_with("template.data.test line 2: undefined value"),
+            .starts_with("template.data.test line 2, column 4: undefined value"),
         "{e}"
     );
 }
@@ -120,9 +121,10 @@ fn go_syntax_renders_with_go_semantics() {
     // A Go template that uses an unknown function fails when parsed.
     let e = err("a\nb\n{{ fn .A .B }}", &d);
     assert_eq!(e.kind, ErrorKind::UnknownFunction, "{e}");
-    assert_eq!(e.line, Some(3));
+    assert_eq!((e.line, e.column), (Some(3), Some(4)), "{e}");
     assert!(
-        e.to_string().starts_with("template.data.test line 3: "),
+        e.to_string()
+            .starts_with("template.data.test line 3, column 4: "),
         "{e}"
     );
     // A missing key is an error, as documented (Go would print `<no value>`).

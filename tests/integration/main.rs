@@ -22,6 +22,7 @@ mod kms_secret;
 mod kms_secret_extras;
 mod layout;
 mod migrate;
+mod mistakes;
 mod observability;
 mod push;
 mod quickstart;

@@ -304,12 +304,7 @@ fn last_record(
 
 /// How a scope is named in messages: project, environment, folder.
 fn describe_scope(scope: &crate::kms::Scope) -> String {
-    use crate::kms::ProjectRef;
-    let project = match &scope.project {
-        ProjectRef::Slug(s) => format!("project {s}"),
-        ProjectRef::Id(id) => format!("project id {id}"),
-        ProjectRef::OfServiceToken => "the service token's project".to_owned(),
-    };
+    let project = project_of(scope);
     let folder = if scope.recursive {
         format!("folder {} and its sub-folders", scope.path)
     } else {
@@ -333,37 +328,86 @@ async fn confirm_folder(
     scope: &crate::kms::Scope,
 ) -> Result<(), SyncError> {
     use crate::kms::folders::FolderCheck;
-    let keep = "the targets keep their data and none was created";
     match ctx.kms.check_folder(identity, scope).await {
         Ok(FolderCheck::Exists) => Ok(()),
-        Ok(FolderCheck::MissingEnvironment) => Err(SyncError::Folder {
-            reason: "EnvironmentNotFound",
-            message: format!(
-                "environment {} does not exist ({}); {keep}",
-                scope.environment,
-                describe_scope(scope)
-            ),
-            transient: false,
-        }),
-        Ok(FolderCheck::MissingFolder) => Err(SyncError::Folder {
-            reason: "FolderNotFound",
-            message: format!(
-                "folder {} does not exist in environment {} ({}); {keep}",
-                scope.path,
-                scope.environment,
-                describe_scope(scope)
-            ),
-            transient: false,
-        }),
+        Ok(FolderCheck::MissingEnvironment) => Err(missing_environment(scope)),
+        Ok(FolderCheck::MissingFolder) => Err(missing_folder(scope)),
         Err(e) => Err(SyncError::Folder {
             reason: "FolderCheckFailed",
             message: format!(
                 "the KMS listed no secrets for {}, and whether that folder exists could not be checked \
-                 (the identity needs to read the project and its folders): {e}; {keep}",
+                 (the identity needs to read the project and its folders): {e}; {KEPT}",
                 describe_scope(scope)
             ),
             transient: e.is_transient(),
         }),
+    }
+}
+
+/// The KMS answered a list with 404 (current servers, for a project,
+/// environment or folder that does not exist): find out which, to say
+/// which field to fix. When the check cannot tell, the KMS's answer stands.
+async fn missing_part(
+    ctx: &Context,
+    identity: &crate::kms::Identity,
+    scope: &crate::kms::Scope,
+    error: crate::kms::KmsError,
+) -> SyncError {
+    use crate::kms::folders::FolderCheck;
+    match ctx.kms.check_folder(identity, scope).await {
+        Ok(FolderCheck::MissingEnvironment) => missing_environment(scope),
+        Ok(FolderCheck::MissingFolder) => missing_folder(scope),
+        Err(crate::kms::KmsError::Api { status: 404, .. }) => SyncError::Folder {
+            reason: "ProjectNotFound",
+            message: format!(
+                "{} was not found, or the identity is not a member of it ({}); check \
+                 secretsScope.projectSlug (or projectId) and the identity's project access; {KEPT}",
+                project_of(scope),
+                describe_scope(scope)
+            ),
+            transient: false,
+        },
+        Ok(FolderCheck::Exists) | Err(_) => SyncError::KmsScope {
+            error,
+            scope: describe_scope(scope),
+        },
+    }
+}
+
+/// What a missing scope leaves alone.
+const KEPT: &str = "the targets keep their data and none was created";
+
+fn project_of(scope: &crate::kms::Scope) -> String {
+    match &scope.project {
+        crate::kms::ProjectRef::Slug(s) => format!("project {s}"),
+        crate::kms::ProjectRef::Id(id) => format!("project id {id}"),
+        crate::kms::ProjectRef::OfServiceToken => "the service token's project".to_owned(),
+    }
+}
+
+fn missing_environment(scope: &crate::kms::Scope) -> SyncError {
+    SyncError::Folder {
+        reason: "EnvironmentNotFound",
+        message: format!(
+            "environment {} does not exist ({}); check secretsScope.envSlug against the project's \
+             environments; {KEPT}",
+            scope.environment,
+            describe_scope(scope)
+        ),
+        transient: false,
+    }
+}
+
+fn missing_folder(scope: &crate::kms::Scope) -> SyncError {
+    SyncError::Folder {
+        reason: "FolderNotFound",
+        message: format!(
+            "folder {} does not exist in environment {} ({}); check secretsScope.secretsPath; {KEPT}",
+            scope.path,
+            scope.environment,
+            describe_scope(scope)
+        ),
+        transient: false,
     }
 }
 
@@ -854,16 +898,35 @@ async fn fetch_scope(
     // or one it joined the stream too late to hear).
     let not_before = this.instant.not_before(req.key, SHARE_WINDOW);
     let result = tokio::select! {
-        r = ctx.kms.fetch(identity, scope, req.etag, not_before) => r.map_err(|e| match e {
-            // A service token has no login: a refused token shows here.
-            crate::kms::KmsError::Api { status: 401 | 403, .. }
-                if matches!(identity.credentials, crate::kms::Credentials::ServiceToken { .. }) =>
-            {
-                SyncError::Auth(e)
-            }
-            error => SyncError::KmsScope { error, scope: describe_scope(scope) },
-        })?,
+        r = ctx.kms.fetch(identity, scope, req.etag, not_before) => r,
         () = cancel.cancelled() => return Err(SyncError::NotOwner),
+    };
+    let result = match result {
+        Ok(result) => result,
+        // A service token has no login: a refused token shows here.
+        Err(
+            e @ crate::kms::KmsError::Api {
+                status: 401 | 403, ..
+            },
+        ) if matches!(
+            identity.credentials,
+            crate::kms::Credentials::ServiceToken { .. }
+        ) =>
+        {
+            return Err(SyncError::Auth(e));
+        }
+        Err(error @ crate::kms::KmsError::Api { status: 404, .. }) => {
+            return Err(tokio::select! {
+                e = missing_part(ctx, identity, scope, error) => e,
+                () = cancel.cancelled() => SyncError::NotOwner,
+            });
+        }
+        Err(error) => {
+            return Err(SyncError::KmsScope {
+                error,
+                scope: describe_scope(scope),
+            });
+        }
     };
     match &*result {
         Fetch::NotModified => Ok(None),
@@ -1075,7 +1138,16 @@ fn next_status(
             status.synced_keys = s.synced_keys.or(status.synced_keys);
             instant_updates_condition(c, s.stream.as_ref(), generation, now);
         }
-        Err(e) => failure_conditions(c, e, auth_method, throttled_in_step, generation, now),
+        Err(e) => {
+            let fix = login_fix(cr, e);
+            let failure = Failure {
+                error: e,
+                fix: fix.as_deref(),
+                auth_method,
+                throttled_in_step,
+            };
+            failure_conditions(c, &failure, generation, now);
+        }
     }
     match outcome {
         Ok(_) => {
@@ -1154,17 +1226,42 @@ fn instant_updates_condition(
     }
 }
 
+/// What to check when the KMS refused the resource's login, naming where
+/// its credentials come from.
+fn login_fix(cr: &KmsSecret, e: &SyncError) -> Option<String> {
+    if e.reason() != "AuthenticationFailed" {
+        return None;
+    }
+    let ns = cr.namespace().unwrap_or_default();
+    plan::auth_choice(&cr.spec, &ns, true)
+        .ok()?
+        .method
+        .refused_login_fix()
+}
+
+/// A failed sync, as its conditions tell it.
+struct Failure<'a> {
+    error: &'a SyncError,
+    /// What to do about it, when the error alone does not say.
+    fix: Option<&'a str>,
+    auth_method: &'a str,
+    /// Only throttled, while the targets are in step with the spec.
+    throttled_in_step: bool,
+}
+
 /// The conditions of a failed sync: the login's (when it failed), the
 /// sync's and `Ready` (unless only throttled while in step).
 fn failure_conditions(
     c: &mut Vec<crate::api::common::Condition>,
-    e: &SyncError,
-    auth_method: &str,
-    throttled_in_step: bool,
+    f: &Failure<'_>,
     generation: Option<i64>,
     now: &Time,
 ) {
-    let message = conditions::bounded(&e.to_string());
+    let (e, auth_method, throttled_in_step) = (f.error, f.auth_method, f.throttled_in_step);
+    let message = match f.fix {
+        Some(fix) => conditions::bounded(&format!("{e}; {fix}")),
+        None => conditions::bounded(&e.to_string()),
+    };
     let auth_failure = matches!(e, SyncError::Auth(_))
         || matches!(e, SyncError::Reference { reason, .. } if reason.starts_with("Credentials"));
     if auth_failure {
