@@ -1,6 +1,7 @@
 //! The health and metrics endpoints: `/healthz` (the process is alive),
 //! `/readyz` (the watches have synced; owning a shard is not required, so
-//! replicas beyond the shard count are still ready) and `/metrics`
+//! replicas beyond the shard count are still ready; a `503` says why not,
+//! e.g. which CRD is not installed) and `/metrics`
 //! (Prometheus text format). Health and metrics may share one address.
 //!
 //! With `--metrics-tls`, `/metrics` is served over HTTPS (a certificate from
@@ -49,8 +50,8 @@ pub fn check_exposure(addr: &BindAddr, tls: bool, insecure: bool) -> anyhow::Res
     }
 }
 
-/// Readiness check.
-pub type ReadyFn = Arc<dyn Fn() -> bool + Send + Sync>;
+/// Readiness check: ready, or why not (the body of a `503`).
+pub type ReadyFn = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 
 /// How `/metrics` is protected.
 #[derive(Clone, Debug, Default)]
@@ -73,10 +74,9 @@ fn health_routes(ready: ReadyFn) -> Router {
             get(move || {
                 let ready = ready.clone();
                 async move {
-                    if ready() {
-                        (StatusCode::OK, "ok")
-                    } else {
-                        (StatusCode::SERVICE_UNAVAILABLE, "caches not synced")
+                    match ready() {
+                        Ok(()) => (StatusCode::OK, "ok".to_owned()),
+                        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
                     }
                 }
             }),

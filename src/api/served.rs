@@ -17,9 +17,10 @@
 //! and the `involvedObject` of Events. At start the operator reads the
 //! served kinds once from API discovery (`GET /apis/secrets.hanzo.ai/v1alpha1`,
 //! which every authenticated client may read) and every write takes its kind
-//! from [`ServedKinds`]. When a resource is not served at all the operator
-//! refuses to start ([`ServedError`]): guessing a spelling would only move
-//! the failure to the first write.
+//! from [`ServedKinds`]. While a resource is not served at all the operator
+//! waits for its CRD, and says which in its log and on `/readyz`
+//! ([`ServedError`]): guessing a spelling would only move the failure to
+//! the first write.
 
 use std::borrow::Cow;
 use std::time::Duration;
@@ -31,30 +32,34 @@ use serde_json::{Value, json};
 
 use super::{GROUP, KmsDynamicSecret, KmsPushSecret, KmsSecret, VERSION};
 
-/// How long discovery is retried at start (a CRD applied just before the
-/// operator starts may take a moment to be served).
-const DISCOVERY_PATIENCE: Duration = Duration::from_secs(30);
+/// The longest wait between two discoveries while the CRDs are missing.
+const DISCOVERY_BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 /// Why the served kinds could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ServedError {
-    /// Discovery of the group failed (not served at all, or the API server
-    /// is unreachable).
+    /// Discovery of the group failed (the API server is unreachable, or
+    /// answered with an error).
     #[error(
         "could not read the API group {GROUP}/{VERSION} from the API server ({0}); are the CRDs \
          installed? (crds/ or the chart with installCRDs=true)"
     )]
     Discovery(String),
-    /// The group is served but one of our resources is not.
+    /// Some of our resources are not served (all of them when the group is
+    /// not served at all).
     #[error(
-        "the API server does not serve {plural}.{GROUP}/{VERSION}; install the CRDs (crds/ or the \
-         chart with installCRDs=true)"
+        "the CRDs of {} are not installed (the API server does not serve them): install them \
+         (crds/*.yaml, or the chart with installCRDs=true)",
+        .plurals.iter().map(|p| format!("{p}.{GROUP}")).collect::<Vec<_>>().join(", ")
     )]
     Missing {
-        /// The resource's plural.
-        plural: String,
+        /// The plurals of the resources not served.
+        plurals: Vec<String>,
     },
 }
+
+/// The plurals of the three resources.
+const OURS: [&str; 3] = ["kmssecrets", "kmspushsecrets", "kmsdynamicsecrets"];
 
 /// The kinds, as the cluster serves them, of `kmssecrets`, `kmspushsecrets`
 /// and `kmsdynamicsecrets`. [`Default`] is our own spelling (for tests and
@@ -77,22 +82,33 @@ impl Default for ServedKinds {
 }
 
 impl ServedKinds {
-    /// Read the served kinds from API discovery, retrying for a while when
-    /// the group or one of the resources is not served yet.
-    pub async fn discover(client: &Client) -> Result<Self, ServedError> {
-        let deadline = tokio::time::Instant::now() + DISCOVERY_PATIENCE;
+    /// Read the served kinds from API discovery, waiting (with a backoff up
+    /// to 30 s) while the group or one of the resources is not served;
+    /// `waiting` hears why at each attempt, and `None` once they are.
+    pub async fn discover(client: &Client, waiting: impl Fn(Option<&ServedError>)) -> Self {
+        let mut pause = Duration::from_secs(1);
         loop {
-            let result = client
+            let result = match client
                 .list_api_group_resources(&format!("{GROUP}/{VERSION}"))
                 .await
-                .map_err(|e| ServedError::Discovery(e.to_string()))
-                .and_then(|list| Self::from_resources(&list));
+            {
+                Ok(list) => Self::from_resources(&list),
+                // The group is not served: none of the CRDs is installed.
+                Err(kube::Error::Api(s)) if s.code == 404 => Err(ServedError::Missing {
+                    plurals: OURS.iter().map(|p| (*p).to_owned()).collect(),
+                }),
+                Err(e) => Err(ServedError::Discovery(e.to_string())),
+            };
             match result {
-                Ok(kinds) => return Ok(kinds),
-                Err(e) if tokio::time::Instant::now() >= deadline => return Err(e),
+                Ok(kinds) => {
+                    waiting(None);
+                    return kinds;
+                }
                 Err(e) => {
-                    tracing::warn!(error = %e, "the custom resources are not served yet; retrying");
-                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    tracing::warn!(error = %e, "waiting for the custom resources to be served");
+                    waiting(Some(&e));
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(DISCOVERY_BACKOFF_MAX);
                 }
             }
         }
@@ -105,15 +121,26 @@ impl ServedKinds {
                 .iter()
                 .find(|r| r.name == plural)
                 .map(|r| r.kind.clone())
-                .ok_or_else(|| ServedError::Missing {
-                    plural: plural.into_owned(),
-                })
         };
-        Ok(Self {
-            kms_secret: kind(KmsSecret::plural(&()))?,
-            kms_push_secret: kind(KmsPushSecret::plural(&()))?,
-            kms_dynamic_secret: kind(KmsDynamicSecret::plural(&()))?,
-        })
+        match (
+            kind(KmsSecret::plural(&())),
+            kind(KmsPushSecret::plural(&())),
+            kind(KmsDynamicSecret::plural(&())),
+        ) {
+            (Some(kms_secret), Some(kms_push_secret), Some(kms_dynamic_secret)) => Ok(Self {
+                kms_secret,
+                kms_push_secret,
+                kms_dynamic_secret,
+            }),
+            found => Err(ServedError::Missing {
+                plurals: [found.0.is_none(), found.1.is_none(), found.2.is_none()]
+                    .into_iter()
+                    .zip(OURS)
+                    .filter(|(missing, _)| *missing)
+                    .map(|(_, p)| p.to_owned())
+                    .collect(),
+            }),
+        }
     }
 
     /// Whether any kind is spelled other than ours (a cluster taken over
@@ -250,7 +277,15 @@ mod tests {
         let e = ServedKinds::from_resources(&partial).unwrap_err();
         assert!(
             e.to_string()
-                .contains("does not serve kmsdynamicsecrets.secrets.hanzo.ai/v1alpha1"),
+                .starts_with("the CRDs of kmsdynamicsecrets.secrets.hanzo.ai are not installed"),
+            "{e}"
+        );
+        let e = ServedKinds::from_resources(&list(&[])).unwrap_err();
+        assert!(
+            e.to_string().contains(
+                "kmssecrets.secrets.hanzo.ai, kmspushsecrets.secrets.hanzo.ai, \
+                 kmsdynamicsecrets.secrets.hanzo.ai are not installed"
+            ),
             "{e}"
         );
     }

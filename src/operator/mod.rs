@@ -59,12 +59,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let metrics = Metrics::new(args.shards);
     // Ready means the workers run: set once every cache has its initial list
     // and the workers are started. Asking never touches the caches.
-    let started = Arc::new(AtomicBool::new(false));
-    let (control, servers) = start_control(&args, &metrics, started.clone()).await?;
+    let readiness = Arc::new(Readiness::default());
+    let (control, servers) = start_control(&args, &metrics, readiness.clone()).await?;
 
     // Every write carries the kind the cluster serves (ours, or the Go
-    // operator's spelling after a hand-over in place); no CRDs, no start.
-    let served = ServedKinds::discover(&client).await?;
+    // operator's spelling after a hand-over in place); no CRDs, no start:
+    // it waits for them, and /readyz says which are missing.
+    let served = ServedKinds::discover(&client, |why| {
+        readiness.waiting_for(why.map(|e| e.to_string()))
+    })
+    .await;
     if served.is_legacy() {
         tracing::info!(kinds = ?served, "the CRDs serve the Hanzo Go operator's kind spelling; writing with it");
     }
@@ -111,7 +115,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         .map(|k| k.clone().start(ctx.clone()))
         .collect();
     tracing::info!("workers started; ready");
-    started.store(true, Ordering::Release);
+    readiness.started.store(true, Ordering::Release);
 
     let shard_moves = ShardMoves {
         coordinator: &coordinator,
@@ -136,12 +140,36 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 /// The control runtime, and the health and metrics servers started on it:
 /// probes are answered (not ready until `started`) from the start, however
 /// long discovery and the first lists take.
+/// Whether the replica is ready (its caches synced and its workers
+/// started), and what it waits for until then.
+#[derive(Default)]
+struct Readiness {
+    started: AtomicBool,
+    waiting: std::sync::Mutex<Option<String>>,
+}
+
+impl Readiness {
+    fn waiting_for(&self, why: Option<String>) {
+        *self.waiting.lock().unwrap_or_else(|e| e.into_inner()) = why;
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.started.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        Err(waiting
+            .clone()
+            .unwrap_or_else(|| "caches not synced".to_owned()))
+    }
+}
+
 async fn start_control(
     args: &RunArgs,
     metrics: &Metrics,
-    started: Arc<AtomicBool>,
+    readiness: Arc<Readiness>,
 ) -> anyhow::Result<(control::Control, tokio::task::JoinHandle<()>)> {
-    let ready: server::ReadyFn = Arc::new(move || started.load(Ordering::Acquire));
+    let ready: server::ReadyFn = Arc::new(move || readiness.check());
     let tls = server::MetricsTls {
         enabled: args.metrics_tls,
         cert_dir: args.metrics_cert_path.clone(),

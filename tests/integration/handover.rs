@@ -54,12 +54,12 @@ const GO_VERSION: &str = "W/\"secrets-262-5D1E2C7A\"";
 
 /// A control plane of this test's own, stopped (and its directory removed)
 /// on drop.
-struct ControlPlane {
+pub(crate) struct ControlPlane {
     dir: TempDir,
 }
 
 impl ControlPlane {
-    fn up() -> Self {
+    pub(crate) fn up() -> Self {
         let dir = TempDir::new("handover-cp");
         let out = Command::new(harness::repo().join("tests/testenv/testenv"))
             .arg("up")
@@ -74,11 +74,11 @@ impl ControlPlane {
         Self { dir }
     }
 
-    fn kubeconfig(&self) -> PathBuf {
+    pub(crate) fn kubeconfig(&self) -> PathBuf {
         self.dir.0.join("kubeconfig")
     }
 
-    async fn client(&self) -> Client {
+    pub(crate) async fn client(&self) -> Client {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let kubeconfig = Kubeconfig::read_from(self.kubeconfig()).expect("kubeconfig");
         let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())

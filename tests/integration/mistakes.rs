@@ -186,6 +186,7 @@ async fn the_first_hour_mistakes_explain_themselves_and_touch_nothing() {
     }
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns.name);
     let mut wrong = Vec::new();
+    let mut seen = Vec::new();
     for m in &mistakes {
         let (_, reason, message) = wait_condition(
             &client,
@@ -224,12 +225,40 @@ async fn the_first_hour_mistakes_explain_themselves_and_touch_nothing() {
             ));
         }
         println!("{:<22} {reason}: {message}", m.name);
+        seen.push((m, message));
     }
     assert!(
         wrong.is_empty(),
         "mistakes that do not explain themselves:\n{}",
         wrong.join("\n")
     );
+    // docs/troubleshooting.md quotes each message: its reason, and its
+    // words other than this run's namespaces and addresses.
+    let page = std::fs::read_to_string(harness::repo().join("docs/troubleshooting.md")).unwrap();
+    for (m, message) in &seen {
+        assert!(
+            page.contains(&format!("{}: ", m.reason)),
+            "{}: {} is not quoted",
+            m.name,
+            m.reason
+        );
+        let words = message
+            .split([';', ':', '(', ')'])
+            .map(str::trim)
+            .filter(|w| {
+                w.len() > 12
+                    && !w.contains(&ns_name)
+                    && !w.contains("127.0.0.1")
+                    && !w.contains("mistakes")
+            });
+        for w in words {
+            assert!(
+                page.contains(w),
+                "docs/troubleshooting.md does not quote {}: {w:?}",
+                m.name
+            );
+        }
+    }
     // Nothing written: no target created, the taken Secret as it was.
     for m in mistakes.iter().filter(|m| m.name != "taken") {
         let target = format!("{}-out", m.name);
@@ -245,4 +274,64 @@ async fn the_first_hour_mistakes_explain_themselves_and_touch_nothing() {
         [("OWNER".to_owned(), "someone else".to_owned())].into(),
         "the taken Secret was changed"
     );
+}
+
+/// The tenth mistake: the CRDs are not installed. The operator does not
+/// exit: it says which CRDs are missing in its log and on `/readyz` (a
+/// `503` whose body names them), and starts once they are applied.
+#[tokio::test]
+async fn without_the_crds_the_operator_waits_and_says_which() {
+    let plane = crate::handover::ControlPlane::up();
+    let kubeconfig = plane.kubeconfig();
+    let kubeconfig = kubeconfig.to_str().unwrap();
+    let mut op = crate::support::Operator::spawn(
+        "default",
+        &["default"],
+        &[],
+        &[("KUBECONFIG", Some(kubeconfig))],
+    );
+    let missing = "the CRDs of kmssecrets.secrets.hanzo.ai, kmspushsecrets.secrets.hanzo.ai, \
+                   kmsdynamicsecrets.secrets.hanzo.ai are not installed";
+    let http = reqwest::Client::new();
+    let readyz = || async {
+        for addr in op.served() {
+            if let Ok(r) = http.get(format!("http://{addr}/readyz")).send().await {
+                return Some((r.status().as_u16(), r.text().await.unwrap_or_default()));
+            }
+        }
+        None
+    };
+    let said = wait_for(Duration::from_secs(30), || async {
+        readyz()
+            .await
+            .filter(|(code, body)| *code == 503 && body.contains(missing))
+    })
+    .await;
+    assert!(
+        said.is_some(),
+        "/readyz does not name the missing CRDs: {:?}\n{}",
+        readyz().await,
+        op.output.text()
+    );
+    assert!(op.output.text().contains(missing), "{}", op.output.text());
+    assert!(op.pid().is_some(), "the operator exited");
+    // Installed, the operator starts without a restart.
+    let crds = std::process::Command::new(crate::support::binary())
+        .arg("crds")
+        .output()
+        .expect("kms-operator crds");
+    let mut apply = std::process::Command::new(crate::helm::kubectl_binary())
+        .args(["apply", "--server-side", "-f", "-"])
+        .env("KUBECONFIG", kubeconfig)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("kubectl apply");
+    {
+        use std::io::Write as _;
+        apply.stdin.take().unwrap().write_all(&crds.stdout).unwrap();
+    }
+    assert!(apply.wait().unwrap().success(), "kubectl apply of the CRDs");
+    op.ready().await;
+    op.stop();
 }
