@@ -234,7 +234,7 @@ async fn two_replicas_expose_consistent_metrics_and_status() {
         async move {
             let out = tokio::process::Command::new(binary())
                 .env("KUBECONFIG", harness::kubeconfig())
-                .args(["status", "--pod-namespace", &ns, "--output", output])
+                .args(["status", "-A", "--pod-namespace", &ns, "--output", output])
                 .output()
                 .await
                 .unwrap();
