@@ -189,8 +189,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_new_note_starts_a_new_event_and_the_same_note_continues_its_series() {
+    #[tokio::test]
+    async fn a_new_note_starts_a_new_event_and_the_same_note_continues_its_series() {
         let r = recorder();
         let t0 = Timestamp::from_second(1_000_000).unwrap();
         let remember = |key: Key, e: &K8sEvent| {
