@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Render the dashboard's main panels into docs/img/*.png from the query
-# results of the node scenario s9 (target/node-prometheus/panels.json):
+# Plot the dashboard's main queries into docs/img/panels-*.png from the
+# query results of the node scenario s9 (target/node-prometheus/panels.json;
+# plots of what Prometheus answered, not screenshots of Grafana):
 #
 #   KMS_TESTENV_CACHE=... tests/testenv/testenv up DIR --node
 #   scripts/image.sh --tag dev --import DIR
