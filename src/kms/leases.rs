@@ -119,7 +119,41 @@ fn lease_of(route: &'static str, b: LeaseBody) -> Result<Lease, KmsError> {
     })
 }
 
+/// The body of a lease request: where the dynamic secret is, and the TTL
+/// asked for (the default when `None`).
+fn lease_body(target: &LeaseTarget, ttl: Option<&str>) -> serde_json::Value {
+    let mut body = serde_json::json!({
+        "projectSlug": target.project_slug,
+        "environmentSlug": target.environment,
+        "path": target.path,
+    });
+    if let Some(ttl) = ttl {
+        body["ttl"] = serde_json::json!(ttl);
+    }
+    body
+}
+
 impl Kms {
+    /// POST `body` to `url` (the route `route`) with the identity's token:
+    /// the answer, parsed.
+    async fn post<T: serde::de::DeserializeOwned>(
+        &self,
+        identity: &Identity,
+        route: &'static str,
+        url: &str,
+        body: &serde_json::Value,
+    ) -> Result<T, KmsError> {
+        self.with_token(identity, |token| async move {
+            let reply = self
+                .send(&identity.endpoint, route, |c| {
+                    c.post(url).bearer_auth(token.expose_secret()).json(body)
+                })
+                .await?;
+            parse(route, &reply)
+        })
+        .await
+    }
+
     /// The slug of a project given its id.
     pub async fn project_slug(
         &self,
@@ -155,45 +189,27 @@ impl Kms {
         ttl: Option<&str>,
     ) -> Result<CreatedLease, KmsError> {
         let url = format!("{}/v1/dynamic-secrets/leases", identity.endpoint.base);
-        let mut body = serde_json::json!({
-            "dynamicSecretName": target.name,
-            "projectSlug": target.project_slug,
-            "environmentSlug": target.environment,
-            "path": target.path,
-        });
-        if let Some(ttl) = ttl {
-            body["ttl"] = serde_json::json!(ttl);
-        }
-        self.with_token(identity, |token| {
-            let (url, body) = (url.clone(), body.clone());
-            async move {
-                let reply = self
-                    .send(&identity.endpoint, CREATE, |c| {
-                        c.post(&url).bearer_auth(token.expose_secret()).json(&body)
-                    })
-                    .await?;
-                let b: CreateBody = parse(CREATE, &reply)?;
-                let data = b
-                    .data
-                    .into_iter()
-                    .map(|(k, v)| {
-                        let text = match v {
-                            serde_json::Value::String(s) => s,
-                            other => other.to_string(),
-                        };
-                        (k, SecretString::from(text))
-                    })
-                    .collect();
-                Ok(CreatedLease {
-                    lease: lease_of(CREATE, b.lease)?,
-                    data,
-                    dynamic_secret_id: b.dynamic_secret.id,
-                    max_ttl: b.dynamic_secret.max_ttl.filter(|m| !m.is_empty()),
-                    default_ttl: b.dynamic_secret.default_ttl.filter(|m| !m.is_empty()),
-                })
-            }
+        let mut body = lease_body(target, ttl);
+        body["dynamicSecretName"] = serde_json::json!(target.name);
+        let b: CreateBody = self.post(identity, CREATE, &url, &body).await?;
+        let data = b
+            .data
+            .into_iter()
+            .map(|(k, v)| {
+                let text = match v {
+                    serde_json::Value::String(s) => s,
+                    other => other.to_string(),
+                };
+                (k, SecretString::from(text))
+            })
+            .collect();
+        Ok(CreatedLease {
+            lease: lease_of(CREATE, b.lease)?,
+            data,
+            dynamic_secret_id: b.dynamic_secret.id,
+            max_ttl: b.dynamic_secret.max_ttl.filter(|m| !m.is_empty()),
+            default_ttl: b.dynamic_secret.default_ttl.filter(|m| !m.is_empty()),
         })
-        .await
     }
 
     /// Renew a lease by `ttl` (default TTL when `None`).
@@ -209,27 +225,10 @@ impl Kms {
             identity.endpoint.base,
             urlencode(lease_id)
         );
-        let mut body = serde_json::json!({
-            "projectSlug": target.project_slug,
-            "environmentSlug": target.environment,
-            "path": target.path,
-        });
-        if let Some(ttl) = ttl {
-            body["ttl"] = serde_json::json!(ttl);
-        }
-        self.with_token(identity, |token| {
-            let (url, body) = (url.clone(), body.clone());
-            async move {
-                let reply = self
-                    .send(&identity.endpoint, RENEW, |c| {
-                        c.post(&url).bearer_auth(token.expose_secret()).json(&body)
-                    })
-                    .await?;
-                let b: LeaseOnly = parse(RENEW, &reply)?;
-                lease_of(RENEW, b.lease)
-            }
-        })
-        .await
+        let b: LeaseOnly = self
+            .post(identity, RENEW, &url, &lease_body(target, ttl))
+            .await?;
+        lease_of(RENEW, b.lease)
     }
 
     /// Revoke a lease. A lease the KMS no longer knows (expired, revoked)
