@@ -161,11 +161,12 @@ impl Rendered {
         &self.statefulset()["spec"]["template"]["spec"]
     }
 
+    /// The operator's container: the first, named `manager` (sidecars
+    /// come after it).
     fn container(&self) -> &Value {
         let containers = self.pod_spec()["containers"]
             .as_array()
             .expect("containers");
-        assert_eq!(containers.len(), 1);
         assert_eq!(containers[0]["name"], "manager");
         &containers[0]
     }
@@ -1001,6 +1002,55 @@ fn matrix(ns: &str, a: &str, b: &str) -> Vec<Entry> {
                 assert!(
                     r.find("PodDisruptionBudget", &ctx.name("controller-manager"))
                         .is_none()
+                );
+            }),
+        },
+        Entry {
+            name: "commonLabels, extraObjects, extraContainers",
+            values: json!({
+                "commonLabels": {"team": "platform", "cost-center": "42"},
+                "extraObjects": [
+                    {"apiVersion": "v1", "kind": "ConfigMap",
+                     "metadata": {"name": "{{ include \"secrets-operator.fullname\" . }}-extra",
+                                  "namespace": "{{ .Release.Namespace }}",
+                                  "labels": {"app.kubernetes.io/instance": "{{ .Release.Name }}",
+                                             "app.kubernetes.io/name": "secrets-operator"}},
+                     "data": {"team": "{{ .Values.commonLabels.team }}"}},
+                    "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: as-text\n  namespace: {{ .Release.Namespace }}\n  labels: {app.kubernetes.io/instance: {{ .Release.Name }}, app.kubernetes.io/name: secrets-operator}\n"
+                ],
+                "controllerManager": {"extraContainers": [
+                    {"name": "proxy", "image": "example.com/proxy:{{ .Chart.AppVersion }}"}
+                ]}
+            }),
+            watched: vec![],
+            check: Box::new(|ctx, r| {
+                for d in &r.docs {
+                    if d["kind"] == "CustomResourceDefinition" || d["kind"] == "ConfigMap" {
+                        continue;
+                    }
+                    let labels = &d["metadata"]["labels"];
+                    assert_eq!(labels["team"], "platform", "{}", describe(d));
+                    assert_eq!(labels["cost-center"], "42", "{}", describe(d));
+                }
+                let pod = &r.statefulset()["spec"]["template"]["metadata"]["labels"];
+                assert_eq!(pod["team"], "platform", "the pods carry them too");
+                let selector = &r.statefulset()["spec"]["selector"]["matchLabels"];
+                assert!(selector.get("team").is_none(), "the selector is unchanged");
+                let extra = r
+                    .find("ConfigMap", &ctx.name("extra"))
+                    .expect("the extra object, named through tpl");
+                assert_eq!(extra["metadata"]["namespace"], ctx.namespace.as_str());
+                assert_eq!(extra["data"]["team"], "platform");
+                assert!(
+                    r.find("ConfigMap", "as-text").is_some(),
+                    "a string extra object"
+                );
+                let containers = r.pod_spec()["containers"].as_array().unwrap();
+                assert_eq!(containers.len(), 2);
+                assert_eq!(containers[1]["name"], "proxy");
+                assert_eq!(
+                    containers[1]["image"],
+                    format!("example.com/proxy:{}", env!("CARGO_PKG_VERSION"))
                 );
             }),
         },
@@ -2350,4 +2400,28 @@ fn the_names_the_docs_use_are_the_names_the_chart_renders() {
         "names in the docs the chart does not render:\n{}\nrendered: {rendered:#?}",
         missing.join("\n")
     );
+}
+
+/// `commonLabelsOnCRDs` puts `commonLabels` on the CRDs; without it they
+/// are exactly those of `crds/`.
+#[test]
+fn common_labels_reach_the_crds_only_when_asked() {
+    let with = |on: bool| {
+        render(
+            "kms",
+            "kms-system",
+            &json!({"commonLabels": {"team": "platform"}, "commonLabelsOnCRDs": on}),
+        )
+    };
+    for d in with(true).all("CustomResourceDefinition") {
+        assert_eq!(
+            d["metadata"]["labels"]["team"],
+            "platform",
+            "{}",
+            describe(d)
+        );
+    }
+    for d in with(false).all("CustomResourceDefinition") {
+        assert!(d["metadata"]["labels"].is_null(), "{}", describe(d));
+    }
 }
