@@ -823,6 +823,7 @@ fn unknown_metrics(promql: &str) -> Vec<String> {
 
 fn default_checks(ctx: &Ctx, r: &Rendered) {
     assert_eq!(r.replicas(), 3);
+    assert!(r.all("NetworkPolicy").is_empty(), "a NetworkPolicy by default");
     let term = &r.pod_spec()["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
         [0];
     assert_eq!(term["weight"], 100);
@@ -1051,6 +1052,52 @@ fn matrix(ns: &str, a: &str, b: &str) -> Vec<Entry> {
                 assert_eq!(
                     containers[1]["image"],
                     format!("example.com/proxy:{}", env!("CARGO_PKG_VERSION"))
+                );
+            }),
+        },
+        Entry {
+            name: "networkPolicy",
+            values: json!({"networkPolicy": {
+                "enabled": true,
+                "ingress": {"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]},
+                "egress": {
+                    "apiServer": {"to": [{"ipBlock": {"cidr": "10.0.0.1/32"}}]},
+                    "kms": {"to": [{"ipBlock": {"cidr": "203.0.113.0/24"}}], "ports": [{"port": 8443, "protocol": "TCP"}]}
+                }
+            }}),
+            watched: vec![],
+            check: Box::new(|ctx, r| {
+                let np = r
+                    .find("NetworkPolicy", &ctx.name("controller-manager"))
+                    .expect("the NetworkPolicy");
+                let spec = &np["spec"];
+                let selector = &r.statefulset()["spec"]["selector"]["matchLabels"];
+                assert_eq!(
+                    &spec["podSelector"]["matchLabels"], selector,
+                    "it selects the operator's pods"
+                );
+                assert_eq!(spec["policyTypes"], json!(["Ingress", "Egress"]));
+                let ingress = &spec["ingress"][0];
+                assert_eq!(
+                    ingress["ports"],
+                    json!([{"port": "https", "protocol": "TCP"}, {"port": "health", "protocol": "TCP"}])
+                );
+                assert_eq!(
+                    ingress["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+                    "monitoring"
+                );
+                let egress = spec["egress"].as_array().unwrap();
+                assert_eq!(egress.len(), 3, "DNS, the API server and the KMS");
+                assert_eq!(egress[0]["ports"][0]["port"], 53);
+                assert_eq!(
+                    egress[0]["to"][0]["podSelector"]["matchLabels"]["k8s-app"],
+                    "kube-dns"
+                );
+                assert_eq!(egress[1]["to"][0]["ipBlock"]["cidr"], "10.0.0.1/32");
+                assert_eq!(egress[2]["to"][0]["ipBlock"]["cidr"], "203.0.113.0/24");
+                assert_eq!(
+                    egress[2]["ports"],
+                    json!([{"port": 8443, "protocol": "TCP"}])
                 );
             }),
         },
