@@ -823,7 +823,10 @@ fn unknown_metrics(promql: &str) -> Vec<String> {
 
 fn default_checks(ctx: &Ctx, r: &Rendered) {
     assert_eq!(r.replicas(), 3);
-    assert!(r.all("NetworkPolicy").is_empty(), "a NetworkPolicy by default");
+    assert!(
+        r.all("NetworkPolicy").is_empty(),
+        "a NetworkPolicy by default"
+    );
     let term = &r.pod_spec()["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
         [0];
     assert_eq!(term["weight"], 100);

@@ -10,6 +10,7 @@
 mod harness;
 
 mod cache;
+mod chart_readme;
 mod cli;
 mod cloud_auth;
 mod crds;
