@@ -262,6 +262,11 @@ pub struct RunArgs {
     /// (32 MiB).
     #[arg(long, default_value_t = crate::kms::client::DEFAULT_ANSWER_BUDGET, value_parser = clap::value_parser!(u64).range(64 * 1024 * 1024..), env = "KMS_OPERATOR_KMS_MEMORY_BUDGET")]
     pub kms_memory_budget: u64,
+    /// Also export `kms_operator_resource_condition`, one series per
+    /// resource (for small installs: the series count grows with the
+    /// resources).
+    #[arg(long, env = "KMS_OPERATOR_METRICS_PER_RESOURCE")]
+    pub metrics_per_resource: bool,
     /// Threads that render templates (0: half the CPUs, at least one).
     /// Renders never run on the threads that renew Leases and answer
     /// probes.

@@ -153,6 +153,11 @@ pub struct Metrics {
     pub reloads: IntCounterVec,
     /// `kms_operator_undecodable_objects{kind}`.
     pub undecodable_objects: IntGaugeVec,
+    /// `kms_operator_resource_ready{kind, resource_namespace, status, reason}`.
+    pub resource_ready: IntGaugeVec,
+    /// `kms_operator_resource_condition{kind, resource_namespace, name,
+    /// status, reason}` (with `--metrics-per-resource`).
+    pub resource_condition: IntGaugeVec,
     process_rss: IntGauge,
     process_cpu: Gauge,
     process_fds: IntGauge,
@@ -164,11 +169,30 @@ pub fn code_label(status: Option<u16>) -> String {
     status.map_or_else(|| "error".to_owned(), |s| s.to_string())
 }
 
+/// The readiness families (`controllers::readiness`).
+fn readiness_families(r: &Registrar) -> (IntGaugeVec, IntGaugeVec) {
+    (
+        r.gauge_vec(
+            "kms_operator_resource_ready",
+            "Resources this replica owns, by kind, namespace and the status and reason of \
+             their Ready condition.",
+            &["kind", "resource_namespace", "status", "reason"],
+        ),
+        r.gauge_vec(
+            "kms_operator_resource_condition",
+            "1 per resource this replica owns, with the status and reason of its Ready \
+             condition (--metrics-per-resource only).",
+            &["kind", "resource_namespace", "name", "status", "reason"],
+        ),
+    )
+}
+
 impl Metrics {
     /// Register every family on a new registry, with series for `shards`
     /// shards.
     pub fn new(shards: u32) -> Self {
         let r = Registrar::default();
+        let (resource_ready, resource_condition) = readiness_families(&r);
         let m = Self {
             reconcile_total: r.counter_vec(
                 "controller_runtime_reconcile_total",
@@ -292,6 +316,8 @@ impl Metrics {
                 "Watched objects skipped because this version cannot decode them.",
                 &["kind"],
             ),
+            resource_ready,
+            resource_condition,
             process_rss: r.int_gauge(
                 "process_resident_memory_bytes",
                 "Resident memory size in bytes.",

@@ -40,6 +40,7 @@ pub mod kms_secret;
 pub mod managed_fields;
 pub mod packed;
 pub mod queue;
+pub mod readiness;
 pub mod refs;
 pub mod registry;
 pub mod reload;

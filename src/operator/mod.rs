@@ -18,17 +18,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use crate::controllers::events::Recorder;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::events::Reporter;
 use kube::{Client, ResourceExt};
 
+use crate::api::common::Condition;
 use crate::api::kms_dynamic_secret::KmsDynamicSecret;
+use crate::api::kms_push_secret::KmsPushSecret;
 use crate::api::kms_secret::KmsSecret;
 use crate::api::served::ServedKinds;
 use crate::cli::{RunArgs, WatchScope};
 use crate::controllers::cloud_identities::CloudIdentities;
 use crate::controllers::context::{Context, Settings};
+use crate::controllers::events::Recorder;
 use crate::controllers::queue::Queue;
 use crate::controllers::refs::RefIndex;
 use crate::controllers::refs::{GlobalConfig, SecretReads};
@@ -102,6 +104,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         client.clone(),
         ctx.settings.namespaces.clone(),
         cache.clone(),
+    )));
+    let resources = (wired.kms_secrets.clone(), wired.push, wired.dynamic.clone());
+    tasks.push(tokio::spawn(report_readiness(
+        ctx.clone(),
+        resources,
+        args.metrics_per_resource,
     )));
     tasks.push(tokio::spawn(report_queue(
         ctx.clone(),
@@ -447,6 +455,8 @@ struct Wired {
     global_store: Scoped<ConfigMap>,
     /// Dynamic secrets (the held-leases gauge).
     dynamic: Scoped<KmsDynamicSecret>,
+    /// Push secrets (the readiness gauge).
+    push: Scoped<KmsPushSecret>,
     /// The rollout budget, shared among live replicas.
     reload_budget: Arc<Limiter>,
     /// The caches of the kinds a replica may split by shard, by kind (for
@@ -603,7 +613,7 @@ fn wire(
     });
     let cached: Vec<(&'static str, Box<dyn Cache>)> = vec![
         ("KmsSecret", Box::new(kms_secrets.clone())),
-        ("KmsPushSecret", Box::new(push_resources)),
+        ("KmsPushSecret", Box::new(push_resources.clone())),
         ("KmsDynamicSecret", Box::new(dynamic_resources.clone())),
         ("Secret", Box::new(secrets.clone())),
         ("ConfigMap", Box::new(config_maps.clone())),
@@ -616,6 +626,7 @@ fn wire(
         caches: vec![Box::new(secrets), Box::new(config_maps)],
         global_store,
         dynamic: dynamic_resources,
+        push: push_resources,
         reload_budget,
         cached,
     })
@@ -848,6 +859,60 @@ fn open_cache(args: &RunArgs) -> anyhow::Result<Option<storage::Store>> {
 
 /// Publish queue depth, oldest age, owned shards, managed objects and held
 /// dynamic leases per controller and shard, every 5 s.
+/// Every 5 s, the resources this replica owns by their Ready condition
+/// (`kms_operator_resource_ready`, see `controllers::readiness`).
+async fn report_readiness(
+    ctx: Arc<Context>,
+    (secrets, push, dynamic): (
+        Scoped<KmsSecret>,
+        Scoped<KmsPushSecret>,
+        Scoped<KmsDynamicSecret>,
+    ),
+    per_resource: bool,
+) {
+    use crate::controllers::readiness::{self, Row};
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    let mut last = readiness::Published::default();
+    loop {
+        tick.tick().await;
+        let owned = |ns: &str| ctx.gate.owns(ctx.gate.shard_of(ns));
+        let mut rows = Vec::new();
+        let row = |kind, o: &kube::api::ObjectMeta, c: Option<&[Condition]>| {
+            let ns = o.namespace.as_deref().unwrap_or_default();
+            owned(ns).then(|| {
+                Row::of(
+                    kind,
+                    ns,
+                    o.name.as_deref().unwrap_or_default(),
+                    c.unwrap_or(&[]),
+                )
+            })
+        };
+        rows.extend(secrets.all().iter().filter_map(|o| {
+            row(
+                "KmsSecret",
+                &o.metadata,
+                o.status.as_ref().map(|s| s.conditions.as_slice()),
+            )
+        }));
+        rows.extend(push.all().iter().filter_map(|o| {
+            row(
+                "KmsPushSecret",
+                &o.metadata,
+                o.status.as_ref().map(|s| s.conditions.as_slice()),
+            )
+        }));
+        rows.extend(dynamic.all().iter().filter_map(|o| {
+            row(
+                "KmsDynamicSecret",
+                &o.metadata,
+                o.status.as_ref().map(|s| s.conditions.as_slice()),
+            )
+        }));
+        readiness::publish(&ctx.metrics, &rows, per_resource, &mut last);
+    }
+}
+
 async fn report_queue(
     ctx: Arc<Context>,
     registry: Registry,

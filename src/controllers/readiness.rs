@@ -1,0 +1,167 @@
+//! `kms_operator_resource_ready{kind, resource_namespace, status, reason}`: the
+//! resources this replica owns, counted by kind, namespace and their Ready
+//! condition, so that "my KmsSecrets are not Ready" can be alerted on
+//! without a series per resource. Labels are bounded: no name, and reasons
+//! from the closed set the operator writes (`Unknown`/`Pending` before the
+//! first reconcile). With `--metrics-per-resource` (small installs) each
+//! resource also gets `kms_operator_resource_condition{kind,
+//! resource_namespace, name, status, reason} 1`. The resource's namespace
+//! is `resource_namespace`: a scrape's own `namespace` label (the
+//! operator's) would otherwise rename it to `exported_namespace`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+use crate::metrics::Metrics;
+
+/// One resource's Ready condition.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Row {
+    /// Its kind.
+    pub kind: &'static str,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// The condition's reason (`Pending` before the first reconcile).
+    pub reason: String,
+}
+
+impl Row {
+    /// The row of a resource with these conditions.
+    pub fn of(kind: &'static str, namespace: &str, name: &str, conditions: &[Condition]) -> Row {
+        let ready = conditions.iter().find(|c| c.type_ == "Ready");
+        Row {
+            kind,
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            status: ready.map_or("Unknown", |c| c.status.as_str()).to_owned(),
+            reason: ready
+                .map(|c| c.reason.as_str())
+                .filter(|r| !r.is_empty())
+                .unwrap_or("Pending")
+                .to_owned(),
+        }
+    }
+}
+
+/// The label sets last published, to remove those that are gone.
+#[derive(Default)]
+pub struct Published {
+    counts: BTreeSet<[String; 4]>,
+    each: BTreeSet<[String; 5]>,
+}
+
+/// Publish `rows` (the resources this replica owns now): counts always,
+/// one series per resource when `per_resource`; label sets that no
+/// longer occur are removed.
+pub fn publish(metrics: &Metrics, rows: &[Row], per_resource: bool, last: &mut Published) {
+    let mut counts: BTreeMap<[String; 4], i64> = BTreeMap::new();
+    for r in rows {
+        let key = [
+            r.kind.to_owned(),
+            r.namespace.clone(),
+            r.status.clone(),
+            r.reason.clone(),
+        ];
+        *counts.entry(key).or_default() += 1;
+    }
+    for (key, n) in &counts {
+        let labels: Vec<&str> = key.iter().map(String::as_str).collect();
+        metrics.resource_ready.with_label_values(&labels).set(*n);
+    }
+    for gone in last.counts.iter().filter(|k| !counts.contains_key(*k)) {
+        let labels: Vec<&str> = gone.iter().map(String::as_str).collect();
+        let _ = metrics.resource_ready.remove_label_values(&labels);
+    }
+    last.counts = counts.into_keys().collect();
+    let each: BTreeSet<[String; 5]> = if per_resource {
+        rows.iter()
+            .map(|r| {
+                [
+                    r.kind.to_owned(),
+                    r.namespace.clone(),
+                    r.name.clone(),
+                    r.status.clone(),
+                    r.reason.clone(),
+                ]
+            })
+            .collect()
+    } else {
+        BTreeSet::new()
+    };
+    for key in &each {
+        let labels: Vec<&str> = key.iter().map(String::as_str).collect();
+        metrics.resource_condition.with_label_values(&labels).set(1);
+    }
+    for gone in last.each.iter().filter(|k| !each.contains(*k)) {
+        let labels: Vec<&str> = gone.iter().map(String::as_str).collect();
+        let _ = metrics.resource_condition.remove_label_values(&labels);
+    }
+    last.each = each;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn condition(status: &str, reason: &str) -> Condition {
+        serde_json::from_value(
+            serde_json::json!({"type": "Ready", "status": status, "reason": reason,
+            "message": "m", "lastTransitionTime": "2026-01-01T00:00:00Z"}),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn counts_by_kind_namespace_and_condition_and_forgets_what_is_gone() {
+        let metrics = Metrics::new(1);
+        let mut last = Published::default();
+        let rows = vec![
+            Row::of("KmsSecret", "a", "x", &[condition("True", "Synced")]),
+            Row::of("KmsSecret", "a", "y", &[condition("True", "Synced")]),
+            Row::of(
+                "KmsSecret",
+                "a",
+                "z",
+                &[condition("False", "FolderNotFound")],
+            ),
+            Row::of("KmsPushSecret", "b", "p", &[]),
+        ];
+        publish(&metrics, &rows, false, &mut last);
+        let text = metrics.encode();
+        assert!(text.contains(r#"kms_operator_resource_ready{kind="KmsSecret",reason="Synced",resource_namespace="a",status="True"} 2"#), "{text}");
+        assert!(text.contains(r#"kms_operator_resource_ready{kind="KmsSecret",reason="FolderNotFound",resource_namespace="a",status="False"} 1"#), "{text}");
+        assert!(text.contains(r#"kms_operator_resource_ready{kind="KmsPushSecret",reason="Pending",resource_namespace="b",status="Unknown"} 1"#), "{text}");
+        assert!(
+            !text.contains("kms_operator_resource_condition{"),
+            "per resource is opt-in"
+        );
+        // z recovers, p moves to another replica: their series go.
+        let rows = vec![
+            Row::of("KmsSecret", "a", "x", &[condition("True", "Synced")]),
+            Row::of("KmsSecret", "a", "z", &[condition("True", "Synced")]),
+        ];
+        publish(&metrics, &rows, true, &mut last);
+        let text = metrics.encode();
+        let ready: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("kms_operator_resource_ready{"))
+            .collect();
+        assert_eq!(ready.len(), 1, "{ready:#?}");
+        assert!(
+            ready[0].ends_with(r#"reason="Synced",resource_namespace="a",status="True"} 2"#),
+            "{ready:#?}"
+        );
+        assert!(text.contains(r#"kms_operator_resource_condition{kind="KmsSecret",name="z",reason="Synced",resource_namespace="a",status="True"} 1"#), "{text}");
+        publish(&metrics, &rows, false, &mut last);
+        assert!(
+            !metrics
+                .encode()
+                .contains("kms_operator_resource_condition{")
+        );
+    }
+}
