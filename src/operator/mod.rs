@@ -962,13 +962,6 @@ async fn report_queue(
                 .with_label_values(&[&shard.to_string()])
                 .set(n);
         }
-        for shard in 0..ctx.gate.shard_count() {
-            let s = shard.to_string();
-            ctx.metrics
-                .shard_owned
-                .with_label_values(&[s.as_str()])
-                .set(i64::from(ctx.gate.owns(shard)));
-        }
         for kind in registry.kinds() {
             let Some(namespaces) = kind.resource_namespaces() else {
                 continue;

@@ -309,7 +309,8 @@ fn view_settled(view: &shard::View) -> bool {
 
 /// Follow the coordinator's events until it stops: a full pass for every
 /// shard gained (unless `scoped`: then [`follow_scopes`] queues a shard
-/// once it is cached), metrics and an Event on the operator's pod for every change,
+/// once it is cached), metrics (`kms_operator_shard_owned` set at once,
+/// not on the 5 s tick) and an Event on the operator's pod for every change,
 /// budget shares held on a failed renewal and recomputed when the live
 /// replicas change.
 pub fn follow(
@@ -344,6 +345,10 @@ pub fn follow(
             match events.recv().await {
                 Ok(shard::Event::Gained(s)) => {
                     metrics
+                        .shard_owned
+                        .with_label_values(&[&s.to_string()])
+                        .set(1);
+                    metrics
                         .shard_handovers
                         .with_label_values(&[&s.to_string(), "gained"])
                         .inc();
@@ -353,6 +358,10 @@ pub fn follow(
                     publish("ShardGained", format!("Owns shard {s}"));
                 }
                 Ok(shard::Event::Lost { shard, reason }) => {
+                    metrics
+                        .shard_owned
+                        .with_label_values(&[&shard.to_string()])
+                        .set(0);
                     metrics
                         .shard_handovers
                         .with_label_values(&[&shard.to_string(), "lost"])
@@ -383,7 +392,15 @@ pub fn follow(
                     tracing::warn!(%m, "not acquiring shards")
                 }
                 Ok(_) => {}
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                    // Events were missed: read ownership from the gate.
+                    for shard in 0..ctx.gate.shard_count() {
+                        metrics
+                            .shard_owned
+                            .with_label_values(&[&shard.to_string()])
+                            .set(i64::from(ctx.gate.holds(shard)));
+                    }
+                }
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
             }
         }

@@ -559,3 +559,92 @@ async fn plain_metrics_stay_on_loopback_unless_asked_otherwise() {
     let body = scraped.expect("no metrics served on 0.0.0.0");
     assert!(body.contains("kms_operator_shard_owned"));
 }
+
+/// `kms_operator_shard_owned` follows ownership as it changes, not on the
+/// 5 s refresh of the counts: a replica's gauges read what its Leases say
+/// within a second of every change, gained or given away.
+#[tokio::test]
+async fn the_ownership_gauge_follows_each_hand_over_at_once() {
+    let client = harness::client().await;
+    let home = TestNamespace::new(&client, "obs-own").await;
+    let work = TestNamespace::new(&client, "obs-own-ns").await;
+    let fast = [
+        "--lease-duration",
+        "3",
+        "--renew-deadline",
+        "2",
+        "--retry-period",
+        "1",
+    ];
+    let spawn = |pod: &str| {
+        let mut args = vec!["--pod-name", pod];
+        args.extend_from_slice(&fast);
+        Operator::spawn(&home.name, &[&work.name], &args, &[])
+    };
+    // Each shard's gauge in `op` against the Leases' holder `pod`.
+    let agrees = |op: &Operator, pod: &'static str| {
+        let (client, home) = (client.clone(), home.name.clone());
+        let op_served = op.served();
+        async move {
+            let held = crate::sharding::holders(&client, &home).await;
+            let http = reqwest::Client::new();
+            let mut text = None;
+            for addr in op_served {
+                if let Ok(r) = http.get(format!("http://{addr}/metrics")).send().await {
+                    text = r.text().await.ok();
+                    break;
+                }
+            }
+            let text = text?;
+            let mine = held.values().filter(|h| h.as_deref() == Some(pod)).count();
+            let gauges: Vec<(u32, f64)> = (0..16)
+                .map(|s| {
+                    let shard = s.to_string();
+                    (
+                        s,
+                        sum(&text, "kms_operator_shard_owned", &[("shard", &shard)]),
+                    )
+                })
+                .collect();
+            let right = gauges.iter().all(|(s, v)| {
+                let holds = held.get(s).cloned().flatten().as_deref() == Some(pod);
+                (*v == 1.0) == holds
+            });
+            (held.len() == 16 && right).then_some(mine)
+        }
+    };
+
+    let mut first = spawn("own-0");
+    first.ready().await;
+    let all = wait_for(Duration::from_secs(30), || async {
+        let held = crate::sharding::holders(&client, &home.name).await;
+        (held.len() == 16 && held.values().all(|h| h.as_deref() == Some("own-0"))).then_some(())
+    })
+    .await;
+    assert!(all.is_some(), "own-0 does not hold the 16 shards");
+    let gained = wait_for(Duration::from_secs(1), || agrees(&first, "own-0")).await;
+    assert_eq!(
+        gained,
+        Some(16),
+        "own-0's gauges do not read the 16 shards it holds within 1 s"
+    );
+
+    // A second replica: own-0 gives half away; each give-away reads 0 on
+    // own-0 within a second, the gains 1 on own-1.
+    let mut second = spawn("own-1");
+    second.ready().await;
+    let split = wait_for(Duration::from_secs(30), || async {
+        let held = crate::sharding::holders(&client, &home.name).await;
+        let theirs = held
+            .values()
+            .filter(|h| h.as_deref() == Some("own-1"))
+            .count();
+        (theirs == 8).then_some(())
+    })
+    .await;
+    assert!(split.is_some(), "the shards were not split 8/8");
+    let lost = wait_for(Duration::from_secs(1), || agrees(&first, "own-0")).await;
+    assert_eq!(lost, Some(8), "own-0's gauges after the hand-over");
+    let won = wait_for(Duration::from_secs(1), || agrees(&second, "own-1")).await;
+    assert_eq!(won, Some(8), "own-1's gauges after the hand-over");
+}

@@ -45,7 +45,7 @@ async fn ready<'a>(ops: impl IntoIterator<Item = &'a mut Operator>) {
 }
 
 /// Holder of each shard Lease in `ns`.
-async fn holders(client: &Client, ns: &str) -> BTreeMap<u32, Option<String>> {
+pub(crate) async fn holders(client: &Client, ns: &str) -> BTreeMap<u32, Option<String>> {
     Api::<Lease>::namespaced(client.clone(), ns)
         .list(&Default::default())
         .await
