@@ -134,6 +134,26 @@ pub fn bounded(message: &str) -> String {
 mod tests {
     use super::*;
 
+    /// Set the Ready condition at generation `generation`, at `t(at)`.
+    fn ready(
+        c: &mut Vec<Condition>,
+        status: Status,
+        reason: &str,
+        message: &str,
+        generation: i64,
+        at: i64,
+    ) {
+        set(
+            c,
+            "Ready",
+            status,
+            reason,
+            message,
+            Some(generation),
+            &t(at),
+        );
+    }
+
     #[test]
     fn an_event_is_due_when_ready_changes_status_reason_or_cause() {
         let now = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
@@ -184,35 +204,11 @@ mod tests {
     #[test]
     fn transition_time_moves_only_on_flips() {
         let mut c = Vec::new();
-        set(
-            &mut c,
-            "Ready",
-            Status::True,
-            "Synced",
-            "ok",
-            Some(1),
-            &t(10),
-        );
-        set(
-            &mut c,
-            "Ready",
-            Status::True,
-            "Synced",
-            "still ok",
-            Some(2),
-            &t(20),
-        );
+        ready(&mut c, Status::True, "Synced", "ok", 1, 10);
+        ready(&mut c, Status::True, "Synced", "still ok", 2, 20);
         assert_eq!(c[0].last_transition_time, t(10));
         assert_eq!(c[0].observed_generation, Some(2));
-        set(
-            &mut c,
-            "Ready",
-            Status::False,
-            "KMSUnavailable",
-            "down",
-            Some(2),
-            &t(30),
-        );
+        ready(&mut c, Status::False, "KMSUnavailable", "down", 2, 30);
         assert_eq!(c[0].last_transition_time, t(30));
         assert_eq!(c.len(), 1);
     }
@@ -221,24 +217,8 @@ mod tests {
     fn comparison_ignores_times() {
         let mut a = Vec::new();
         let mut b = Vec::new();
-        set(
-            &mut a,
-            "Ready",
-            Status::True,
-            "Synced",
-            "ok",
-            Some(1),
-            &t(10),
-        );
-        set(
-            &mut b,
-            "Ready",
-            Status::True,
-            "Synced",
-            "ok",
-            Some(1),
-            &t(99),
-        );
+        ready(&mut a, Status::True, "Synced", "ok", 1, 10);
+        ready(&mut b, Status::True, "Synced", "ok", 1, 99);
         assert!(same(&a, &b));
         set(&mut b, "X", Status::True, "r", "m", Some(1), &t(99));
         assert!(!same(&a, &b));
