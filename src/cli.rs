@@ -59,6 +59,10 @@ pub enum Command {
     /// condition, and the shards and their owners where the Leases can be
     /// read.
     Status(StatusArgs),
+    /// Check that the installation is healthy (the chart's `helm test`):
+    /// the CRDs are served, the replicas are Ready, every shard is held,
+    /// and the resources named are Ready. Exits 1 when a check fails.
+    Check(CheckArgs),
     /// Convert manifests of the Go operators (InfisicalSecret, KMSSecret, …)
     /// into kms-operator's kinds: YAML on stdout, the report on stderr.
     Migrate(MigrateArgs),
@@ -389,7 +393,25 @@ pub struct StatusArgs {
     /// The cluster and the namespace to show.
     #[command(flatten)]
     pub cluster: ClusterArgs,
-    /// Namespace of the operator's Leases.
+    /// Where the operator runs.
+    #[command(flatten)]
+    pub operator: OperatorArgs,
+    /// Output format.
+    #[arg(
+        long,
+        short,
+        value_enum,
+        default_value = "table",
+        env = "KMS_OPERATOR_OUTPUT"
+    )]
+    pub output: OutputFormat,
+}
+
+/// Where the CLI's commands find a running operator: its namespace (its
+/// Leases and StatefulSet) and the prefix of its Lease names.
+#[derive(Debug, Args, Clone)]
+pub struct OperatorArgs {
+    /// Namespace of the operator's Leases (and StatefulSet).
     #[arg(
         long,
         default_value = "kms-operator-system",
@@ -400,15 +422,30 @@ pub struct StatusArgs {
     /// `--pod-namespace`).
     #[arg(long, env = "KMS_OPERATOR_LEASE_PREFIX")]
     pub lease_prefix: Option<String>,
-    /// Output format.
-    #[arg(
-        long,
-        short,
-        value_enum,
-        default_value = "table",
-        env = "KMS_OPERATOR_OUTPUT"
-    )]
-    pub output: OutputFormat,
+}
+
+/// Flags of `kms-operator check`.
+#[derive(Debug, Args, Clone)]
+pub struct CheckArgs {
+    /// The cluster, and the namespace of the resources named.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// Where the operator runs.
+    #[command(flatten)]
+    pub operator: OperatorArgs,
+    /// How many shards must be held (default: as many as there are shard
+    /// Leases).
+    #[arg(long, env = "KMS_OPERATOR_SHARDS")]
+    pub shards: Option<u32>,
+    /// The operator's StatefulSet, whose replicas must all be Ready.
+    #[arg(long, env = "KMS_OPERATOR_STATEFULSET")]
+    pub statefulset: Option<String>,
+    /// How many replicas the StatefulSet must run (with `--statefulset`).
+    #[arg(long, requires = "statefulset", env = "KMS_OPERATOR_REPLICAS")]
+    pub replicas: Option<u32>,
+    /// Resources that must be Ready: `NAME` (a KmsSecret) or `KIND/NAME`,
+    /// in the namespace `-n` names.
+    pub resources: Vec<String>,
 }
 
 /// A listen address, or disabled.
@@ -579,7 +616,9 @@ mod tests {
                 // kubectl's flags, spelled and read as kubectl reads them
                 // (the kubeconfig from `KUBECONFIG`, the rest from none).
                 let kubectl = ["kubeconfig", "context", "namespace", "all-namespaces"];
-                if ["status", "migrate"].contains(&sub.get_name()) && kubectl.contains(&long) {
+                if ["status", "check", "migrate"].contains(&sub.get_name())
+                    && kubectl.contains(&long)
+                {
                     assert!(arg.get_env().is_none(), "--{long} of {}", sub.get_name());
                     continue;
                 }

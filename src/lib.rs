@@ -20,6 +20,7 @@
 //! - [`kms`]: the KMS client (auth methods, fetches, budget, events);
 //! - [`sharding`]: the ownership gate between watches and queues;
 //! - [`status`]: `kms-operator status`;
+//! - [`check`]: `kms-operator check`, the chart's `helm test`;
 //! - [`server`]: health, readiness and metrics endpoints;
 //! - [`metrics`]: the Prometheus metrics;
 //! - [`telemetry`]: logging set-up.
@@ -28,6 +29,7 @@
 //! (the persistent cache) sit beside this one and never import it.
 
 pub mod api;
+pub mod check;
 pub mod cli;
 pub mod cluster;
 pub mod controllers;

@@ -78,6 +78,13 @@ fn main() -> anyhow::Result<()> {
             .enable_all()
             .build()?
             .block_on(kms_operator::status::run(args)),
+        Command::Check(args) => {
+            let healthy = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?
+                .block_on(kms_operator::check::run(args))?;
+            std::process::exit(if healthy { 0 } else { 1 })
+        }
     }
 }
 

@@ -13,7 +13,7 @@ use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Client, ResourceExt};
 use serde::Serialize;
 
-use crate::cli::{OutputFormat, StatusArgs};
+use crate::cli::{OperatorArgs, OutputFormat, StatusArgs};
 use crate::cluster::{self, Scope};
 
 /// One shard Lease as observed.
@@ -89,6 +89,14 @@ pub fn detect_prefix(leases: &[Lease]) -> Option<String> {
         .into_iter()
         .max_by_key(|(_, n)| *n)
         .map(|(prefix, _)| prefix)
+}
+
+/// The Lease prefix: the one given, else the one found among `leases`.
+pub fn lease_prefix(operator: &OperatorArgs, leases: &[Lease]) -> Option<String> {
+    operator
+        .lease_prefix
+        .clone()
+        .or_else(|| detect_prefix(leases))
 }
 
 fn resource_row(kind: &str, o: &DynamicObject) -> ResourceRow {
@@ -334,7 +342,7 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
     let scope = cluster::scope(&args.cluster, &context_ns);
     let mut notes = Vec::new();
     let resources = list_resources(&client, &scope, &mut notes).await?;
-    let leases = match Api::<Lease>::namespaced(client.clone(), &args.pod_namespace)
+    let leases = match Api::<Lease>::namespaced(client.clone(), &args.operator.pod_namespace)
         .list(&ListParams::default())
         .await
     {
@@ -344,18 +352,14 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
                 "{}; shard owners are not shown (--pod-namespace names the operator's namespace)",
                 list_error(
                     "leases.coordination.k8s.io",
-                    &format!("namespace {}", args.pod_namespace),
+                    &format!("namespace {}", args.operator.pod_namespace),
                     &e
                 )
             ));
             Vec::new()
         }
     };
-    let prefix = args
-        .lease_prefix
-        .clone()
-        .or_else(|| detect_prefix(&leases))
-        .unwrap_or_default();
+    let prefix = lease_prefix(&args.operator, &leases).unwrap_or_default();
     let now = k8s_openapi::jiff::Timestamp::now().as_second();
     let mut report = build(&prefix, &leases, &resources, now);
     report.namespace = scope.namespace().map(str::to_owned);

@@ -248,3 +248,125 @@ fn completion_scripts_for_three_shells() {
         assert!(out.contains("status"), "{shell}: no subcommands");
     }
 }
+
+/// `kms-operator check` (what the chart's `helm test` runs) against the API
+/// server: passes when the CRDs are served, the StatefulSet runs the
+/// replicas asked for and all are Ready, the shards have fresh holders and
+/// the resources named are Ready; otherwise exits 1 with one line naming
+/// each failure.
+#[tokio::test]
+async fn check_passes_on_a_healthy_install_and_names_each_failure() {
+    use k8s_openapi::api::apps::v1::StatefulSet;
+    use k8s_openapi::api::coordination::v1::Lease;
+    let client = harness::client().await;
+    let ns = TestNamespace::new(&client, "cli-check").await;
+    let home = TestNamespace::new(&client, "cli-check-op").await;
+    let auth = json!({"universalAuth": {"credentialsRef": {"secretName": "creds"}, "secretsScope": scope()}});
+    for name in ["good", "bad"] {
+        apply_cr(
+            &client,
+            &ns.name,
+            cr(
+                name,
+                "http://127.0.0.1:1/api",
+                &format!("{name}-out"),
+                auth.clone(),
+            ),
+        )
+        .await;
+    }
+    set_ready(&client, &ns.name, "good", "True", "Synced").await;
+    set_ready(&client, &ns.name, "bad", "False", "CredentialsNotFound").await;
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    for (shard, holder) in [("00", Some("op-0")), ("01", None)] {
+        let lease: Lease = serde_json::from_value(json!({
+            "metadata": {"name": format!("rel-shard-{shard}")},
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15, "renewTime": now}
+        }))
+        .unwrap();
+        Api::<Lease>::namespaced(client.clone(), &home.name)
+            .create(&PostParams::default(), &lease)
+            .await
+            .unwrap();
+    }
+    let sts: StatefulSet = serde_json::from_value(json!({
+        "metadata": {"name": "rel-controller-manager"},
+        "spec": {
+            "replicas": 2, "serviceName": "rel",
+            "selector": {"matchLabels": {"app": "rel"}},
+            "template": {"metadata": {"labels": {"app": "rel"}},
+                         "spec": {"containers": [{"name": "c", "image": "x"}]}}
+        }
+    }))
+    .unwrap();
+    let sts_api = Api::<StatefulSet>::namespaced(client.clone(), &home.name);
+    sts_api.create(&PostParams::default(), &sts).await.unwrap();
+    // What the StatefulSet controller would report for two Ready pods.
+    sts_api
+        .patch_status(
+            "rel-controller-manager",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"replicas": 2, "readyReplicas": 2, "availableReplicas": 2}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let check = |extra: &[&str]| {
+        let mut cmd = Command::new(binary());
+        cmd.env("KUBECONFIG", harness::kubeconfig()).args([
+            "check",
+            "--pod-namespace",
+            &home.name,
+            "--lease-prefix",
+            "rel",
+            "--statefulset",
+            "rel-controller-manager",
+            "-n",
+            &ns.name,
+        ]);
+        cmd.args(extra);
+        run(&mut cmd)
+    };
+
+    let (ok, out, err) = check(&["--replicas", "2", "--shards", "1", "good"]);
+    assert!(ok, "check failed on a healthy install: {err}\n{out}");
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "ok    the CRDs of secrets.hanzo.ai/v1alpha1 are served",
+            "ok    StatefulSet rel-controller-manager: 2 of 2 replicas Ready",
+            "ok    1 shards held and renewed (Leases rel-shard-NN)",
+            &format!("ok    KmsSecret {}/good is Ready", ns.name),
+            "4 checks passed",
+        ]
+    );
+
+    let (ok, out, _) = check(&[
+        "--replicas",
+        "3",
+        "--shards",
+        "2",
+        "bad",
+        "KmsPushSecret/none",
+    ]);
+    assert!(!ok, "check passed:\n{out}");
+    let failed: Vec<&str> = out.lines().filter(|l| l.starts_with("FAIL")).collect();
+    assert_eq!(failed.len(), 4, "{out}");
+    assert!(failed[0].ends_with("it runs 2 replicas where the release asks for 3 (scaled by hand? `helm upgrade` or `kubectl scale --replicas=3` restores them)"), "{out}");
+    assert!(failed[1].ends_with("shard 1: no holder"), "{out}");
+    assert!(
+        failed[2].ends_with(
+            "Ready is False (CredentialsNotFound): CredentialsNotFound: as set by the test"
+        ),
+        "{out}"
+    );
+    assert!(
+        failed[3].starts_with(&format!(
+            "FAIL  KmsPushSecret {}/none is Ready: not found",
+            ns.name
+        )),
+        "{out}"
+    );
+    assert!(out.ends_with("4 of 5 checks failed\n"), "{out}");
+}
