@@ -124,6 +124,8 @@ tar_reproducibly "$OUT/kms-operator-$VERSION-image.oci.tar" "$OUT/image"
 # 3. The chart and its classic repository; the CRDs.
 step "packaging the chart"
 cp -r helm/secrets-operator "$WORK/chart"
+# Artifact Hub's image annotation names this version's image.
+sed -i "s|^\(      image: ghcr.io/hanzoai/kms-operator:\).*|\1$VERSION|" "$WORK/chart/Chart.yaml"
 "$HELM" package "$WORK/chart" --version "$VERSION" --app-version "$VERSION" -d "$OUT" >&2
 if [ -n "$REPO_URL" ]; then
   "$HELM" repo index "$OUT" --url "$REPO_URL" >&2

@@ -512,9 +512,40 @@ fn rbac_invariants(ctx: &Ctx, r: &Rendered, watched: &[String]) {
             roles.insert((kind.to_owned(), format!("{ns}/{name}")), role);
         }
     }
-    // Every binding binds a rendered role to the operator's ServiceAccount.
+    // Every binding binds a rendered role to the operator's ServiceAccount,
+    // but two: the `helm test` Pod's read-only Roles, and the metrics-reader
+    // ClusterRole bound to the ServiceAccount whose token Prometheus uses;
+    // each to its own ServiceAccount.
     for kind in ["ClusterRoleBinding", "RoleBinding"] {
         for b in r.all(kind) {
+            let role = b["roleRef"]["name"].as_str().unwrap();
+            if [ctx.name("test"), ctx.name("metrics-reader")].contains(&role.to_owned()) {
+                assert_eq!(
+                    b["subjects"],
+                    json!([{"kind": "ServiceAccount", "name": role, "namespace": ctx.namespace}]),
+                    "subjects of {}",
+                    describe(b)
+                );
+                let rules = if kind == "RoleBinding" {
+                    let ns = b["metadata"]["namespace"].as_str().unwrap_or("");
+                    r.all("Role")
+                        .into_iter()
+                        .find(|x| x["metadata"]["name"] == role && x["metadata"]["namespace"] == ns)
+                        .unwrap_or_else(|| panic!("{} binds no rendered Role", describe(b)))["rules"]
+                        .clone()
+                } else {
+                    r.get("ClusterRole", role)["rules"].clone()
+                };
+                for rule in rules.as_array().unwrap() {
+                    for verb in strings(&rule["verbs"]) {
+                        assert!(
+                            ["get", "list"].contains(&verb.as_str()),
+                            "{role} may {verb}: {rule}"
+                        );
+                    }
+                }
+                continue;
+            }
             let ns = b["metadata"]["namespace"].as_str().unwrap_or("");
             let role_kind = b["roleRef"]["kind"].as_str().unwrap();
             let role_ns = if role_kind == "Role" { ns } else { "" };
@@ -1326,8 +1357,13 @@ fn matrix(ns: &str, a: &str, b: &str) -> Vec<Entry> {
             name: "custom service account",
             values: json!({"controllerManager": {"serviceAccount": {"create": false, "name": "kms-operator-sa"}}}),
             watched: vec![],
-            check: Box::new(|_, r| {
-                assert!(r.all("ServiceAccount").is_empty());
+            check: Box::new(|ctx, r| {
+                let accounts: Vec<&str> = r
+                    .all("ServiceAccount")
+                    .iter()
+                    .filter_map(|x| x["metadata"]["name"].as_str())
+                    .collect();
+                assert_eq!(accounts, [ctx.name("test")], "only the helm test's own");
                 assert_eq!(r.pod_spec()["serviceAccountName"], "kms-operator-sa");
             }),
         },
@@ -1412,6 +1448,145 @@ fn matrix(ns: &str, a: &str, b: &str) -> Vec<Entry> {
             check: Box::new(monitoring_checks),
         },
         Entry {
+            name: "serviceMonitor: existing token Secret, release label removed, extra labels",
+            values: json!({
+                "telemetry": {"serviceMonitor": {
+                    "enabled": true,
+                    "labels": {"release": null, "prometheus": "platform"},
+                    "authMode": "existingSecret",
+                    "credentialsSecret": {"name": "prom-token", "key": "jwt"}
+                }}
+            }),
+            watched: vec![],
+            check: Box::new(|ctx, r| {
+                let sm = r.get(
+                    "ServiceMonitor",
+                    &ctx.name("controller-manager-metrics-monitor"),
+                );
+                let labels = &sm["metadata"]["labels"];
+                assert!(labels.get("release").is_none(), "{labels}");
+                assert_eq!(labels["prometheus"], "platform");
+                let ep = &sm["spec"]["endpoints"][0];
+                assert_eq!(
+                    ep["authorization"],
+                    json!({"type": "Bearer", "credentials": {"name": "prom-token", "key": "jwt"}})
+                );
+                assert!(ep.get("bearerTokenFile").is_none(), "{ep}");
+                assert!(
+                    r.find("Secret", &ctx.name("metrics-reader-token"))
+                        .is_none(),
+                    "the chart's token Secret beside the user's"
+                );
+                assert!(
+                    r.find("ClusterRoleBinding", &ctx.name("metrics-reader"))
+                        .is_none()
+                );
+            }),
+        },
+        Entry {
+            name: "helm test with a KmsSecret to require Ready; and without the test",
+            values: json!({"tests": {"kmsSecret": {"namespace": a, "name": "app"}}, "replicaCount": 2}),
+            watched: vec![],
+            check: Box::new({
+                let a = a.clone();
+                move |ctx, r| {
+                    let test = ctx.name("test");
+                    let pod = r.get("Pod", &test);
+                    assert_eq!(pod["metadata"]["annotations"]["helm.sh/hook"], "test");
+                    assert_eq!(pod["spec"]["serviceAccountName"], test.as_str());
+                    let args = strings(&pod["spec"]["containers"][0]["args"]);
+                    for want in [
+                        "check".to_owned(),
+                        format!("--pod-namespace={}", ctx.namespace),
+                        format!("--lease-prefix={}", ctx.fullname),
+                        "--shards=16".to_owned(),
+                        format!("--statefulset={}", ctx.name("controller-manager")),
+                        "--replicas=2".to_owned(),
+                        format!("--namespace={a}"),
+                        "app".to_owned(),
+                    ] {
+                        assert!(args.contains(&want), "{want} not in {args:?}");
+                    }
+                    assert_eq!(
+                        pod["spec"]["containers"][0]["image"],
+                        r.container()["image"],
+                        "the test runs the operator's image"
+                    );
+                    let security = &pod["spec"]["containers"][0]["securityContext"];
+                    assert_eq!(security["runAsNonRoot"], true);
+                    assert_eq!(security["readOnlyRootFilesystem"], true);
+                    assert_eq!(
+                        pod["spec"]["securityContext"]["seccompProfile"]["type"],
+                        "RuntimeDefault"
+                    );
+                    let role = r
+                        .all("Role")
+                        .into_iter()
+                        .find(|x| {
+                            x["metadata"]["name"] == test.as_str()
+                                && x["metadata"]["namespace"] == a.as_str()
+                        })
+                        .expect("a Role to read the KmsSecret in its namespace");
+                    assert_eq!(
+                        role["rules"],
+                        json!([{"apiGroups": ["secrets.hanzo.ai"], "resources": ["kmssecrets"], "resourceNames": ["app"], "verbs": ["get"]}])
+                    );
+                    let off = render(
+                        ctx.release,
+                        &ctx.namespace,
+                        &json!({"tests": {"enabled": false}}),
+                    );
+                    assert!(off.find("Pod", &test).is_none());
+                    assert!(off.find("ServiceAccount", &test).is_none());
+                }
+            }),
+        },
+        Entry {
+            name: "serviceMonitor: token file, and none",
+            values: json!({
+                "telemetry": {"serviceMonitor": {"enabled": true, "authMode": "bearerTokenFile"}}
+            }),
+            watched: vec![],
+            check: Box::new(|ctx, r| {
+                let sm = r.get(
+                    "ServiceMonitor",
+                    &ctx.name("controller-manager-metrics-monitor"),
+                );
+                let ep = &sm["spec"]["endpoints"][0];
+                assert_eq!(
+                    ep["bearerTokenFile"],
+                    "/var/run/secrets/kubernetes.io/serviceaccount/token"
+                );
+                assert!(ep.get("authorization").is_none(), "{ep}");
+                assert_eq!(sm["metadata"]["labels"]["release"], "prometheus");
+                let none = render(
+                    ctx.release,
+                    &ctx.namespace,
+                    &json!({"telemetry": {"serviceMonitor": {"enabled": true, "authMode": "none"}}}),
+                );
+                let sm = none.get(
+                    "ServiceMonitor",
+                    &ctx.name("controller-manager-metrics-monitor"),
+                );
+                let ep = &sm["spec"]["endpoints"][0];
+                assert!(
+                    ep.get("authorization").is_none() && ep.get("bearerTokenFile").is_none(),
+                    "{ep}"
+                );
+                // Namespace-scoped installs make no metrics-reader
+                // ClusterRole, unless their ServiceMonitor's token needs one.
+                let scoped = render(
+                    ctx.release,
+                    &ctx.namespace,
+                    &json!({"scopedRBAC": true, "scopedNamespaces": ["app"],
+                            "telemetry": {"serviceMonitor": {"enabled": true}}}),
+                );
+                let reader = ctx.name("metrics-reader");
+                assert!(scoped.find("ClusterRole", &reader).is_some());
+                assert!(scoped.find("ClusterRoleBinding", &reader).is_some());
+            }),
+        },
+        Entry {
             name: "persistence, existing key Secret",
             values: json!({
                 "cache": {
@@ -1465,10 +1640,28 @@ fn monitoring_checks(ctx: &Ctx, r: &Rendered) {
     assert_eq!(ep["scheme"], "https");
     assert_eq!(ep["port"], "https");
     assert_eq!(ep["path"], "/metrics");
+    // The token comes from a Secret the chart makes for a metrics-reader
+    // ServiceAccount bound to the metrics-reader ClusterRole; no file.
+    assert!(ep.get("bearerTokenFile").is_none(), "{ep}");
+    assert_eq!(ep["authorization"]["type"], "Bearer");
+    let token = ctx.name("metrics-reader-token");
+    assert_eq!(ep["authorization"]["credentials"]["name"], token.as_str());
+    assert_eq!(ep["authorization"]["credentials"]["key"], "token");
+    let secret = r.get("Secret", &token);
+    assert_eq!(secret["type"], "kubernetes.io/service-account-token");
+    let reader = ctx.name("metrics-reader");
     assert_eq!(
-        ep["bearerTokenFile"],
-        "/var/run/secrets/kubernetes.io/serviceaccount/token"
+        secret["metadata"]["annotations"]["kubernetes.io/service-account.name"],
+        reader.as_str()
     );
+    let sa = r.get("ServiceAccount", &reader);
+    assert_eq!(sa["automountServiceAccountToken"], false);
+    let binding = r.get("ClusterRoleBinding", &reader);
+    assert_eq!(binding["roleRef"]["kind"], "ClusterRole");
+    assert_eq!(binding["roleRef"]["name"], reader.as_str());
+    assert!(r.find("ClusterRole", &reader).is_some());
+    assert_eq!(binding["subjects"][0]["name"], reader.as_str());
+    assert_eq!(binding["subjects"][0]["namespace"], ctx.namespace.as_str());
     assert_eq!(ep["interval"], "30s");
     assert_eq!(ep["scrapeTimeout"], "10s");
     assert_eq!(ep["tlsConfig"]["insecureSkipVerify"], true);
@@ -1710,6 +1903,14 @@ async fn values_schema_rejects_wrong_values_with_a_readable_error() {
         (
             json!({"security": {"cloudIdentities": [{"namespaces": ["a"]}]}}),
             "/security/cloudIdentities/0",
+        ),
+        (
+            json!({"telemetry": {"serviceMonitor": {"authMode": "file"}}}),
+            "/telemetry/serviceMonitor/authMode",
+        ),
+        (
+            json!({"telemetry": {"serviceMonitor": {"enabled": true, "authMode": "existingSecret"}}}),
+            "authMode existingSecret needs telemetry.serviceMonitor.credentialsSecret.name",
         ),
     ];
     for (values, message) in cases {

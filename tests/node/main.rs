@@ -13,7 +13,7 @@
 //! the dev KMS image `localhost/kms-operator:dev` imported
 //! (`scripts/image.sh --tag dev --import DIR`); see docs/testing.md. The scenarios share the node and run in order
 //! (`--test-threads=1`): `s0_…` (the image against the Dockerfile) and
-//! `s1_…` to `s10_…`; each prints how long it took.
+//! `s1_…` to `s13_…`; each prints how long it took.
 //! Any one can run alone: it installs what it needs.
 
 mod harness;
@@ -1326,16 +1326,17 @@ fn scale(replicas: u32) {
 }
 
 /// 9. Observability, proven by a real Prometheus on the node: the chart's
-/// ServiceMonitor (HTTPS, a bearer token of a ServiceAccount bound to the
-/// chart's metrics-reader role) scrapes the three pods; after a workload
+/// ServiceMonitor (HTTPS, the token Secret the chart makes for its
+/// metrics-reader ServiceAccount) scrapes the three pods; after a workload
 /// with syncs, a failing resource, a KMS outage, a workload reload and a
 /// graceful hand-over, every query of the chart's dashboard returns series
 /// with the labels its legend uses; the hand-over shows in the "owned
 /// shards per replica" and "hand-overs" panels; the alert
 /// `KmsOperatorShardWithoutOwner` (its `for:` shortened through the
 /// chart's values) fires while no replica runs and resolves when they are
-/// back, and `KmsOperatorKmsErrors` goes pending during the KMS outage.
-/// The panels' results are written to `target/node-prometheus/` (input of
+/// back, `KmsOperatorKmsErrors` goes pending during the KMS outage, and
+/// `KmsOperatorResourcesNotReady` fires for the KmsSecret without
+/// credentials (and for no other). The panels' results are written to `target/node-prometheus/` (input of
 /// `scripts/plots.sh`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s9_prometheus_scrapes_the_pods_dashboard_and_alerts_answer() {
@@ -1363,43 +1364,16 @@ async fn s9_prometheus_scrapes_the_pods_dashboard_and_alerts_answer() {
             "telemetry.serviceMonitor.scrapeTimeout=2s",
             "telemetry.prometheusRule.enabled=true",
             "telemetry.prometheusRule.for.KmsOperatorShardWithoutOwner=10s",
+            "telemetry.prometheusRule.for.KmsOperatorResourcesNotReady=10s",
             "telemetry.grafanaDashboard.enabled=true",
         ],
     );
     wait_ready_pods(&client, RELEASE, 3, Duration::from_secs(120)).await;
     let full = fullname(RELEASE);
 
-    // Prometheus's identity: a ServiceAccount bound to the chart's
-    // metrics-reader ClusterRole, and a token of it.
-    namespace(&client, "monitoring").await;
-    apply(&format!(
-        r#"apiVersion: v1
-kind: ServiceAccount
-metadata: {{name: prometheus, namespace: monitoring}}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {{name: monitoring-prometheus-kms-metrics}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {full}-metrics-reader}}
-subjects: [{{kind: ServiceAccount, name: prometheus, namespace: monitoring}}]
-"#
-    ));
-    let token = ok(
-        "kubectl",
-        &[
-            "-n",
-            "monitoring",
-            "create",
-            "token",
-            "prometheus",
-            "--duration=2h",
-        ],
-    );
     let out_dir = repo().join("target/node-prometheus");
     let _ = std::fs::remove_dir_all(&out_dir);
     std::fs::create_dir_all(&out_dir).unwrap();
-    let token_file = out_dir.join("token");
-    std::fs::write(&token_file, token.trim()).unwrap();
 
     let monitor = get_json(
         "servicemonitors.monitoring.coreos.com",
@@ -1419,10 +1393,23 @@ subjects: [{{kind: ServiceAccount, name: prometheus, namespace: monitoring}}]
     let targets_file = out_dir.join("targets.json");
     let _discovery =
         prometheus::Discovery::start(client.clone(), &monitor, targets_file.clone()).await;
-    let jobs = prometheus::scrape_jobs(&monitor, &targets_file, &token_file);
+    // Prometheus's identity is the chart's: the token Secret of its
+    // metrics-reader ServiceAccount, read as the Prometheus Operator reads
+    // it (no file).
+    let endpoint = &monitor["spec"]["endpoints"][0];
+    assert!(
+        endpoint.get("bearerTokenFile").is_none(),
+        "the rendered ServiceMonitor reads a token file: {endpoint}"
+    );
+    assert_eq!(
+        endpoint["authorization"]["credentials"]["name"],
+        format!("{full}-metrics-reader-token").as_str(),
+        "{endpoint}"
+    );
+    let jobs = prometheus::scrape_jobs(&client, &monitor, &targets_file, None).await;
     let prom = Prometheus::start(jobs, &prometheus::rule_file(&rule), "1s").await;
 
-    // The three pods are scraped over HTTPS with the token.
+    // The three pods are scraped over HTTPS with the Secret's token.
     let up = wait_for(Duration::from_secs(60), || async {
         let targets = prom.targets().await;
         (targets.len() == 3 && targets.iter().all(|(_, h, _)| h == "up")).then_some(targets)
@@ -1505,6 +1492,43 @@ spec:
             "deployment/web",
             "--timeout=120s",
         ],
+    );
+    // The KmsSecret without credentials: the not-Ready alert (its `for:`
+    // shortened to 10 s) fires, naming its kind, namespace and reason; none
+    // fires for the namespaces whose resources are Ready.
+    let not_ready = wait_for(Duration::from_secs(90), || async {
+        prom.alerts()
+            .await
+            .into_iter()
+            .find(|(name, state, labels)| {
+                name == "KmsOperatorResourcesNotReady"
+                    && state == "firing"
+                    && labels.get("resource_namespace").map(String::as_str) == Some("node-prom-a")
+            })
+    })
+    .await;
+    let Some((_, _, labels)) = not_ready else {
+        panic!(
+            "KmsOperatorResourcesNotReady did not fire within 90 s for the KmsSecret without credentials: {:?}",
+            prom.alerts().await
+        );
+    };
+    assert_eq!(labels["kind"], "KmsSecret", "{labels:?}");
+    let wrong: Vec<_> = prom
+        .alerts()
+        .await
+        .into_iter()
+        .filter(|(name, state, labels)| {
+            name == "KmsOperatorResourcesNotReady"
+                && state == "firing"
+                && ["node-prom-b", "node-prom-c", "node-prom-d"]
+                    .contains(&labels.get("resource_namespace").map_or("", String::as_str))
+        })
+        .collect();
+    assert!(wrong.is_empty(), "alerts for Ready resources: {wrong:?}");
+    println!(
+        "KmsOperatorResourcesNotReady: firing for {}/{} ({})",
+        labels["kind"], labels["resource_namespace"], labels["reason"]
     );
     kms.set_secret("A", "prom-2").await;
     for t in ["node-prom-a", "node-prom-b", "node-prom-c", "node-prom-d"] {
@@ -1698,6 +1722,8 @@ spec:
         "CPU per replica",
         "Open file descriptors",
         "KMS budget and demand per replica",
+        "Resources not Ready by kind, namespace and reason",
+        "Resources by Ready status",
     ];
     let mut panels = 0;
     let mut with_data = 0;
@@ -1791,7 +1817,6 @@ spec:
         "hand-overs panel: {} shard(s) gained after the third replica left",
         moved.len()
     );
-    let _ = std::fs::remove_file(&token_file);
     report(
         "s9 prometheus: scrape, dashboard, alerts",
         started.elapsed(),
@@ -2008,4 +2033,135 @@ async fn s10_openshift_arbitrary_uid_restricted_namespace_cache_works() {
         "s10 openshift: arbitrary UID, restricted namespace",
         started.elapsed(),
     );
+}
+
+/// `helm test` on the release, its output (status and the check Pod's
+/// log), and whether it passed.
+fn helm_test() -> Result<String, String> {
+    run(
+        "helm",
+        &[
+            "test",
+            RELEASE,
+            "-n",
+            RELEASE_NS,
+            "--logs",
+            "--timeout",
+            "120s",
+        ],
+    )
+}
+
+/// 13. `helm test`: the chart's check Pod (the operator image, restricted,
+/// a read-only ServiceAccount) passes on a healthy install; fails when the
+/// StatefulSet was scaled below `replicaCount` with kubectl, naming both
+/// counts; passes again once scaled back; and, given a KmsSecret through
+/// `tests.kmsSecret`, passes when it is Ready and fails with its condition
+/// when it is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s13_helm_test_passes_and_fails_when_it_should() {
+    let started = Instant::now();
+    let client = client().await;
+    let _ = run(
+        "kubectl",
+        &[
+            "-n",
+            RELEASE_NS,
+            "scale",
+            &format!("statefulset/{}-controller-manager", fullname(RELEASE)),
+            "--replicas=3",
+        ],
+    );
+    let kms = default_install(&client).await;
+    let healthy = helm_test().unwrap_or_else(|e| panic!("helm test on a healthy install: {e}"));
+    for line in [
+        "ok    the CRDs of secrets.hanzo.ai/v1alpha1 are served",
+        "replicas Ready",
+        "ok    16 shards held and renewed",
+        "checks passed",
+    ] {
+        assert!(healthy.contains(line), "{line:?} not in:\n{healthy}");
+    }
+    println!("healthy:\n{healthy}");
+
+    // Scaled below the release with kubectl: the test fails and says so.
+    scale(2);
+    wait_ready_pods(&client, RELEASE, 2, Duration::from_secs(120)).await;
+    let scaled = helm_test().expect_err("helm test passed with 2 of 3 replicas");
+    assert!(
+        scaled.contains("it runs 2 replicas where the release asks for 3"),
+        "{scaled}"
+    );
+    println!(
+        "scaled to 2: {}",
+        scaled.lines().find(|l| l.starts_with("FAIL")).unwrap_or("")
+    );
+    scale(3);
+    wait_ready_pods(&client, RELEASE, 3, Duration::from_secs(180)).await;
+    let back = wait_for(Duration::from_secs(60), || async { helm_test().ok() }).await;
+    assert!(
+        back.is_some(),
+        "helm test still fails once scaled back to 3"
+    );
+
+    // A KmsSecret given to the test: Ready passes, not Ready fails with its
+    // condition.
+    kms.set_secret("A", "tested").await;
+    let ns = "node-helm-test";
+    tenant(&client, ns).await;
+    kms_secret(&client, ns, "app", "app-out", "Owner", "1m").await;
+    apply(&format!(
+        r#"apiVersion: secrets.hanzo.ai/v1alpha1
+kind: KmsSecret
+metadata: {{name: broken, namespace: {ns}}}
+spec:
+  authentication:
+    universalAuth:
+      credentialsRef: {{secretName: no-such-credentials}}
+      secretsScope: {{projectSlug: demo, envSlug: dev, secretsPath: /}}
+  managedKubeSecretReferences: [{{secretName: broken-out}}]
+"#
+    ));
+    wait_value(
+        &client,
+        ns,
+        "app-out",
+        "A",
+        "tested",
+        Duration::from_secs(60),
+    )
+    .await;
+    let given = |name: &str| {
+        install(
+            RELEASE,
+            &release_version(),
+            &[
+                &format!("tests.kmsSecret.namespace={ns}"),
+                &format!("tests.kmsSecret.name={name}"),
+            ],
+        )
+    };
+    given("app");
+    let ready = wait_for(Duration::from_secs(60), || async { helm_test().ok() }).await;
+    let ready = ready.expect("helm test with a Ready KmsSecret");
+    assert!(
+        ready.contains(&format!("ok    KmsSecret {ns}/app is Ready")),
+        "{ready}"
+    );
+    given("broken");
+    let failed = helm_test().expect_err("helm test passed with a KmsSecret that is not Ready");
+    assert!(
+        failed.contains(&format!(
+            "FAIL  KmsSecret {ns}/broken is Ready: Ready is False"
+        )),
+        "{failed}"
+    );
+    println!(
+        "not Ready: {}",
+        failed.lines().find(|l| l.starts_with("FAIL")).unwrap_or("")
+    );
+    install(RELEASE, &release_version(), &[]);
+    // Nothing failing left behind for the scenarios after this one.
+    let _ = run("kubectl", &["delete", "namespace", ns, "--wait=false"]);
+    report("s13 helm test", started.elapsed());
 }

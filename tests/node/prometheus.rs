@@ -23,17 +23,21 @@
 //!   name (what the chart's alert rules and dashboard select on);
 //! - `interval`, `scrapeTimeout`, `path`, `scheme`, and `tlsConfig`
 //!   (`insecureSkipVerify`, `serverName`);
-//! - `bearerTokenFile` names the token of Prometheus's own ServiceAccount
-//!   in its pod; here Prometheus runs outside a pod, so the file it reads is
-//!   a token of the ServiceAccount the scenario binds to the chart's
-//!   `metrics-reader` ClusterRole (`kubectl create token`).
+//! - `authorization` (type `Bearer`, `credentials` a key of a Secret in the
+//!   ServiceMonitor's namespace): the Prometheus Operator reads the Secret
+//!   and writes its value into the scrape job's `authorization.credentials`;
+//!   so does this translation, from the Secret as the cluster holds it
+//!   (waiting for the token controller to fill a ServiceAccount token);
+//! - `bearerTokenFile` names a token file in Prometheus's own pod; here
+//!   Prometheus runs outside a pod, so the file it reads is one the caller
+//!   provides.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::{Pod, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Client;
 use kube::api::{Api, ListParams};
@@ -126,10 +130,29 @@ fn meta_name(label: &str) -> String {
         .collect()
 }
 
+/// The value of `key` in the Secret `name` of `ns`, once it has one (a
+/// ServiceAccount token Secret is filled in by the token controller).
+async fn secret_value(client: &Client, ns: &str, name: &str, key: &str) -> String {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let value = wait_for(Duration::from_secs(60), || async {
+        let s = secrets.get_opt(name).await.ok().flatten()?;
+        let v = s.data?.get(key)?.0.clone();
+        (!v.is_empty()).then(|| String::from_utf8(v).expect("a UTF-8 token"))
+    })
+    .await;
+    value.unwrap_or_else(|| panic!("Secret {ns}/{name} has no {key:?} after 60 s"))
+}
+
 /// The scrape jobs of a ServiceMonitor (one per endpoint), reading their
-/// targets from the `file_sd` file `targets` and presenting `token_file`
-/// (see the module docs).
-pub fn scrape_jobs(monitor: &Value, targets: &Path, token_file: &Path) -> Vec<Value> {
+/// targets from the `file_sd` file `targets`, with the credentials its
+/// `authorization` names read from the cluster, or `token_file` for a
+/// `bearerTokenFile` (see the module docs).
+pub async fn scrape_jobs(
+    client: &Client,
+    monitor: &Value,
+    targets: &Path,
+    token_file: Option<&Path>,
+) -> Vec<Value> {
     let ns = monitor["metadata"]["namespace"]
         .as_str()
         .expect("namespace");
@@ -159,10 +182,39 @@ pub fn scrape_jobs(monitor: &Value, targets: &Path, token_file: &Path) -> Vec<Va
         "selector.matchExpressions is not translated"
     );
     let endpoints = spec["endpoints"].as_array().expect("endpoints");
+    let mut credentials = Vec::new();
+    for ep in endpoints {
+        let auth = &ep["authorization"];
+        credentials.push(if auth.is_null() {
+            None
+        } else {
+            for key in auth.as_object().expect("authorization").keys() {
+                assert!(
+                    ["type", "credentials"].contains(&key.as_str()),
+                    "authorization.{key} is not translated"
+                );
+            }
+            let kind = auth["type"].as_str().unwrap_or("Bearer");
+            let secret = &auth["credentials"];
+            let value = secret_value(
+                client,
+                ns,
+                secret["name"]
+                    .as_str()
+                    .expect("authorization.credentials.name"),
+                secret["key"]
+                    .as_str()
+                    .expect("authorization.credentials.key"),
+            )
+            .await;
+            Some(json!({"type": kind, "credentials": value}))
+        });
+    }
     endpoints
         .iter()
+        .zip(credentials)
         .enumerate()
-        .map(|(i, ep)| {
+        .map(|(i, (ep, credentials))| {
             let known = [
                 "port",
                 "scheme",
@@ -170,6 +222,7 @@ pub fn scrape_jobs(monitor: &Value, targets: &Path, token_file: &Path) -> Vec<Va
                 "interval",
                 "scrapeTimeout",
                 "bearerTokenFile",
+                "authorization",
                 "tlsConfig",
             ];
             for key in ep.as_object().expect("endpoint").keys() {
@@ -207,7 +260,11 @@ pub fn scrape_jobs(monitor: &Value, targets: &Path, token_file: &Path) -> Vec<Va
                 job["scrape_timeout"] = json!(t);
             }
             if ep["bearerTokenFile"].is_string() {
-                job["authorization"] = json!({"type": "Bearer", "credentials_file": token_file});
+                let file = token_file.expect("a token file for the endpoint's bearerTokenFile");
+                job["authorization"] = json!({"type": "Bearer", "credentials_file": file});
+            }
+            if let Some(c) = credentials {
+                job["authorization"] = c;
             }
             if let Some(tls) = ep["tlsConfig"].as_object() {
                 let mut out = serde_json::Map::new();
