@@ -40,6 +40,10 @@ pub(crate) struct FaultSpec {
     /// Status of the errors of `errorRate` (default 503).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<u16>,
+    /// With `status: 429`: the `Retry-After` of those answers, in seconds
+    /// (absent: none, as some servers answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_seconds: Option<u64>,
     /// Requests allowed per minute; more are answered 429.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_limit_per_minute: Option<u32>,
@@ -233,7 +237,12 @@ impl Faults {
             if draw < rate && matches!(d.action, Action::Pass) {
                 let status = StatusCode::from_u16(s.spec.status.unwrap_or(503))
                     .unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
-                d.action = Action::Fail(ApiError::with_status(status));
+                d.action = Action::Fail(match s.spec.retry_after_seconds {
+                    Some(after) if status == StatusCode::TOO_MANY_REQUESTS => {
+                        ApiError::rate_limited(0, after)
+                    }
+                    _ => ApiError::with_status(status),
+                });
             }
         }
         d
