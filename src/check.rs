@@ -186,7 +186,7 @@ pub fn render(outcomes: &[Outcome]) -> String {
 }
 
 /// `KIND/NAME` or `NAME` (a KmsSecret) → (kind, plural, name).
-fn parse_resource(arg: &str) -> anyhow::Result<(&'static str, &'static str, String)> {
+pub(crate) fn parse_resource(arg: &str) -> anyhow::Result<(&'static str, &'static str, String)> {
     let (kind, name) = arg.split_once('/').unwrap_or(("KmsSecret", arg));
     let found = RESOURCES[..3].iter().find(|(k, r)| {
         k.eq_ignore_ascii_case(kind) || *r == kind || r.strip_suffix('s') == Some(kind)

@@ -63,6 +63,10 @@ pub enum Command {
     /// the CRDs are served, the replicas are Ready, every shard is held,
     /// and the resources named are Ready. Exits 1 when a check fails.
     Check(CheckArgs),
+    /// Sync a resource now (`NAME` of a KmsSecret, or `KIND/NAME`): set its
+    /// `secrets.hanzo.ai/force-sync` annotation and wait for the result.
+    /// Exits 1 when it is not Ready afterwards.
+    Sync(SyncArgs),
     /// Convert manifests of the Go operators (InfisicalSecret, KMSSecret, …)
     /// into kms-operator's kinds: YAML on stdout, the report on stderr.
     Migrate(MigrateArgs),
@@ -424,6 +428,19 @@ pub struct OperatorArgs {
     pub lease_prefix: Option<String>,
 }
 
+/// Flags of `kms-operator sync`.
+#[derive(Debug, Args, Clone)]
+pub struct SyncArgs {
+    /// The cluster, and the namespace of the resource.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// How long to wait for the sync to run.
+    #[arg(long, default_value = "60s", value_parser = parse_duration_arg, env = "KMS_OPERATOR_TIMEOUT")]
+    pub timeout: Duration,
+    /// The resource: `NAME` (a KmsSecret) or `KIND/NAME`.
+    pub resource: String,
+}
+
 /// Flags of `kms-operator check`.
 #[derive(Debug, Args, Clone)]
 pub struct CheckArgs {
@@ -616,7 +633,7 @@ mod tests {
                 // kubectl's flags, spelled and read as kubectl reads them
                 // (the kubeconfig from `KUBECONFIG`, the rest from none).
                 let kubectl = ["kubeconfig", "context", "namespace", "all-namespaces"];
-                if ["status", "check", "migrate"].contains(&sub.get_name())
+                if ["status", "check", "sync", "migrate"].contains(&sub.get_name())
                     && kubectl.contains(&long)
                 {
                     assert!(arg.get_env().is_none(), "--{long} of {}", sub.get_name());

@@ -21,6 +21,7 @@
 //! - [`sharding`]: the ownership gate between watches and queues;
 //! - [`status`]: `kms-operator status`;
 //! - [`check`]: `kms-operator check`, the chart's `helm test`;
+//! - [`sync_now`]: `kms-operator sync`;
 //! - [`server`]: health, readiness and metrics endpoints;
 //! - [`metrics`]: the Prometheus metrics;
 //! - [`telemetry`]: logging set-up.
@@ -39,4 +40,5 @@ pub mod operator;
 pub mod server;
 pub mod sharding;
 pub mod status;
+pub mod sync_now;
 pub mod telemetry;

@@ -74,18 +74,23 @@ fn main() -> anyhow::Result<()> {
             );
             Ok(())
         }
-        Command::Status(args) => tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?
-            .block_on(kms_operator::status::run(args)),
-        Command::Check(args) => {
-            let healthy = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?
-                .block_on(kms_operator::check::run(args))?;
-            std::process::exit(if healthy { 0 } else { 1 })
-        }
+        Command::Status(args) => on_one_thread(kms_operator::status::run(args))?,
+        Command::Sync(args) => exit_ok(on_one_thread(kms_operator::sync_now::run(args))??),
+        Command::Check(args) => exit_ok(on_one_thread(kms_operator::check::run(args))??),
     }
+}
+
+/// Run a command that talks to the cluster on a runtime of one thread.
+fn on_one_thread<F: std::future::Future>(f: F) -> anyhow::Result<F::Output> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(f))
+}
+
+/// Exit with status 0 when `ok`, else 1.
+fn exit_ok(ok: bool) -> ! {
+    std::process::exit(if ok { 0 } else { 1 })
 }
 
 /// How the user called us: `kubectl kms` when run as the kubectl plugin

@@ -225,6 +225,10 @@ pub struct KmsPushSecretStatus {
     /// the key disappears from the KMS. Never holds the values.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generated_secrets: Option<BTreeMap<String, GeneratedSecret>>,
+    /// The value of the annotation `secrets.hanzo.ai/force-sync` whose
+    /// forced sync has run (a new value asks for another).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub force_sync: Option<String>,
 }
 
 /// Where a generated value came from.

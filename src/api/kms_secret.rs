@@ -361,4 +361,8 @@ pub struct KmsSecretStatus {
     /// The shard that owns this resource.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard: Option<i32>,
+    /// The value of the annotation `secrets.hanzo.ai/force-sync` whose
+    /// forced sync has run (a new value asks for another).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub force_sync: Option<String>,
 }

@@ -130,6 +130,13 @@ pub fn bounded(message: &str) -> String {
     format!("{}…", &message[..end])
 }
 
+/// Add `note` to the message of the condition `type_`, if it is there.
+pub fn append_note(conditions: &mut [Condition], type_: &str, note: &str) {
+    if let Some(c) = conditions.iter_mut().find(|c| c.type_ == type_) {
+        c.message = bounded(&format!("{}; {note}", c.message));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,6 +18,7 @@
 //! - [`auth`]: the authentication methods as the controllers resolve them;
 //!   [`cloud_identities`]: where the operator's cloud identity may be used;
 //! - [`instant`]: instant updates (the KMS's change events);
+//!   [`force_sync`]: the annotation that asks for a sync now;
 //! - [`target`]: managed objects, ownership, adoption, versions (pure);
 //! - [`apply`]: writes with resourceVersion preconditions;
 //! - [`refs`]: references, the namespace rule, the global config;
@@ -32,6 +33,7 @@ pub mod conditions;
 pub mod context;
 pub mod error;
 pub mod events;
+pub mod force_sync;
 pub mod instant;
 pub mod key;
 pub mod kms_dynamic_secret;

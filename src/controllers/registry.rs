@@ -262,8 +262,9 @@ where
 /// a resource is queued when it is first listed, created or deleted, or when
 /// its `fingerprint` (what makes it worth reconciling: generation,
 /// annotations, deletion mark, …; never the status the operator writes)
-/// changes, or when `observe` asks for it. `observe` sees every applied or
-/// deleted resource first (`true` when deleted), to index what it reads.
+/// changes, or when `observe` asks for it; in the lane of changes when a
+/// new `force-sync` value asks for a sync now. `observe` sees every applied
+/// or deleted resource first (`true` when deleted), to index what it reads.
 pub fn queue_on_change<K, FP>(
     gate: Arc<dyn Ownership>,
     queue: Arc<Queue<ObjectKey>>,
@@ -271,7 +272,7 @@ pub fn queue_on_change<K, FP>(
     observe: impl Fn(&K, &ObjectKey, bool) -> bool + Send + Sync + 'static,
 ) -> impl Fn(&kube::runtime::watcher::Event<K>) + Send + Sync + 'static
 where
-    K: Resource,
+    K: super::force_sync::Forceable,
     FP: std::hash::Hash,
 {
     use kube::runtime::watcher::Event;
@@ -313,7 +314,12 @@ where
         if initial && !asked && !gate.owns(shard) {
             return;
         }
-        queue.add(key, shard);
+        // A sync asked for by hand goes ahead of the scheduled ones.
+        if !deleted && super::force_sync::pending(o).is_some() {
+            queue.add_change(key, shard);
+        } else {
+            queue.add(key, shard);
+        }
     }
 }
 

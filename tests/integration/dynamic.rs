@@ -649,3 +649,43 @@ async fn a_lease_created_before_a_crash_and_never_recorded_is_revoked_after_the_
         Some(recorded)
     );
 }
+
+/// `secrets.hanzo.ai/force-sync` on a KmsDynamicSecret: the lease is
+/// checked with the KMS at once (one renewal, the same lease, the Secret
+/// untouched) and the status records the value handled.
+#[tokio::test]
+async fn force_sync_renews_the_lease_at_once() {
+    const RENEW: &str = "POST /api/v1/dynamic-secrets/leases/:leaseId/renew";
+    let client = harness::client().await;
+    let ns = TestNamespace::new(&client, "dyn-force").await;
+    let kms = dev_server("1h", "24h").await;
+    create_credentials(&client, &ns.name, "creds").await;
+    let _op = Operator::start(&ns.name, &[&ns.name], &[]).await;
+    create(&client, &ns.name, "db", &kms.api(), "1h", true).await;
+    let s = wait_for(Duration::from_secs(30), || async {
+        secret(&client, &ns.name, "db-creds")
+            .await
+            .filter(|s| data_of(s).contains_key("DB_PASSWORD"))
+    })
+    .await
+    .expect("the Secret did not receive credentials");
+    let (id, first_expiry) = lease_of(&client, &ns.name, "db").await.unwrap();
+    kms.reset_stats().await;
+    let resources = api(&client, &ns.name);
+    crate::force_sync::force(&resources, "db", "one").await;
+    crate::force_sync::wait_handled(&resources, "db", "one").await;
+    assert_eq!(
+        kms.count(RENEW, Some("200")).await,
+        1,
+        "{}",
+        kms.stats().await
+    );
+    let (now_id, expiry) = lease_of(&client, &ns.name, "db").await.unwrap();
+    assert_eq!(now_id, id, "the same lease");
+    assert!(expiry >= first_expiry, "{expiry} < {first_expiry}");
+    let now = secret(&client, &ns.name, "db-creds").await.unwrap();
+    assert_eq!(
+        now.metadata.resource_version, s.metadata.resource_version,
+        "the renewal touched the Secret"
+    );
+}

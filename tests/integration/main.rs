@@ -16,6 +16,7 @@ mod cloud_auth;
 mod crds;
 mod docs;
 mod dynamic;
+mod force_sync;
 mod global_config;
 mod handover;
 mod helm;

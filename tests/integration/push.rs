@@ -1044,3 +1044,40 @@ async fn a_managed_secret_that_is_another_resources_source_is_followed() {
         prod().await
     );
 }
+
+/// `secrets.hanzo.ai/force-sync` on a KmsPushSecret: a key deleted in the
+/// KMS behind the operator's back comes back at once, not at the hour's
+/// resync, and the status records the value handled.
+#[tokio::test]
+async fn force_sync_pushes_again_at_once() {
+    let client = harness::client().await;
+    let ns = TestNamespace::new(&client, "push-force").await;
+    let kms = DevServer::start(&seed(&[("UNRELATED", "x")])).await;
+    create_credentials(&client, &ns.name, "kms-credentials").await;
+    set_source(&client, &ns.name, "src", &[("A", "1")]).await;
+    let _op = Operator::start(&ns.name, &[&ns.name], &[]).await;
+    apply_cr(
+        &client,
+        &ns.name,
+        push_cr("p", &kms.api(), json!({"resyncInterval": "1h"})),
+    )
+    .await;
+    wait_kms(&kms, Duration::from_secs(30), "A", |f| has(f, "A", "1")).await;
+    wait_condition(
+        &client,
+        &ns.name,
+        "p",
+        "Ready",
+        |c| c.0 == "True",
+        Duration::from_secs(10),
+    )
+    .await;
+    kms.delete_secret("demo", "dev", "/", "A").await;
+    let api = push_api(&client, &ns.name);
+    crate::force_sync::force(&api, "p", "one").await;
+    wait_kms(&kms, Duration::from_secs(10), "A pushed again", |f| {
+        has(f, "A", "1")
+    })
+    .await;
+    crate::force_sync::wait_handled(&api, "p", "one").await;
+}

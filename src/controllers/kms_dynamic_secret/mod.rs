@@ -46,6 +46,7 @@ use super::auth::{generic_identity, generic_identity_with_source};
 use super::conditions::{self, Status};
 use super::context::Context;
 use super::error::SyncError;
+use super::force_sync;
 use super::key::ObjectKey;
 use super::kms_secret::plan::Target;
 use super::queue::Queue;
@@ -329,6 +330,15 @@ impl Controller {
                     &now,
                 );
                 status.observed_generation = generation;
+                let throttled = e.is_throttled();
+                status.force_sync = force_sync::after_sync(&*fresh, throttled);
+                if let (true, Some(value)) = (throttled, force_sync::pending(&*fresh)) {
+                    conditions::append_note(
+                        &mut status.conditions,
+                        ct::RECONCILE,
+                        &force_sync::waiting(value),
+                    );
+                }
                 write_conditions(ctx, &fresh, &status).await;
                 publish_ready_change(ctx, &fresh, &status, Some(&e)).await;
                 Err(e)
@@ -459,6 +469,11 @@ impl Controller {
             .as_deref()
             .and_then(crate::kms::leases::parse_ttl);
         let mut decision = plan::decide(view.as_ref(), holds_current, max_ttl, step.now);
+        // A sync asked for by hand (`force-sync`) checks the lease with the
+        // KMS now: a renewal.
+        if decision == Decision::Wait && force_sync::pending(cr).is_some() {
+            decision = Decision::Renew;
+        }
         if decision == Decision::Renew {
             decision = step.renew(&mut status, &written).await?;
         }
@@ -502,13 +517,14 @@ impl Controller {
             cr.metadata.generation,
             &step.condition_now,
         );
-        let status = active_status(
+        let mut status = active_status(
             status,
             cr.metadata.generation,
             shard,
             workloads,
             &step.condition_now,
         );
+        status.force_sync = force_sync::after_sync(cr, false);
         ensure_owner(ctx, shard, cancel)?;
         let before = cr.status.clone().unwrap_or_default();
         write_status(&ctx.client, &written, &status).await?;
@@ -972,14 +988,19 @@ async fn write_status(
         .map_err(|e| SyncError::kube("writing the status", e))
 }
 
-/// Report a failure in the conditions only (never the lease fields, which
-/// the copy at hand may hold in an older state).
+/// Report a failure in the conditions (and the force-sync value handled)
+/// only, never the lease fields, which the copy at hand may hold in an
+/// older state.
 async fn write_conditions(ctx: &Context, cr: &KmsDynamicSecret, status: &KmsDynamicSecretStatus) {
     if cr
         .status
         .as_ref()
-        .map(|s| (&s.conditions, s.observed_generation))
-        == Some((&status.conditions, status.observed_generation))
+        .map(|s| (&s.conditions, s.observed_generation, &s.force_sync))
+        == Some((
+            &status.conditions,
+            status.observed_generation,
+            &status.force_sync,
+        ))
     {
         return;
     }
@@ -987,6 +1008,7 @@ async fn write_conditions(ctx: &Context, cr: &KmsDynamicSecret, status: &KmsDyna
     let body = json!({"status": {
         "conditions": status.conditions,
         "observedGeneration": status.observed_generation,
+        "forceSync": status.force_sync,
     }});
     if let Err(e) = Api::<KmsDynamicSecret>::namespaced(ctx.client.clone(), &ns)
         .patch_status(

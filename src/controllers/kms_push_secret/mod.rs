@@ -53,8 +53,10 @@ use self::plan::{FINALIZER, PushRenderer};
 use self::status::Report;
 use self::write::Cause;
 use super::apply::ensure_owner;
+use super::conditions;
 use super::context::Context;
 use super::error::SyncError;
+use super::force_sync;
 use super::key::ObjectKey;
 use super::packed::Packed;
 use super::queue::Queue;
@@ -65,6 +67,7 @@ use super::workers::{Action, Reconciler};
 use super::written::WrittenStatus;
 use crate::api::cluster_generator::{ClusterGenerator, ClusterGeneratorSpec};
 use crate::api::common::SKIP_CLEANUP_ANNOTATION;
+use crate::api::conditions as ct;
 use crate::api::duration::format_duration;
 use crate::api::kms_push_secret::{DeletionPolicy, KmsPushSecret, KmsPushSecretStatus};
 use crate::kms::Identity;
@@ -301,13 +304,24 @@ impl Controller {
         }
         ensure_owner(ctx, shard, cancel)?;
         let old = cr.status.clone().unwrap_or_default();
-        let new = status::next_status(
+        let mut new = status::next_status(
             &old,
             &report,
             cr.metadata.generation,
             shard,
             &status::now_time(),
         );
+        // Every reconcile reads the whole folder: a forced one is queued
+        // ahead of the others, and recorded once it ran.
+        let throttled = report.error.as_ref().is_some_and(SyncError::is_throttled);
+        new.force_sync = force_sync::after_sync(&cr, throttled);
+        if let (true, Some(value)) = (throttled, force_sync::pending(&cr)) {
+            conditions::append_note(
+                &mut new.conditions,
+                ct::RECONCILE,
+                &force_sync::waiting(value),
+            );
+        }
         self.write_status(ctx, &cr, &old, &new).await?;
         report.next(now)
     }

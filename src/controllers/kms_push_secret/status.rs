@@ -359,6 +359,7 @@ fn unchanged(a: &KmsPushSecretStatus, b: &KmsPushSecretStatus) -> bool {
         && a.last_sync_time == b.last_sync_time
         && a.synced_keys == b.synced_keys
         && a.shard == b.shard
+        && a.force_sync == b.force_sync
 }
 
 /// Patch the status (when it changed) and publish an Event when `Ready`

@@ -41,6 +41,7 @@ use super::apply::{self, FIELD_MANAGER, ensure_owner};
 use super::conditions::{self, Status};
 use super::context::Context;
 use super::error::SyncError;
+use super::force_sync;
 use super::instant::{InstantUpdates, Nudge, StreamState};
 use super::key::ObjectKey;
 use super::queue::Queue;
@@ -509,6 +510,8 @@ async fn sync(
 /// What a sync decided to ask of the KMS, and from what.
 struct Asked {
     decision: Decision,
+    /// A sync asked for by hand (`force-sync`): full, with a fresh answer.
+    forced: bool,
     /// What was synced last (the cache, else the status).
     record: Option<SyncRecord>,
     /// An instant-update event (or its stream's opening) made it due.
@@ -552,15 +555,22 @@ impl Asked {
         let epoch = ctx.global_epoch();
         let endpoint_stale = this.endpoint_stale(cr, epoch);
         let generation = cr.metadata.generation.unwrap_or(0);
-        let decision = plan::decide(
-            record.as_ref(),
-            generation,
-            all_intact,
-            nudged.is_some() || newly_listening || endpoint_stale,
-            now,
-        );
+        // A sync asked for by hand (`force-sync`) is a full one.
+        let forced = force_sync::pending(cr).is_some();
+        let decision = if forced {
+            Decision::Full
+        } else {
+            plan::decide(
+                record.as_ref(),
+                generation,
+                all_intact,
+                nudged.is_some() || newly_listening || endpoint_stale,
+                now,
+            )
+        };
         Self {
             decision,
+            forced,
             record,
             nudged,
             key,
@@ -692,6 +702,7 @@ async fn fetch(
             Decision::Full => None,
             _ => known.as_deref(),
         },
+        fresh: asked.forced,
     };
     match fetch_scope(ctx, this, &request, observed, cancel, progress).await? {
         Some((secrets, etag)) => Ok((Some(secrets), etag)),
@@ -874,6 +885,9 @@ struct FetchRequest<'a> {
     scope: &'a crate::kms::Scope,
     /// The last ETag, for a conditional request.
     etag: Option<&'a str>,
+    /// Only an answer that starts now serves (a sync asked for by hand),
+    /// not one another resource fetched a moment ago.
+    fresh: bool,
 }
 
 /// Log in and fetch: the secrets and their ETag, or `None` when the KMS
@@ -896,7 +910,11 @@ async fn fetch_scope(
     // An answer up to SHARE_WINDOW old serves; with instant updates, only
     // one that started after the stream's last event (this resource's own,
     // or one it joined the stream too late to hear).
-    let not_before = this.instant.not_before(req.key, SHARE_WINDOW);
+    let not_before = if req.fresh {
+        tokio::time::Instant::now()
+    } else {
+        this.instant.not_before(req.key, SHARE_WINDOW)
+    };
     let result = tokio::select! {
         r = ctx.kms.fetch(identity, scope, req.etag, not_before) => r,
         () = cancel.cancelled() => return Err(SyncError::NotOwner),
@@ -1175,6 +1193,15 @@ fn next_status(
     }
     status.observed_generation = generation;
     status.shard = Some(i32::try_from(shard).unwrap_or(i32::MAX));
+    let throttled = matches!(outcome, Err(e) if e.is_throttled());
+    status.force_sync = force_sync::after_sync(cr, throttled);
+    if let (true, Some(value)) = (throttled, force_sync::pending(cr)) {
+        conditions::append_note(
+            &mut status.conditions,
+            ct::READY_TO_SYNC_SECRETS,
+            &force_sync::waiting(value),
+        );
+    }
 
     status
 }
@@ -1408,6 +1435,7 @@ fn status_unchanged(a: &KmsSecretStatus, b: &KmsSecretStatus) -> bool {
         && a.last_sync_time == b.last_sync_time
         && a.synced_keys == b.synced_keys
         && a.shard == b.shard
+        && a.force_sync == b.force_sync
 }
 
 /// The KmsSecret controller: its cache, queue, instant-update streams and
