@@ -48,6 +48,7 @@ pub(crate) const ROUTES: &[&str] = &[
     "GET /api/v1/workspace/:workspaceId",
     "GET /api/v1/projects/slug/:slug",
     "GET /api/v1/folders",
+    "POST /api/v1/folders",
     "POST /api/v1/events/subscribe/project-events",
     "GET /api/v4/secrets",
     "GET /api/v3/secrets/raw",
@@ -155,7 +156,7 @@ pub(crate) fn router(app: App) -> Router {
         .route("/api/v2/workspace/{slug}", get(projects::by_slug))
         .route("/api/v1/workspace/{workspaceId}", get(projects::by_id))
         .route("/api/v1/projects/slug/{slug}", get(projects::by_slug))
-        .route("/api/v1/folders", get(folders::list))
+        .route("/api/v1/folders", get(folders::list).post(folders::create))
         .route(
             "/api/v1/events/subscribe/project-events",
             post(subscribe::subscribe),

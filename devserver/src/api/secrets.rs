@@ -97,6 +97,17 @@ impl Target {
         }
         Ok(project.clone())
     }
+
+    /// Creating secrets in a folder that does not exist: current servers
+    /// refuse it (`missing_folders_not_found`); older ones create the folder.
+    fn folder_for_create(&self, app: &App, st: &Db, project: &Project) -> Result<(), ApiError> {
+        if app.missing_folders_not_found
+            && !st.folder_exists(&project.id, &self.environment, &self.path)
+        {
+            return Err(folder_not_found(&self.path, &self.environment));
+        }
+        Ok(())
+    }
 }
 
 /// A service token's project when the request names none.
@@ -376,6 +387,7 @@ pub(crate) async fn create(State(app): State<App>, Param(name): Param, req: Requ
     }
     let mut st = app.store.write().await;
     let project = target.project(&st, &caller, "create")?;
+    target.folder_for_create(&app, &st, &project)?;
     if st
         .find_secret(&project.id, &target.environment, &target.path, &key)
         .is_some()
@@ -594,6 +606,7 @@ pub(crate) async fn batch_create(State(app): State<App>, req: Request) -> ApiRes
     no_duplicates(items.iter().map(|i| (target.path.as_str(), i.key.as_str())))?;
     let mut st = app.store.write().await;
     let project = target.project(&st, &caller, "create")?;
+    target.folder_for_create(&app, &st, &project)?;
     let existing: Vec<&str> = items
         .iter()
         .filter(|i| {
