@@ -21,7 +21,7 @@ pub const RESULTS: [&str; 3] = ["success", "error", "requeue"];
 pub const RELOAD_KINDS: [&str; 3] = ["Deployment", "StatefulSet", "DaemonSet"];
 /// KMS routes other than the logins (those come from [`LoginMethod`]), as
 /// metric label values.
-pub const KMS_ENDPOINTS: [&str; 17] = [
+pub const KMS_ENDPOINTS: [&str; 18] = [
     "POST /api/v1/auth/token/renew",
     "GET /api/v2/service-token",
     "POST /api/v1/events/subscribe/project-events",
@@ -36,6 +36,7 @@ pub const KMS_ENDPOINTS: [&str; 17] = [
     "GET /api/v2/workspace/:slug",
     "GET /api/v1/workspace/:id",
     "GET /api/v1/folders",
+    "POST /api/v1/folders",
     "POST /api/v1/dynamic-secrets/leases",
     "POST /api/v1/dynamic-secrets/leases/:leaseId/renew",
     "DELETE /api/v1/dynamic-secrets/leases/:leaseId",

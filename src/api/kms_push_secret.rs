@@ -137,6 +137,12 @@ pub struct PushSource {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64))]
     pub generators: Option<Vec<PushGenerator>>,
+    /// Create the destination folder, and every folder above it, when the
+    /// KMS does not have it (the identity needs permission to create
+    /// folders there). Without it a missing folder stops the push with a
+    /// condition that says so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub create_folders: Option<bool>,
 }
 
 /// A Kubernetes Secret whose keys are pushed.

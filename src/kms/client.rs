@@ -90,6 +90,17 @@ pub enum ProjectRef {
     OfServiceToken,
 }
 
+impl ProjectRef {
+    /// The project as messages name it: `project SLUG`, `project id ID`.
+    pub fn describe(&self) -> String {
+        match self {
+            ProjectRef::Slug(s) => format!("project {s}"),
+            ProjectRef::Id(id) => format!("project id {id}"),
+            ProjectRef::OfServiceToken => "the service token's project".to_owned(),
+        }
+    }
+}
+
 /// What to read.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Scope {

@@ -3,7 +3,8 @@
 //! answer for a folder that exists and is empty. Before the operator empties
 //! a target because a list came back empty, it asks the project (its
 //! environments) and the folders API (`GET /api/v1/folders`, the sub-folders
-//! of the parent) which one it is.
+//! of the parent) which one it is. A push may also create the folders of
+//! its destination (`POST /api/v1/folders`).
 
 use secrecy::{ExposeSecret, SecretString};
 
@@ -111,32 +112,111 @@ impl Kms {
         let Some((parent, name)) = split_folder(&scope.path) else {
             return Ok(FolderCheck::Exists);
         };
-        let url = format!("{}/v1/folders", identity.endpoint.base);
-        let query = [
-            ("workspaceId", project.id.as_str()),
-            ("environment", scope.environment.as_str()),
-            ("path", parent.as_str()),
-        ];
-        let listed = self
-            .with_token(identity, |token| {
-                let (url, query) = (&url, &query);
-                async move {
-                    let reply = self
-                        .send(&identity.endpoint, FOLDERS, |c| {
-                            c.get(url).query(query).bearer_auth(token.expose_secret())
-                        })
-                        .await?;
-                    parse::<FoldersBody>(FOLDERS, &reply)
-                }
-            })
-            .await;
-        match listed {
-            Ok(body) if body.folders.iter().any(|f| f.name == name) => Ok(FolderCheck::Exists),
+        match self
+            .sub_folders(identity, &project.id, &scope.environment, &parent)
+            .await
+        {
+            Ok(names) if names.contains(&name) => Ok(FolderCheck::Exists),
             Ok(_) => Ok(FolderCheck::MissingFolder),
             // Newer servers: the parent does not exist either.
             Err(KmsError::Api { status: 404, .. }) => Ok(FolderCheck::MissingFolder),
             Err(e) => Err(e),
         }
+    }
+
+    /// The names of the folders in `parent`.
+    async fn sub_folders(
+        &self,
+        identity: &Identity,
+        project_id: &str,
+        environment: &str,
+        parent: &str,
+    ) -> Result<Vec<String>, KmsError> {
+        let url = format!("{}/v1/folders", identity.endpoint.base);
+        let query = [
+            ("workspaceId", project_id),
+            ("environment", environment),
+            ("path", parent),
+        ];
+        self.with_token(identity, |token| {
+            let (url, query) = (&url, &query);
+            async move {
+                let reply = self
+                    .send(&identity.endpoint, FOLDERS, |c| {
+                        c.get(url).query(query).bearer_auth(token.expose_secret())
+                    })
+                    .await?;
+                let body = parse::<FoldersBody>(FOLDERS, &reply)?;
+                Ok(body.folders.into_iter().map(|f| f.name).collect())
+            }
+        })
+        .await
+    }
+
+    /// Create the folders of `path` that do not exist, parents first
+    /// (`POST /api/v1/folders`, one per folder); the paths created. Each
+    /// level is listed first, so a folder that exists is never created
+    /// again. The first error (a 403: the identity may not create folders
+    /// there) is returned as it is, naming nothing created after it.
+    pub async fn create_folders(
+        &self,
+        identity: &Identity,
+        project: &ProjectRef,
+        environment: &str,
+        path: &str,
+    ) -> Result<Vec<String>, KmsError> {
+        let project = self.project(identity, project).await?;
+        let mut created = Vec::new();
+        let mut parent = "/".to_owned();
+        for name in path.split('/').filter(|s| !s.is_empty()) {
+            let here = if parent == "/" {
+                format!("/{name}")
+            } else {
+                format!("{parent}/{name}")
+            };
+            let exists = self
+                .sub_folders(identity, &project.id, environment, &parent)
+                .await?
+                .iter()
+                .any(|n| n == name);
+            if !exists {
+                self.create_folder(identity, &project.id, environment, &parent, name)
+                    .await?;
+                created.push(here.clone());
+            }
+            parent = here;
+        }
+        Ok(created)
+    }
+
+    async fn create_folder(
+        &self,
+        identity: &Identity,
+        project_id: &str,
+        environment: &str,
+        parent: &str,
+        name: &str,
+    ) -> Result<(), KmsError> {
+        const CREATE_FOLDER: &str = "POST /api/v1/folders";
+        let url = format!("{}/v1/folders", identity.endpoint.base);
+        let body = serde_json::json!({
+            "workspaceId": project_id,
+            "environment": environment,
+            "path": parent,
+            "name": name,
+        });
+        self.with_token(identity, |token| {
+            let (url, body) = (&url, &body);
+            async move {
+                let reply = self
+                    .send(&identity.endpoint, CREATE_FOLDER, |c| {
+                        c.post(url).bearer_auth(token.expose_secret()).json(body)
+                    })
+                    .await?;
+                parse::<serde_json::Value>(CREATE_FOLDER, &reply).map(|_| ())
+            }
+        })
+        .await
     }
 }
 

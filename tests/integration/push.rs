@@ -1081,3 +1081,96 @@ async fn force_sync_pushes_again_at_once() {
     .await;
     crate::force_sync::wait_handled(&api, "p", "one").await;
 }
+
+/// A destination folder the KMS does not have (a current server: writes
+/// and lists of it are 404s): without `push.createFolders` the condition
+/// names the folder and the fix; a KMS that refuses to create it (403) gets
+/// a condition naming the folder and the permission; with the flag the
+/// whole path is created, one `POST /api/v1/folders` per missing folder,
+/// and the keys are pushed there.
+#[tokio::test]
+async fn push_creates_missing_folders_only_when_asked() {
+    const CREATE: &str = "POST /api/v1/folders";
+    let client = harness::client().await;
+    let ns = TestNamespace::new(&client, "push-folders").await;
+    let kms = DevServer::start_with(
+        &seed(&[("UNRELATED", "x")]),
+        &["--missing-folders-not-found"],
+    )
+    .await;
+    create_credentials(&client, &ns.name, "kms-credentials").await;
+    set_source(&client, &ns.name, "src", &[("A", "1")]).await;
+    let _op = Operator::start(&ns.name, &[&ns.name], &[]).await;
+    let destination =
+        json!({"projectSlug": "demo", "environmentSlug": "dev", "secretsPath": "/apps/new/deep"});
+    apply_cr(
+        &client,
+        &ns.name,
+        push_cr("p", &kms.api(), json!({"destination": destination})),
+    )
+    .await;
+    let timeout = Duration::from_secs(30);
+    let (_, reason, message) =
+        wait_condition(&client, &ns.name, "p", "Ready", |c| c.0 == "False", timeout).await;
+    assert_eq!(reason, "FolderNotFound", "{message}");
+    assert!(
+        message.contains("folder /apps/new/deep in environment dev (project demo) does not exist; create it in the KMS, or set spec.push.createFolders: true"),
+        "{message}"
+    );
+    assert_eq!(kms.count(CREATE, None).await, 0);
+
+    // Asked to create, but the KMS refuses.
+    kms.fault(json!({"route": CREATE, "errorRate": 1.0, "status": 403}))
+        .await;
+    patch_cr(
+        &client,
+        &ns.name,
+        "p",
+        json!({"spec": {"push": {"createFolders": true}}}),
+    )
+    .await;
+    let (_, reason, message) = wait_condition(
+        &client,
+        &ns.name,
+        "p",
+        "Ready",
+        |c| c.1 == "FolderCreateDenied",
+        timeout,
+    )
+    .await;
+    assert!(
+        message.contains("folder /apps/new/deep in environment dev (project demo) does not exist and the KMS refused to create it (403"),
+        "{reason}: {message}"
+    );
+    assert!(
+        message.contains("give the identity permission to create folders there"),
+        "{message}"
+    );
+
+    // Allowed: the three folders are created, parents first, and the key
+    // is pushed into the deepest.
+    kms.clear_faults().await;
+    kms.reset_stats().await;
+    crate::force_sync::force(&push_api(&client, &ns.name), "p", "retry").await;
+    let (_, _, message) = wait_condition(
+        &client,
+        &ns.name,
+        "p",
+        "secrets.hanzo.ai/Reconcile",
+        |c| c.0 == "True",
+        timeout,
+    )
+    .await;
+    assert!(
+        message.ends_with("(it created the KMS folders /apps, /apps/new, /apps/new/deep)"),
+        "{message}"
+    );
+    assert_eq!(
+        kms.count(CREATE, Some("200")).await,
+        3,
+        "{}",
+        kms.stats().await
+    );
+    let values = kms.values("demo", "dev", "/apps/new/deep").await;
+    assert_eq!(values.get("A").map(String::as_str), Some("1"), "{values:?}");
+}

@@ -70,7 +70,8 @@ use crate::api::common::SKIP_CLEANUP_ANNOTATION;
 use crate::api::conditions as ct;
 use crate::api::duration::format_duration;
 use crate::api::kms_push_secret::{DeletionPolicy, KmsPushSecret, KmsPushSecretStatus};
-use crate::kms::Identity;
+use crate::kms::push::{Folder, StoredSecret};
+use crate::kms::{Identity, KmsError};
 use crate::sharding::Ownership;
 
 /// The controller's metric label.
@@ -341,6 +342,69 @@ impl Controller {
         report
     }
 
+    /// The destination's secrets. A folder the KMS does not have (a 404 to
+    /// the list, as current servers answer) is created with
+    /// `push.createFolders`, path and all, and listed again; without it the
+    /// push stops with a condition that names the folder and the fix.
+    async fn list_or_create(
+        &self,
+        ctx: &Context,
+        cr: &KmsPushSecret,
+        identity: &Identity,
+        folder: &Folder,
+        report: &mut Report,
+    ) -> Result<Vec<StoredSecret>, SyncError> {
+        match ctx.kms.list_folder(identity, folder).await {
+            Err(KmsError::Api { status: 404, .. }) => {}
+            other => return other.map_err(SyncError::Kms),
+        }
+        let place = format!(
+            "folder {} in environment {} ({})",
+            folder.path,
+            folder.environment,
+            folder.project.describe()
+        );
+        if cr.spec.push.create_folders != Some(true) {
+            return Err(SyncError::Folder {
+                reason: "FolderNotFound",
+                message: format!(
+                    "{place} does not exist; create it in the KMS, or set spec.push.createFolders: true to let the operator create it"
+                ),
+                transient: false,
+            });
+        }
+        match ctx
+            .kms
+            .create_folders(identity, &folder.project, &folder.environment, &folder.path)
+            .await
+        {
+            Ok(created) => {
+                if !created.is_empty() {
+                    tracing::info!(resource = %cr.name_any(), folders = ?created, "created KMS folders");
+                }
+                report.created_folders = created;
+            }
+            Err(KmsError::Api {
+                status: 403,
+                message,
+                ..
+            }) => {
+                return Err(SyncError::Folder {
+                    reason: "FolderCreateDenied",
+                    message: format!(
+                        "{place} does not exist and the KMS refused to create it (403: {message}); give the identity permission to create folders there, or create the folder in the KMS"
+                    ),
+                    transient: false,
+                });
+            }
+            Err(e) => return Err(SyncError::Kms(e)),
+        }
+        ctx.kms
+            .list_folder(identity, folder)
+            .await
+            .map_err(SyncError::Kms)
+    }
+
     async fn try_sync(
         &self,
         ctx: &Context,
@@ -390,9 +454,10 @@ impl Controller {
         report.strategy = Some(identity.credentials.strategy_name());
         self.remember(&uid, &identity);
 
-        // List the folder once, then diff.
+        // List the folder once (creating it first when it is missing and
+        // the spec asks for that), then diff.
         let stored = tokio::select! {
-            r = ctx.kms.list_folder(&identity, &folder) => r.map_err(SyncError::Kms)?,
+            r = self.list_or_create(ctx, cr, &identity, &folder, report) => r?,
             () = cancel.cancelled() => return Err(SyncError::NotOwner),
         };
         let status = cr.status.clone().unwrap_or_default();

@@ -40,6 +40,8 @@ pub struct Report {
     pub applied: Option<Applied>,
     /// Keys the resource pushes.
     pub wanted: usize,
+    /// KMS folders this push created (`push.createFolders`).
+    pub created_folders: Vec<String>,
 }
 
 /// Ready's verdict: status, reason, message.
@@ -301,12 +303,21 @@ pub fn next_status(
     let verdict = report.verdict();
     let reconcile_ok = report.error.is_none() && report.failures().is_empty();
     if reconcile_ok {
+        let created = if report.created_folders.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " (it created the KMS folder{} {})",
+                plural(report.created_folders.len()),
+                report.created_folders.join(", ")
+            )
+        };
         conditions::set(
             c,
             ct::RECONCILE,
             Status::True,
             "OK",
-            "The last reconcile pushed every key it could",
+            &format!("The last reconcile pushed every key it could{created}"),
             generation,
             now,
         );

@@ -379,11 +379,7 @@ async fn missing_part(
 const KEPT: &str = "the targets keep their data and none was created";
 
 fn project_of(scope: &crate::kms::Scope) -> String {
-    match &scope.project {
-        crate::kms::ProjectRef::Slug(s) => format!("project {s}"),
-        crate::kms::ProjectRef::Id(id) => format!("project id {id}"),
-        crate::kms::ProjectRef::OfServiceToken => "the service token's project".to_owned(),
-    }
+    scope.project.describe()
 }
 
 fn missing_environment(scope: &crate::kms::Scope) -> SyncError {
