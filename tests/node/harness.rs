@@ -492,10 +492,13 @@ pub fn uninstall(name: &str) {
     );
 }
 
-/// The pods of a release, by name.
+/// The operator pods of a release, by name (not its `helm test` Pod, which
+/// stays after it ran).
 pub async fn pods(client: &Client, release: &str) -> Vec<Pod> {
     let api: Api<Pod> = Api::namespaced(client.clone(), RELEASE_NS);
-    let lp = ListParams::default().labels(&format!("app.kubernetes.io/instance={release}"));
+    let lp = ListParams::default().labels(&format!(
+        "app.kubernetes.io/instance={release},control-plane=controller-manager"
+    ));
     let mut pods = api.list(&lp).await.unwrap().items;
     pods.sort_by_key(|p| p.metadata.name.clone());
     pods
