@@ -916,3 +916,94 @@ async fn templates_render_a_tls_secret_from_pkcs12_and_a_config_map() {
         "the last good data stays"
     );
 }
+
+/// Access tokens that live 8 s and at most 24 s (the KMS refuses them
+/// after that, as it does in production at its configured TTLs): a
+/// resource resyncing every 5 s for 30 s keeps syncing with no failed
+/// request — the operator renews a token before its TTL (twice per token)
+/// and logs in again before its max TTL — and its conditions never leave
+/// Ready; a change made late in the run still arrives. No restart is
+/// involved.
+#[tokio::test]
+async fn syncs_never_stop_at_the_access_tokens_ttl_or_max_ttl() {
+    const RENEW: &str = "POST /api/v1/auth/token/renew";
+    let client = harness::client().await;
+    let ns = TestNamespace::new(&client, "ks-ttl").await;
+    let seed = seed(&[("A", "1")]).replace(
+        "accessTokenTTL: 3600, accessTokenMaxTTL: 86400",
+        "accessTokenTTL: 8, accessTokenMaxTTL: 24",
+    );
+    let kms = DevServer::start(&seed).await;
+    create_credentials(&client, &ns.name, "kms-credentials").await;
+    let _op = Operator::start(&ns.name, &[&ns.name], &[]).await;
+    apply_cr(
+        &client,
+        &ns.name,
+        kms_secret("app", &kms.api(), "app-secret", "5s"),
+    )
+    .await;
+    wait_data(
+        &client,
+        &ns.name,
+        "app-secret",
+        &expect(&[("A", "1")]),
+        Duration::from_secs(30),
+    )
+    .await;
+    wait_condition(
+        &client,
+        &ns.name,
+        "app",
+        "Ready",
+        "True",
+        Duration::from_secs(10),
+    )
+    .await;
+    kms.reset_stats().await;
+    let steady = holds_for(Duration::from_secs(30), || async {
+        matches!(
+            condition(&client, &ns.name, "app", "Ready").await,
+            Some((s, r, _)) if s == "True" && r == "Synced"
+        ) && matches!(
+            condition(&client, &ns.name, "app", "secrets.hanzo.ai/LoadedKMSToken").await,
+            Some((s, _, _)) if s == "True"
+        )
+    })
+    .await;
+    assert!(steady.is_ok(), "{steady:?}");
+    let stats = kms.stats().await;
+    let failed: Vec<String> = stats
+        .as_object()
+        .unwrap()
+        .iter()
+        .flat_map(|(route, by)| {
+            by.as_object()
+                .unwrap()
+                .keys()
+                .filter(|code| !code.starts_with('2') && *code != "304")
+                .map(move |code| format!("{route} {code}"))
+        })
+        .collect();
+    assert!(failed.is_empty(), "failed requests: {failed:?} in {stats}");
+    let (renewals, logins) = (
+        kms.count(RENEW, Some("200")).await,
+        kms.count(LOGIN, Some("200")).await,
+    );
+    assert!(renewals >= 2, "{renewals} renewals in 30 s: {stats}");
+    assert!(
+        logins >= 1,
+        "{logins} logins in 30 s (max TTL 24 s): {stats}"
+    );
+    println!(
+        "30 s with 8 s tokens capped at 24 s: {renewals} renewals, {logins} logins, no failed request"
+    );
+    kms.set_secret("demo", "dev", "/", "A", "late").await;
+    wait_data(
+        &client,
+        &ns.name,
+        "app-secret",
+        &expect(&[("A", "late")]),
+        Duration::from_secs(15),
+    )
+    .await;
+}
