@@ -133,7 +133,7 @@ async fn s2_resources_sync_from_the_pods() {
                 .then_some(())
         })
         .await;
-        kms_secret(&client, ns, "app", "app-out", "Owner", "1m").await;
+        kms_secret(&client, ns, "app", "app-out", "Owner", "5s").await;
     }
     for ns in ["node-a", "node-b", "node-c"] {
         let took = wait_value(
@@ -2057,7 +2057,9 @@ fn helm_test() -> Result<String, String> {
 /// StatefulSet was scaled below `replicaCount` with kubectl, naming both
 /// counts; passes again once scaled back; and, given a KmsSecret through
 /// `tests.kmsSecret`, passes when it is Ready and fails with its condition
-/// when it is not.
+/// when it is not. The last installs also turn the chart's NetworkPolicy on:
+/// accepted, and the operator keeps syncing with it applied (the node does
+/// not enforce NetworkPolicy).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s13_helm_test_passes_and_fails_when_it_should() {
     let started = Instant::now();
@@ -2109,7 +2111,7 @@ async fn s13_helm_test_passes_and_fails_when_it_should() {
     kms.set_secret("A", "tested").await;
     let ns = "node-helm-test";
     tenant(&client, ns).await;
-    kms_secret(&client, ns, "app", "app-out", "Owner", "1m").await;
+    kms_secret(&client, ns, "app", "app-out", "Owner", "5s").await;
     apply(&format!(
         r#"apiVersion: secrets.hanzo.ai/v1alpha1
 kind: KmsSecret
@@ -2131,6 +2133,10 @@ spec:
         Duration::from_secs(60),
     )
     .await;
+    // The chart's NetworkPolicy on too (the dev KMS answers on port 80):
+    // the API server accepts it and the operator keeps syncing with it in
+    // place. The node's network plugin does not enforce NetworkPolicy, so
+    // what it would block is not tested here.
     let given = |name: &str| {
         install(
             RELEASE,
@@ -2138,10 +2144,32 @@ spec:
             &[
                 &format!("tests.kmsSecret.namespace={ns}"),
                 &format!("tests.kmsSecret.name={name}"),
+                "networkPolicy.enabled=true",
+                "networkPolicy.egress.kms.ports[0].port=80",
             ],
         )
     };
     given("app");
+    let policy = get_json(
+        "networkpolicy",
+        RELEASE_NS,
+        &format!("{}-controller-manager", fullname(RELEASE)),
+    );
+    assert_eq!(
+        policy["spec"]["policyTypes"],
+        serde_json::json!(["Ingress", "Egress"]),
+        "{policy}"
+    );
+    kms.set_secret("A", "behind-the-policy").await;
+    wait_value(
+        &client,
+        ns,
+        "app-out",
+        "A",
+        "behind-the-policy",
+        Duration::from_secs(60),
+    )
+    .await;
     let ready = wait_for(Duration::from_secs(60), || async { helm_test().ok() }).await;
     let ready = ready.expect("helm test with a Ready KmsSecret");
     assert!(
