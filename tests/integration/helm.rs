@@ -2553,6 +2553,39 @@ async fn scoped_install_syncs_in_its_namespace_and_is_refused_elsewhere() {
     release.uninstall();
 }
 
+/// Every alert the chart renders can have its `for:` set through
+/// `telemetry.prometheusRule.for.<alert>`: the schema takes the name, and
+/// the rule gets the duration.
+#[test]
+fn every_alert_takes_its_for_from_the_values() {
+    let alerts = |r: &Rendered| -> Vec<(String, String)> {
+        r.get("PrometheusRule", "kms-secrets-operator-alerts")["spec"]["groups"][0]["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|x| {
+                Some((
+                    x["alert"].as_str()?.to_owned(),
+                    x["for"].as_str()?.to_owned(),
+                ))
+            })
+            .collect()
+    };
+    let on = json!({"telemetry": {"prometheusRule": {"enabled": true}}});
+    let names: Vec<String> = alerts(&render("kms", "kms-operator-system", &on))
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert!(names.len() >= 6, "{names:?}");
+    let durations: serde_json::Map<String, Value> =
+        names.iter().map(|n| (n.clone(), json!("7m"))).collect();
+    let values = json!({"telemetry": {"prometheusRule": {"enabled": true, "for": durations}}});
+    // `helm template` checks the values against the schema first.
+    for (name, duration) in alerts(&render("kms", "kms-operator-system", &values)) {
+        assert_eq!(duration, "7m", "{name}");
+    }
+}
+
 /// The alert rules as the chart renders them for release `kms` in
 /// `kms-operator-system` (the PrometheusRule's `spec`: a Prometheus rules
 /// file), committed as `tests/prometheus/rules.yaml` for promtool.

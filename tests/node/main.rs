@@ -39,6 +39,18 @@ const RELEASE: &str = "kms";
 /// installed when it is not running; the dev KMS deployed too.
 async fn default_install(client: &kube::Client) -> Kms {
     let kms = Kms::deploy(client, &seed(&[("A", "1"), ("B", "x")])).await;
+    // An earlier scenario that stopped half-way may have left fewer
+    // replicas (s9 and s13 scale the StatefulSet).
+    let _ = run(
+        "kubectl",
+        &[
+            "-n",
+            RELEASE_NS,
+            "scale",
+            &format!("statefulset/{}-controller-manager", fullname(RELEASE)),
+            "--replicas=3",
+        ],
+    );
     let sts = Api::<StatefulSet>::namespaced(client.clone(), RELEASE_NS)
         .list(&ListParams::default().labels(&format!("app.kubernetes.io/instance={RELEASE}")))
         .await
@@ -300,7 +312,9 @@ async fn s3_readiness_waits_for_the_workers_through_slow_lists() {
         "no readiness probe was answered 503 while a replica listed: the lists were not slow"
     );
     println!("readiness probes answered 503 during the lists: {refused_during_lists}");
-    // And they work: a change reaches its Secret.
+    // And they work: a change reaches its Secret. The resource resyncs
+    // every minute and may have just synced at start, so it is asked to
+    // sync now (`force-sync`) rather than waited for.
     tenant(&client, "node-a").await;
     kms_secret(&client, "node-a", "app", "app-out", "Owner", "1m").await;
     kms.set_secret("A", "after-slow-start").await;
@@ -309,7 +323,7 @@ async fn s3_readiness_waits_for_the_workers_through_slow_lists() {
             "app",
             &kube::api::PatchParams::default(),
             &kube::api::Patch::Merge(
-                json!({"metadata": {"annotations": {"nudge": "after-slow-start"}}}),
+                json!({"metadata": {"annotations": {"secrets.hanzo.ai/force-sync": "after-slow-start"}}}),
             ),
         )
         .await;
@@ -1342,17 +1356,6 @@ fn scale(replicas: u32) {
 async fn s9_prometheus_scrapes_the_pods_dashboard_and_alerts_answer() {
     let started = Instant::now();
     let client = client().await;
-    // An earlier run that stopped half-way may have left fewer replicas.
-    let _ = run(
-        "kubectl",
-        &[
-            "-n",
-            RELEASE_NS,
-            "scale",
-            &format!("statefulset/{}-controller-manager", fullname(RELEASE)),
-            "--replicas=3",
-        ],
-    );
     let kms = default_install(&client).await;
     kms_testkit::monitoring::install_crds(&client).await;
     install(
@@ -2064,16 +2067,6 @@ fn helm_test() -> Result<String, String> {
 async fn s13_helm_test_passes_and_fails_when_it_should() {
     let started = Instant::now();
     let client = client().await;
-    let _ = run(
-        "kubectl",
-        &[
-            "-n",
-            RELEASE_NS,
-            "scale",
-            &format!("statefulset/{}-controller-manager", fullname(RELEASE)),
-            "--replicas=3",
-        ],
-    );
     let kms = default_install(&client).await;
     let healthy = helm_test().unwrap_or_else(|e| panic!("helm test on a healthy install: {e}"));
     for line in [
