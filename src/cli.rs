@@ -297,6 +297,13 @@ pub struct RunArgs {
     /// that objects changing together cause one rollout.
     #[arg(long, default_value = "2", value_parser = parse_duration_arg, env = "KMS_OPERATOR_RELOAD_DEBOUNCE")]
     pub reload_debounce: Duration,
+    /// Auto-reload Argo Rollouts (`argoproj.io/v1alpha1` `Rollout`) too,
+    /// restarted through `spec.restartAt`. Rollouts are watched while the
+    /// CRD `rollouts.argoproj.io` exists (installed later, they are picked
+    /// up without a restart). Needs `get`/`list`/`watch` on that one CRD and
+    /// `get`/`list`/`watch`/`patch` on `rollouts`.
+    #[arg(long, default_value_t = false, env = "KMS_OPERATOR_ARGO_ROLLOUTS")]
+    pub argo_rollouts: bool,
     /// How long cleanup on deletion is retried before the operator gives up.
     #[arg(long, default_value = "1h", value_parser = parse_duration_arg, env = "KMS_OPERATOR_CLEANUP_TIMEOUT")]
     pub cleanup_timeout: Duration,

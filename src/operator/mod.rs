@@ -535,7 +535,8 @@ fn wire(
         kms_secret_kind(&by_shard, &gate, &index, kms.clone());
     let (secrets, config_maps, d) = watches::managed_objects(&by_shard, &routes, index.clone());
     drivers.extend(d);
-    let (workloads, d) = watches::workloads(&all, &routes, &secrets, &config_maps);
+    let (workloads, d) =
+        watches::workloads(&all, &routes, (&secrets, &config_maps), args.argo_rollouts);
     drivers.extend(d);
     let push_queue = Arc::new(Queue::new());
     let (push, d) =

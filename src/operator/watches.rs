@@ -5,7 +5,7 @@
 //! returns its cache (if any) and the futures that drive it; nothing runs
 //! until the caller spawns them.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -20,8 +20,11 @@ use crate::controllers::queue::Queue;
 use crate::controllers::refs::RefIndex;
 use crate::controllers::refs::{GLOBAL_CONFIG_NAME, GlobalConfig, SecretReads};
 use crate::controllers::registry::Registry;
+use crate::controllers::reload::rollouts::{ArgoRollouts, CRD_NAME, Rollout};
 use crate::controllers::reload::runtime::Workloads;
-use crate::controllers::reload::{ConsumerIndex, Source, WorkloadKey, WorkloadKind, consumed};
+use crate::controllers::reload::{
+    Consumed, ConsumerIndex, Source, WorkloadKey, WorkloadKind, consumed,
+};
 use crate::controllers::stores::{
     NAMESPACE_SHARD_LABEL, Namespaced, SHARD_LABEL, Scoped, Undecodable, Watches,
 };
@@ -151,42 +154,117 @@ impl Workload for DaemonSet {
 /// Workloads that opted in to auto-reload: what they use is indexed; a new
 /// workload, or a change of what it uses, sends it round (to record the
 /// versions it starts with) and the owners of the objects it uses (or used)
-/// round (to recount their workloads).
+/// round (to recount their workloads). With `argo_rollouts`, Rollouts too,
+/// while their CRD is served ([`argo_rollouts`]).
 pub fn workloads(
     watches: &Watches,
     routes: &Routes,
-    secrets: &Scoped<Secret>,
-    config_maps: &Scoped<ConfigMap>,
+    (secrets, config_maps): (&Scoped<Secret>, &Scoped<ConfigMap>),
+    argo_rollouts: bool,
 ) -> (Workloads, Vec<BoxFuture<'static, ()>>) {
+    let indexer = Indexer {
+        routes: routes.clone(),
+        secrets: secrets.clone(),
+        config_maps: config_maps.clone(),
+    };
+    let rollouts = Arc::new(ArgoRollouts::default());
     let mut drivers = Vec::new();
-    let (deployments, d) = watch_workloads::<Deployment>(watches, routes, secrets, config_maps);
+    let (deployments, d) = watch_workloads::<Deployment>(watches, &indexer, Some(&rollouts));
+    // For the Rollouts that reference a Deployment (the watch's events read
+    // it only once set).
+    rollouts.set_deployments(deployments.clone());
     drivers.extend(d);
-    let (stateful_sets, d) = watch_workloads::<StatefulSet>(watches, routes, secrets, config_maps);
+    let (stateful_sets, d) = watch_workloads::<StatefulSet>(watches, &indexer, None);
     drivers.extend(d);
-    let (daemon_sets, d) = watch_workloads::<DaemonSet>(watches, routes, secrets, config_maps);
+    let (daemon_sets, d) = watch_workloads::<DaemonSet>(watches, &indexer, None);
     drivers.extend(d);
+    if argo_rollouts {
+        drivers.push(argo_rollouts_driver(
+            watches.clone(),
+            indexer,
+            rollouts.clone(),
+        ));
+    }
     (
         Workloads {
             deployments,
             stateful_sets,
             daemon_sets,
+            rollouts,
         },
         drivers,
     )
 }
 
+/// Keeps the consumer index in step with the workloads.
+#[derive(Clone)]
+struct Indexer {
+    routes: Routes,
+    secrets: Scoped<Secret>,
+    config_maps: Scoped<ConfigMap>,
+}
+
+impl Indexer {
+    /// Record what a workload uses (empty: not opted in, or gone). A change
+    /// sends it round, when it uses something, and the owners of the
+    /// objects it uses or used.
+    fn set(&self, key: WorkloadKey, uses: BTreeSet<Consumed>) {
+        let routes = &self.routes;
+        let before = routes.consumers.uses(&key);
+        if !routes.consumers.set(&key, uses.clone()) {
+            return;
+        }
+        let ns = key.namespace.clone();
+        if !uses.is_empty() {
+            routes.reload_queue.add(key, routes.gate.shard_of(&ns));
+        }
+        for (source, name) in before.union(&uses) {
+            let annotations = match source {
+                Source::Secret => self
+                    .secrets
+                    .get(Some(&ns), name)
+                    .map(|o| o.annotations().clone()),
+                Source::ConfigMap => self
+                    .config_maps
+                    .get(Some(&ns), name)
+                    .map(|o| o.annotations().clone()),
+            };
+            if let Some(a) = &annotations {
+                routes.owner_of(a);
+            }
+        }
+    }
+
+    /// Re-read the Rollouts that take their template from a Deployment.
+    fn rollouts_of(&self, rollouts: &ArgoRollouts, ns: &str, deployment: &str) {
+        for name in rollouts.referencing(ns, deployment) {
+            let uses = rollouts
+                .get(ns, &name)
+                .map(|r| rollout_uses(&r, rollouts))
+                .unwrap_or_default();
+            self.set(
+                WorkloadKey {
+                    kind: WorkloadKind::Rollout,
+                    namespace: ns.to_owned(),
+                    name,
+                },
+                uses,
+            );
+        }
+    }
+}
+
 fn watch_workloads<K>(
     watches: &Watches,
-    routes: &Routes,
-    secrets: &Scoped<Secret>,
-    config_maps: &Scoped<ConfigMap>,
+    indexer: &Indexer,
+    rollouts: Option<&Arc<ArgoRollouts>>,
 ) -> (Scoped<K>, Vec<BoxFuture<'static, ()>>)
 where
     K: Workload + Namespaced,
     K::DynamicType: Default + std::hash::Hash + Eq + Clone,
 {
-    let routes = routes.clone();
-    let (secrets, config_maps) = (secrets.clone(), config_maps.clone());
+    let indexer = indexer.clone();
+    let rollouts = rollouts.cloned();
     watches.watch::<K, _>(&watcher::Config::default(), move |event| {
         let (o, deleted) = match event {
             Event::Apply(o) | Event::InitApply(o) => (o, false),
@@ -194,34 +272,137 @@ where
             Event::Init | Event::InitDone => return,
         };
         let ns = o.namespace().unwrap_or_default();
-        let key = WorkloadKey {
-            kind: K::KIND,
-            namespace: ns.clone(),
-            name: o.name_any(),
-        };
-        let opted_in = crate::controllers::reload::opted_in(o.annotations());
-        let before = routes.consumers.uses(&key);
-        let uses = match (deleted, opted_in, o.template().spec.as_ref()) {
-            (false, true, Some(spec)) => consumed(spec),
+        let uses = match (deleted, o.template().spec.as_ref()) {
+            (false, Some(spec)) if crate::controllers::reload::opted_in(o.annotations()) => {
+                consumed(spec)
+            }
             _ => Default::default(),
         };
-        if !routes.consumers.set(&key, uses.clone()) {
-            return;
+        indexer.set(
+            WorkloadKey {
+                kind: K::KIND,
+                namespace: ns.clone(),
+                name: o.name_any(),
+            },
+            uses,
+        );
+        if let Some(rollouts) = &rollouts {
+            indexer.rollouts_of(rollouts, &ns, &o.name_any());
         }
-        if !uses.is_empty() {
-            routes.reload_queue.add(key, routes.gate.shard_of(&ns));
-        }
-        for (source, name) in before.union(&uses) {
-            let annotations = match source {
-                Source::Secret => secrets
-                    .get(Some(&ns), name)
-                    .map(|o| o.annotations().clone()),
-                Source::ConfigMap => config_maps
-                    .get(Some(&ns), name)
-                    .map(|o| o.annotations().clone()),
+    })
+}
+
+/// What a Rollout uses: its own pod template's references, or those of the
+/// Deployment its `workloadRef` names. Nothing when it did not opt in.
+fn rollout_uses(r: &Rollout, rollouts: &ArgoRollouts) -> BTreeSet<Consumed> {
+    if !crate::controllers::reload::opted_in(r.annotations()) {
+        return BTreeSet::new();
+    }
+    if let Some(spec) = r.spec.template.as_ref().and_then(|t| t.spec.as_ref()) {
+        return consumed(spec);
+    }
+    let ns = r.namespace().unwrap_or_default();
+    r.referenced_deployment()
+        .and_then(|d| rollouts.deployments()?.get(Some(&ns), d))
+        .and_then(|d| d.spec.template.spec.as_ref().map(consumed))
+        .unwrap_or_default()
+}
+
+/// Follows the CRD `rollouts.argoproj.io` (its metadata, by name): while it
+/// exists, Rollouts are watched and indexed like the other workloads; when
+/// it goes, the watch stops and its Rollouts are forgotten. A CRD that
+/// exists but is not established yet fails the first list, which the watch
+/// retries.
+fn argo_rollouts_driver(
+    watches: Watches,
+    indexer: Indexer,
+    state: Arc<ArgoRollouts>,
+) -> BoxFuture<'static, ()> {
+    use futures::StreamExt;
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::runtime::WatchStreamExt;
+    let client = watches.client().clone();
+    let (stop_indexer, state_running) = (indexer.clone(), state.clone());
+    let start = move || {
+        let (indexer, rollouts) = (indexer.clone(), state.clone());
+        let (store, drivers) =
+            watches.watch::<Rollout, _>(&watcher::Config::default(), move |event| {
+                let (r, deleted) = match event {
+                    Event::Apply(o) | Event::InitApply(o) => (o, false),
+                    Event::Delete(o) => (o, true),
+                    Event::Init | Event::InitDone => return,
+                };
+                let (ns, name) = (r.namespace().unwrap_or_default(), r.name_any());
+                let reference = r.referenced_deployment().filter(|_| !deleted);
+                rollouts.set_reference(&ns, &name, reference);
+                let uses = if deleted {
+                    BTreeSet::new()
+                } else {
+                    rollout_uses(r, &rollouts)
+                };
+                indexer.set(
+                    WorkloadKey {
+                        kind: WorkloadKind::Rollout,
+                        namespace: ns,
+                        name,
+                    },
+                    uses,
+                );
+            });
+        let tasks = drivers
+            .into_iter()
+            .map(|d| tokio::spawn(d).abort_handle())
+            .collect();
+        state.started(store, tasks);
+        tracing::info!(
+            crd = CRD_NAME,
+            "Argo Rollouts are served: watching Rollouts"
+        );
+    };
+    let stop = |indexer: &Indexer, state: &ArgoRollouts| {
+        for r in state.stop() {
+            let key = WorkloadKey {
+                kind: WorkloadKind::Rollout,
+                namespace: r.namespace().unwrap_or_default(),
+                name: r.name_any(),
             };
-            if let Some(a) = &annotations {
-                routes.owner_of(a);
+            indexer.set(key, BTreeSet::new());
+        }
+        tracing::info!(
+            crd = CRD_NAME,
+            "Argo Rollouts are no longer served: stopped watching Rollouts"
+        );
+    };
+    Box::pin(async move {
+        let api: kube::Api<PartialObjectMeta<CustomResourceDefinition>> =
+            kube::Api::all(client.clone());
+        let config = watcher::Config::default().fields(&format!("metadata.name={CRD_NAME}"));
+        let stream = watcher::watcher(api, config).default_backoff();
+        let mut stream = std::pin::pin!(stream);
+        let mut listed = false;
+        while let Some(event) = stream.next().await {
+            let present = match event {
+                Ok(Event::Apply(_)) => true,
+                Ok(Event::InitApply(_)) => {
+                    listed = true;
+                    true
+                }
+                Ok(Event::Delete(_)) => false,
+                Ok(Event::Init) => {
+                    listed = false;
+                    continue;
+                }
+                Ok(Event::InitDone) if listed => continue,
+                Ok(Event::InitDone) => false,
+                Err(e) => {
+                    tracing::warn!(error = %e, crd = CRD_NAME, "watch of the Argo Rollouts CRD failed; retrying");
+                    continue;
+                }
+            };
+            match (present, state_running.running()) {
+                (true, false) => start(),
+                (false, true) => stop(&stop_indexer, &state_running),
+                _ => {}
             }
         }
     })

@@ -622,10 +622,17 @@ fn rbac_invariants(ctx: &Ctx, r: &Rendered, watched: &[String]) {
             [ctx.name("cluster-role")],
             "ClusterRoles in scoped mode"
         );
+        // Beside them, at most one CRD read by name (Argo Rollouts).
         let resources: BTreeSet<String> = cluster["rules"]
             .as_array()
             .unwrap()
             .iter()
+            .filter(|rule| {
+                let by_name = rule["resources"] == json!(["customresourcedefinitions"])
+                    && rule["resourceNames"] == json!(["rollouts.argoproj.io"])
+                    && rule["verbs"] == json!(["get", "list", "watch"]);
+                !by_name
+            })
             .flat_map(|rule| strings(&rule["resources"]))
             .collect();
         assert_eq!(
@@ -854,6 +861,14 @@ fn unknown_metrics(promql: &str) -> Vec<String> {
 
 fn default_checks(ctx: &Ctx, r: &Rendered) {
     assert_eq!(r.replicas(), 3);
+    assert_eq!(r.env_value("KMS_OPERATOR_ARGO_ROLLOUTS"), None);
+    for d in &r.docs {
+        assert!(
+            !d.to_string().contains("argoproj.io"),
+            "Argo Rollouts access by default: {}",
+            describe(d)
+        );
+    }
     assert!(
         r.all("NetworkPolicy").is_empty(),
         "a NetworkPolicy by default"
@@ -1319,6 +1334,56 @@ fn matrix(ns: &str, a: &str, b: &str) -> Vec<Entry> {
                 assert!(r.all("CustomResourceDefinition").is_empty());
                 assert!(r.find("Role", &ctx.name("global-ca-role")).is_none());
                 assert!(r.find("Role", &ctx.name("global-config-role")).is_none());
+            }),
+        },
+        Entry {
+            name: "autoReload.argoRollouts, scoped to two namespaces",
+            values: json!({
+                "scopedRBAC": true,
+                "scopedNamespaces": [a, b],
+                "autoReload": {"argoRollouts": true}
+            }),
+            watched: vec![a.clone(), b.clone()],
+            check: Box::new({
+                let (a, b) = (a.clone(), b.clone());
+                move |ctx, r| {
+                    assert_eq!(
+                        r.env_value("KMS_OPERATOR_ARGO_ROLLOUTS").as_deref(),
+                        Some("true")
+                    );
+                    let rollouts = json!({"apiGroups": ["argoproj.io"], "resources": ["rollouts"],
+                                          "verbs": ["get", "list", "watch", "patch"]});
+                    for ns in [&a, &b] {
+                        let role = r
+                            .all("Role")
+                            .into_iter()
+                            .find(|x| {
+                                x["metadata"]["name"] == ctx.name("manager-role").as_str()
+                                    && x["metadata"]["namespace"] == ns.as_str()
+                            })
+                            .unwrap_or_else(|| panic!("no manager Role in {ns}"));
+                        assert!(
+                            role["rules"].as_array().unwrap().contains(&rollouts),
+                            "Rollouts not granted in {ns}: {}",
+                            role["rules"]
+                        );
+                    }
+                    // The CRD: read, by name only.
+                    let cluster = r.get("ClusterRole", &ctx.name("cluster-role"));
+                    let crd_rules: Vec<&Value> = cluster["rules"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .filter(|x| x["apiGroups"] == json!(["apiextensions.k8s.io"]))
+                        .collect();
+                    assert_eq!(
+                        crd_rules,
+                        [&json!({"apiGroups": ["apiextensions.k8s.io"],
+                                 "resources": ["customresourcedefinitions"],
+                                 "resourceNames": ["rollouts.argoproj.io"],
+                                 "verbs": ["get", "list", "watch"]})]
+                    );
+                }
             }),
         },
         Entry {

@@ -315,9 +315,13 @@ const MAX_RUN_LINES: usize = 120;
 /// The most `sleep(` calls in `tests/`; each says why no event exists to
 /// wait on.
 const MAX_TEST_SLEEPS: usize = 10;
-/// `duplicates` on `src/`: the pairs it finds, and those that are more than
-/// shape. They may only go down (lower these when they do).
-const MAX_DUPLICATE_PAIRS: usize = 57;
+/// `duplicates` on `src/`: the pairs it finds that are not boilerplate
+/// (the tool's mark for runs that share only punctuation, keywords or a
+/// shape recurring across a folder, such as the derive and `#[kube(…)]`
+/// lists every API type carries: a new type adds those without writing any
+/// logic twice), and those that are more than shape. They may only go down
+/// (lower these when they do).
+const MAX_DUPLICATE_PAIRS: usize = 23;
 const MAX_DUPLICATE_PAIRS_NOT_SHAPE: usize = 21;
 
 /// Source text with comments, strings and character literals blanked
@@ -503,22 +507,31 @@ fn duplicates_in_src_only_go_down() {
     };
     let text = String::from_utf8_lossy(&out.stdout);
     let first = text.lines().next().unwrap_or_default();
-    let numbers: Vec<usize> = Regex::new(r"(\d+) pairs of places.*?\((\d+) by shape alone")
-        .unwrap()
-        .captures(first)
-        .map(|c| vec![c[1].parse().unwrap(), c[2].parse().unwrap()])
-        .unwrap_or_else(|| {
-            if first.starts_with("no duplicates") {
-                vec![0, 0]
-            } else {
-                panic!("unexpected duplicates output: {text}")
-            }
-        });
-    let (pairs, not_shape) = (numbers[0], numbers[0] - numbers[1]);
-    println!("duplicates in src/: {pairs} pairs, {not_shape} more than shape");
+    let numbers: Vec<usize> = Regex::new(
+        r"(\d+) pairs of places.*?\((\d+) by shape alone(?:, (\d+) of those marked boilerplate)?",
+    )
+    .unwrap()
+    .captures(first)
+    .map(|c| {
+        (1..=3)
+            .map(|i| c.get(i).map_or(0, |m| m.as_str().parse().unwrap()))
+            .collect()
+    })
+    .unwrap_or_else(|| {
+        if first.starts_with("no duplicates") {
+            vec![0, 0, 0]
+        } else {
+            panic!("unexpected duplicates output: {text}")
+        }
+    });
+    let (pairs, not_shape) = (numbers[0] - numbers[2], numbers[0] - numbers[1]);
+    println!(
+        "duplicates in src/: {} pairs, {pairs} not boilerplate, {not_shape} more than shape",
+        numbers[0]
+    );
     assert!(
         pairs <= MAX_DUPLICATE_PAIRS && not_shape <= MAX_DUPLICATE_PAIRS_NOT_SHAPE,
-        "duplicates in src/ went up: {pairs} pairs (budget {MAX_DUPLICATE_PAIRS}), {not_shape} more than \
+        "duplicates in src/ went up: {pairs} pairs not boilerplate (budget {MAX_DUPLICATE_PAIRS}), {not_shape} more than \
          shape (budget {MAX_DUPLICATE_PAIRS_NOT_SHAPE}); `duplicates --repo src` lists them"
     );
 }

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Api, Client};
@@ -58,6 +59,18 @@ async fn kms_secret(
         .create(&PostParams::default(), &obj)
         .await
         .expect("KmsSecret");
+}
+
+/// The universal-auth credentials Secret `creds` the resources log in with.
+async fn credentials(client: &Client, ns: &str) {
+    let creds: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+        "metadata": {"name": "creds"}, "stringData": {"clientId": CLIENT_ID, "clientSecret": CLIENT_SECRET}
+    }))
+    .unwrap();
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &creds)
+        .await
+        .unwrap();
 }
 
 async fn deployment(client: &Client, ns: &str, name: &str, opt_in: bool, pod: Value) {
@@ -152,14 +165,7 @@ async fn workloads_roll_exactly_when_a_secret_they_use_changes() {
     let client = harness::client().await;
     let ns = TestNamespace::new(&client, "reload").await;
     let kms = DevServer::start(&seed()).await;
-    let creds: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
-        "metadata": {"name": "creds"}, "stringData": {"clientId": CLIENT_ID, "clientSecret": CLIENT_SECRET}
-    }))
-    .unwrap();
-    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), &ns.name)
-        .create(&PostParams::default(), &creds)
-        .await
-        .unwrap();
+    credentials(&client, &ns.name).await;
     let flags = ["--reload-debounce", "6"];
     let (rollouts, watch) = Rollouts::watch(&client, &ns.name);
     let mut op = Operator::start(&ns.name, &[&ns.name], &flags).await;
@@ -418,15 +424,8 @@ async fn the_go_operators_annotations_and_stamps_are_understood() {
     let client = harness::client().await;
     let ns = TestNamespace::new(&client, "reload-go").await;
     let kms = DevServer::start(&seed()).await;
-    let creds: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "creds"}, "stringData": {"clientId": CLIENT_ID, "clientSecret": CLIENT_SECRET}
-    }))
-    .unwrap();
+    credentials(&client, &ns.name).await;
     let secrets = Api::<Secret>::namespaced(client.clone(), &ns.name);
-    secrets
-        .create(&PostParams::default(), &creds)
-        .await
-        .unwrap();
 
     // Secrets the Go operator wrote with the KMS's current data: one with
     // its older version format (a hash of its fetched list, which only the
@@ -565,4 +564,302 @@ async fn the_go_operators_annotations_and_stamps_are_understood() {
     .await
     .unwrap_or_else(|when| panic!("more rollouts {when}: {:?}", rollouts.counts(&names)));
     watch.abort();
+}
+
+/// The Argo Rollouts CRD as far as the API server needs it to serve
+/// Rollouts (the real one adds a full schema; what auto-reload reads and
+/// writes is the same).
+fn rollout_crd() -> CustomResourceDefinition {
+    serde_json::from_value(json!({
+        "metadata": {"name": "rollouts.argoproj.io"},
+        "spec": {
+            "group": "argoproj.io",
+            "scope": "Namespaced",
+            "names": {"kind": "Rollout", "listKind": "RolloutList", "plural": "rollouts",
+                      "singular": "rollout", "shortNames": ["ro"]},
+            "versions": [{
+                "name": "v1alpha1", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}
+            }]
+        }
+    }))
+    .unwrap()
+}
+
+/// Remove the Rollout CRD (left by an earlier run on the same API server)
+/// and wait until it is gone.
+async fn remove_rollout_crd(client: &Client) {
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    let _ = crds
+        .delete("rollouts.argoproj.io", &Default::default())
+        .await;
+    let gone = wait_for(Duration::from_secs(60), || async {
+        crds.get_opt("rollouts.argoproj.io")
+            .await
+            .ok()
+            .flatten()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(gone.is_some(), "the Rollout CRD was not deleted");
+}
+
+fn rollouts(client: &Client, ns: &str) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Rollout"),
+        "rollouts",
+    );
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+async fn rollout(client: &Client, ns: &str, name: &str, opt_in: bool, spec: Value) {
+    let mut annotations = serde_json::Map::new();
+    if opt_in {
+        annotations.insert("secrets.hanzo.ai/auto-reload".into(), json!("true"));
+    }
+    let mut body = json!({
+        "apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": name}},
+                 "strategy": {"canary": {"steps": [{"setWeight": 50}, {"pause": {}}]}}}
+    });
+    for (k, v) in spec.as_object().unwrap() {
+        body["spec"][k] = v.clone();
+    }
+    rollouts(client, ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(body).unwrap(),
+        )
+        .await
+        .expect("Rollout");
+}
+
+/// A Rollout's `spec.restartAt`, its recorded version of `secret`, and
+/// its pod template's annotations.
+async fn rollout_state(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    secret: &str,
+) -> (Value, Value, Value) {
+    let r = rollouts(client, ns).get(name).await.unwrap();
+    (
+        r.data["spec"]["restartAt"].clone(),
+        r.metadata
+            .annotations
+            .unwrap_or_default()
+            .get(&format!("secrets.hanzo.ai/managed-secret.{secret}"))
+            .map_or(Value::Null, |v| json!(v)),
+        r.data["spec"]["template"]["metadata"]["annotations"].clone(),
+    )
+}
+
+async fn version_of(client: &Client, ns: &str, secret: &str) -> Option<String> {
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), ns)
+        .get_opt(secret)
+        .await
+        .ok()??
+        .metadata
+        .annotations?
+        .get("secrets.hanzo.ai/version")
+        .cloned()
+}
+
+/// Argo Rollouts join auto-reload when their CRD is served, even when it
+/// is installed after the operator started: a Rollout is restarted through
+/// `spec.restartAt` (its template untouched), whether it holds its pod
+/// template or takes it from a Deployment through `workloadRef`; one that
+/// did not opt in is never written.
+#[tokio::test]
+async fn argo_rollouts_are_reloaded_once_their_crd_is_served() {
+    let client = harness::client().await;
+    let ns = TestNamespace::new(&client, "reload-argo").await;
+    let kms = DevServer::start(&seed()).await;
+    credentials(&client, &ns.name).await;
+    remove_rollout_crd(&client).await;
+    let op = Operator::start(
+        &ns.name,
+        &[&ns.name],
+        &["--reload-debounce", "1", "--argo-rollouts"],
+    )
+    .await;
+    kms_secret(&client, &ns.name, "one", &kms.api(), "s1", None).await;
+    kms_secret(
+        &client,
+        &ns.name,
+        "two",
+        &kms.api(),
+        "s2",
+        Some(json!({"data": {"B": "{{ B.Value }}"}})),
+    )
+    .await;
+    let env_from = |s: &str| {
+        json!({"containers": [
+            {"name": "app", "image": "example.invalid/app:1", "envFrom": [{"secretRef": {"name": s}}]}
+        ]})
+    };
+    // The Deployment a Rollout takes its template from (not opted in
+    // itself, as Argo Rollouts leaves it scaled to zero).
+    deployment(&client, &ns.name, "base", false, env_from("s1")).await;
+    let first = wait_for(Duration::from_secs(30), || async {
+        let (a, b) = (
+            version_of(&client, &ns.name, "s1").await?,
+            version_of(&client, &ns.name, "s2").await?,
+        );
+        Some((a, b))
+    })
+    .await;
+    let (v1, s2_version) = first.expect("s1 and s2 were not written");
+
+    // Installed while the operator runs.
+    Api::<CustomResourceDefinition>::all(client.clone())
+        .create(&PostParams::default(), &rollout_crd())
+        .await
+        .expect("the Rollout CRD");
+    let served = wait_for(Duration::from_secs(30), || async {
+        rollouts(&client, &ns.name)
+            .list(&Default::default())
+            .await
+            .ok()
+    })
+    .await;
+    assert!(served.is_some(), "the API server does not serve Rollouts");
+    let template = |s: &str| json!({"metadata": {"labels": {"app": "x"}}, "spec": env_from(s)});
+    rollout(
+        &client,
+        &ns.name,
+        "inline",
+        true,
+        json!({"template": template("s1")}),
+    )
+    .await;
+    rollout(
+        &client,
+        &ns.name,
+        "by-ref",
+        true,
+        json!({"workloadRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "base"}}),
+    )
+    .await;
+    rollout(
+        &client,
+        &ns.name,
+        "plain",
+        false,
+        json!({"template": template("s1")}),
+    )
+    .await;
+
+    // Opting in records the version without restarting.
+    let recorded = wait_for(Duration::from_secs(30), || async {
+        let a = rollout_state(&client, &ns.name, "inline", "s1").await;
+        let b = rollout_state(&client, &ns.name, "by-ref", "s1").await;
+        (a.1 == json!(v1) && b.1 == json!(v1)).then_some(())
+    })
+    .await;
+    assert!(
+        recorded.is_some(),
+        "the Rollouts' versions were not recorded: {:?} {:?}\n{}",
+        rollout_state(&client, &ns.name, "inline", "s1").await,
+        rollout_state(&client, &ns.name, "by-ref", "s1").await,
+        op.output.text()
+    );
+    holds_for(Duration::from_secs(3), || async {
+        let mut none = true;
+        for name in ["inline", "by-ref", "plain"] {
+            none &= rollout_state(&client, &ns.name, name, "s1")
+                .await
+                .0
+                .is_null();
+        }
+        none
+    })
+    .await
+    .unwrap_or_else(|when| panic!("a Rollout restarted on opt-in {when}"));
+
+    // A change restarts both opted-in Rollouts through restartAt.
+    kms.set_secret("demo", "dev", "/", "A", "a2").await;
+    poke(&client, &ns.name, "one", "6s").await;
+    let v2 = wait_for(Duration::from_secs(30), || async {
+        version_of(&client, &ns.name, "s1")
+            .await
+            .filter(|v| *v != v1)
+    })
+    .await
+    .expect("s1 did not change");
+    let restarted = wait_for(Duration::from_secs(30), || async {
+        let a = rollout_state(&client, &ns.name, "inline", "s1").await;
+        let b = rollout_state(&client, &ns.name, "by-ref", "s1").await;
+        (a.1 == json!(v2) && b.1 == json!(v2) && a.0.is_string() && b.0.is_string())
+            .then_some((a, b))
+    })
+    .await;
+    let (inline, by_ref) = restarted
+        .unwrap_or_else(|| panic!("the Rollouts were not restarted\n{}", op.output.text()));
+    for at in [&inline.0, &by_ref.0] {
+        let at = at.as_str().unwrap();
+        assert!(
+            at.parse::<k8s_openapi::jiff::Timestamp>().is_ok() && at.ends_with('Z'),
+            "restartAt is not an RFC 3339 time: {at}"
+        );
+    }
+    assert!(
+        inline.2.get("secrets.hanzo.ai/managed-secret.s1").is_none(),
+        "a Rollout's pod template was stamped (a new revision): {}",
+        inline.2
+    );
+    let plain = rollout_state(&client, &ns.name, "plain", "s1").await;
+    assert!(
+        plain.0.is_null() && plain.1.is_null(),
+        "a Rollout that did not opt in was written: {plain:?}"
+    );
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), &ns.name)
+        .list(&Default::default())
+        .await
+        .unwrap();
+    let on_inline = events.items.iter().any(|e| {
+        let r = e.regarding.as_ref();
+        r.and_then(|r| r.kind.as_deref()) == Some("Rollout")
+            && r.and_then(|r| r.name.as_deref()) == Some("inline")
+            && e.reason.as_deref() == Some("SecretChanged")
+            && e.note.as_deref().unwrap_or_default().contains("Secret s1")
+    });
+    assert!(on_inline, "no SecretChanged Event on Rollout inline");
+
+    // The Deployment behind `workloadRef` now uses s2 as well: the Rollout
+    // that references it records s2.
+    Api::<Deployment>::namespaced(client.clone(), &ns.name)
+        .patch(
+            "base",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"template": {"spec": {"containers": [
+                {"name": "app", "image": "example.invalid/app:1",
+                 "envFrom": [{"secretRef": {"name": "s1"}}, {"secretRef": {"name": "s2"}}]}
+            ]}}}})),
+        )
+        .await
+        .unwrap();
+    let followed = wait_for(Duration::from_secs(30), || async {
+        (rollout_state(&client, &ns.name, "by-ref", "s2").await.1 == json!(s2_version))
+            .then_some(())
+    })
+    .await;
+    assert!(
+        followed.is_some(),
+        "the workloadRef Deployment's new Secret was not recorded on the Rollout"
+    );
+
+    // The CRD removed: the watch stops (and the operator keeps running).
+    remove_rollout_crd(&client).await;
+    let stopped = wait_for(Duration::from_secs(30), || async {
+        op.output
+            .text()
+            .contains("Argo Rollouts are no longer served")
+            .then_some(())
+    })
+    .await;
+    assert!(stopped.is_some(), "{}", op.output.text());
 }

@@ -214,6 +214,11 @@ cluster-wide, a Role per namespace when scoped).
 - apiGroups: ["apps"]
   resources: ["deployments", "statefulsets", "daemonsets"]
   verbs: ["get", "list", "watch", "patch"]
+{{- if .Values.autoReload.argoRollouts }}
+- apiGroups: ["argoproj.io"]
+  resources: ["rollouts"]
+  verbs: ["get", "list", "watch", "patch"]
+{{- end }}
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]

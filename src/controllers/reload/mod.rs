@@ -1,4 +1,5 @@
-//! Auto-reload: roll Deployments, StatefulSets and DaemonSets that opted in
+//! Auto-reload: roll Deployments, StatefulSets, DaemonSets and Argo Rollouts
+//! ([`rollouts`]) that opted in
 //! (`secrets.hanzo.ai/auto-reload: "true"`, or the Go operators' spellings
 //! `secrets.infisical.com/auto-reload` and `kms.hanzo.ai/auto-reload`, which
 //! are honoured the same way) when a managed Secret or ConfigMap they use
@@ -31,6 +32,7 @@
 //!
 //! Writes are merge patches of the annotations only, never full updates.
 
+pub mod rollouts;
 pub mod runtime;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -69,6 +71,8 @@ pub enum WorkloadKind {
     StatefulSet,
     /// apps/v1 DaemonSet.
     DaemonSet,
+    /// argoproj.io/v1alpha1 Rollout (restarted through `spec.restartAt`).
+    Rollout,
 }
 
 impl WorkloadKind {
@@ -78,6 +82,7 @@ impl WorkloadKind {
             WorkloadKind::Deployment => "Deployment",
             WorkloadKind::StatefulSet => "StatefulSet",
             WorkloadKind::DaemonSet => "DaemonSet",
+            WorkloadKind::Rollout => "Rollout",
         }
     }
 }

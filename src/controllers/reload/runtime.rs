@@ -15,6 +15,7 @@ use serde_json::json;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::rollouts::{ArgoRollouts, Rollout};
 use super::{ConsumerIndex, Current, Source, WorkloadKey, WorkloadKind, plan_stamps, stamp_key};
 use crate::controllers::context::Context;
 use crate::controllers::error::SyncError;
@@ -42,6 +43,8 @@ pub struct Workloads {
     pub stateful_sets: Scoped<StatefulSet>,
     /// DaemonSets.
     pub daemon_sets: Scoped<DaemonSet>,
+    /// Argo Rollouts, while their CRD is served (and `--argo-rollouts`).
+    pub rollouts: Arc<ArgoRollouts>,
 }
 
 /// What reload needs beside the shared context.
@@ -56,29 +59,56 @@ pub struct Reloader {
     pub debounce: Duration,
 }
 
-/// A workload's annotations and pod template, whatever its kind.
+/// A workload's annotations and its pod template's, whatever its kind.
 struct Observed {
     annotations: BTreeMap<String, String>,
-    template: PodTemplateSpec,
+    /// The pod template's annotations (empty for a Rollout: its template
+    /// is never stamped).
+    template: BTreeMap<String, String>,
     reference: k8s_openapi::api::core::v1::ObjectReference,
+}
+
+fn template_annotations(t: &PodTemplateSpec) -> BTreeMap<String, String> {
+    t.metadata
+        .as_ref()
+        .and_then(|m| m.annotations.clone())
+        .unwrap_or_default()
 }
 
 fn observe(reloader: &Reloader, key: &WorkloadKey) -> Option<Observed> {
     let ns = Some(key.namespace.as_str());
     macro_rules! from {
-        ($store:expr) => {{
-            let o = $store.get(ns, &key.name)?;
+        ($o:expr, $template:expr) => {{
+            let o = $o;
             Observed {
                 annotations: o.annotations().clone(),
-                template: o.spec.template.clone(),
+                template: $template(&o),
                 reference: o.object_ref(&()),
             }
         }};
     }
+    let w = &reloader.workloads;
     Some(match key.kind {
-        WorkloadKind::Deployment => from!(reloader.workloads.deployments),
-        WorkloadKind::StatefulSet => from!(reloader.workloads.stateful_sets),
-        WorkloadKind::DaemonSet => from!(reloader.workloads.daemon_sets),
+        WorkloadKind::Deployment => {
+            from!(w.deployments.get(ns, &key.name)?, |o: &Arc<Deployment>| {
+                template_annotations(&o.spec.template)
+            })
+        }
+        WorkloadKind::StatefulSet => from!(w.stateful_sets.get(ns, &key.name)?, |o: &Arc<
+            StatefulSet,
+        >| {
+            template_annotations(&o.spec.template)
+        }),
+        WorkloadKind::DaemonSet => {
+            from!(w.daemon_sets.get(ns, &key.name)?, |o: &Arc<DaemonSet>| {
+                template_annotations(&o.spec.template)
+            })
+        }
+        WorkloadKind::Rollout => from!(w.rollouts.get(&key.namespace, &key.name)?, |_: &Arc<
+            Rollout,
+        >| {
+            BTreeMap::new()
+        }),
     })
 }
 
@@ -129,6 +159,9 @@ impl Kind for Registration {
             w.deployments.wait_ready().await;
             w.stateful_sets.wait_ready().await;
             w.daemon_sets.wait_ready().await;
+            if let Some(rollouts) = w.rollouts.store() {
+                rollouts.wait_ready().await;
+            }
         })
     }
 
@@ -156,6 +189,9 @@ impl Kind for Registration {
         }
         for o in w.daemon_sets.all() {
             add(WorkloadKind::DaemonSet, o.as_ref());
+        }
+        for o in w.rollouts.all() {
+            add(WorkloadKind::Rollout, o.as_ref());
         }
     }
 
@@ -227,13 +263,7 @@ pub async fn reconcile(
             versions.insert(stamp_key(*source, name), current);
         }
     }
-    let template = o
-        .template
-        .metadata
-        .as_ref()
-        .and_then(|m| m.annotations.clone())
-        .unwrap_or_default();
-    let patch = plan_stamps(&o.annotations, &template, &versions);
+    let patch = plan_stamps(&o.annotations, &o.template, &versions);
     if patch.is_empty() {
         return Ok(Action::Done);
     }
@@ -247,7 +277,14 @@ pub async fn reconcile(
     crate::controllers::apply::ensure_owner(ctx, shard, cancel)?;
     let mut body = json!({"metadata": {"annotations": patch.metadata}});
     if !patch.template.is_empty() {
-        body["spec"] = json!({"template": {"metadata": {"annotations": patch.template}}});
+        body["spec"] = match key.kind {
+            // As `kubectl argo rollouts restart`: pods created before
+            // `restartAt` are replaced.
+            WorkloadKind::Rollout => {
+                json!({"restartAt": restart_at(k8s_openapi::jiff::Timestamp::now())})
+            }
+            _ => json!({"template": {"metadata": {"annotations": patch.template}}}),
+        };
     }
     let pp = PatchParams {
         field_manager: Some(FIELD_MANAGER.to_owned()),
@@ -268,6 +305,10 @@ pub async fn reconcile(
                 .map(|_| ())
         }
         WorkloadKind::DaemonSet => Api::<DaemonSet>::namespaced(ctx.client.clone(), &key.namespace)
+            .patch(&key.name, &pp, &Patch::Merge(&body))
+            .await
+            .map(|_| ()),
+        WorkloadKind::Rollout => Api::<Rollout>::namespaced(ctx.client.clone(), &key.namespace)
             .patch(&key.name, &pp, &Patch::Merge(&body))
             .await
             .map(|_| ()),
@@ -298,4 +339,20 @@ pub async fn reconcile(
         }
     }
     Ok(Action::Done)
+}
+
+/// `restartAt` as the Rollout controller reads it (a `metav1.Time`:
+/// RFC 3339, UTC, whole seconds).
+fn restart_at(now: k8s_openapi::jiff::Timestamp) -> serde_json::Value {
+    let whole = k8s_openapi::jiff::Timestamp::from_second(now.as_second()).unwrap_or(now);
+    json!(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(whole))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn restart_at_is_a_whole_second_in_utc() {
+        let t = k8s_openapi::jiff::Timestamp::from_millisecond(1_796_563_530_250).unwrap();
+        assert_eq!(super::restart_at(t), "2026-12-06T13:25:30Z");
+    }
 }
