@@ -476,6 +476,14 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
     }
 }
 
+/// The interval with ±10 % jitter; `r` is a uniform number in `[0, 1)`.
+pub fn jittered(interval: Duration, r: f64) -> Duration {
+    interval.mul_f64(JITTER_LOW + 0.2 * r)
+}
+
+/// The shortest [`jittered`] interval, as a share of the interval.
+pub const JITTER_LOW: f64 = 0.9;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,6 +17,7 @@
 //!
 //! The threads are detached: a process that exits does not join them.
 
+use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -26,6 +27,8 @@ use kms_template::{Budget, Canceller};
 use tokio::sync::oneshot;
 
 use super::error::SyncError;
+use super::target::{Renderer, Target, build_data};
+use crate::kms::Fetched;
 
 /// A job as the threads run it.
 type Job = Box<dyn FnOnce() + Send>;
@@ -184,6 +187,39 @@ impl RenderPool {
 
 fn panicked() -> SyncError {
     SyncError::Template("rendering failed unexpectedly (the renderer panicked)".to_owned())
+}
+
+/// The data of every target from the fetched `secrets`: on the render
+/// threads with one budget when a target has templates, else here (copying
+/// needs no render).
+pub async fn render_targets(
+    (renders, renderer): (&RenderPool, &Arc<dyn Renderer>),
+    targets: &[Target],
+    secrets: Arc<Fetched>,
+) -> Result<Vec<BTreeMap<String, Vec<u8>>>, SyncError> {
+    let templated = targets.iter().any(|t| {
+        t.template
+            .as_ref()
+            .and_then(|tpl| tpl.data.as_ref())
+            .is_some_and(|d| !d.is_empty())
+    });
+    let renderer = renderer.clone();
+    if !templated {
+        let mut budget = kms_template::Budget::new(0);
+        return targets
+            .iter()
+            .map(|t| build_data(t, &secrets, renderer.as_ref(), &mut budget))
+            .collect();
+    }
+    let targets = targets.to_vec();
+    renders
+        .run(move |budget| {
+            targets
+                .iter()
+                .map(|t| build_data(t, &secrets, renderer.as_ref(), budget))
+                .collect()
+        })
+        .await
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 use super::error::SyncError;
-use crate::api::common::CreationPolicy;
+use crate::api::common::{CreationPolicy, SecretTemplate};
 use crate::kms::SecretMap;
 
 /// Annotation: hash of the object's data.
@@ -569,6 +569,89 @@ impl Renderer for kms_template::Engine {
         };
         result.map_err(|e| e.to_string())
     }
+}
+
+/// One object a resource writes (a KmsSecret's target, a
+/// KmsDynamicSecret's credentials Secret).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Target {
+    /// Secret or ConfigMap.
+    pub kind: TargetKind,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Secret type on create.
+    pub secret_type: Option<String>,
+    /// Owner or Orphan.
+    pub creation_policy: CreationPolicy,
+    /// How the data is built.
+    pub template: Option<SecretTemplate>,
+    /// The spec field that names it, for messages.
+    pub field: String,
+}
+
+impl Target {
+    /// `Kind/namespace/name`.
+    pub fn id(&self) -> String {
+        format!("{}/{}/{}", self.kind.as_str(), self.namespace, self.name)
+    }
+}
+
+/// The data of one target: every fetched secret (no template, or
+/// `includeAllSecrets`), overridden by the rendered `template.data` entries.
+pub fn build_data(
+    target: &Target,
+    secrets: &SecretMap,
+    renderer: &dyn Renderer,
+    budget: &mut kms_template::Budget,
+) -> Result<BTreeMap<String, Vec<u8>>, SyncError> {
+    use secrecy::ExposeSecret;
+    let mut out = BTreeMap::new();
+    let include_all = target
+        .template
+        .as_ref()
+        .is_none_or(|t| t.include_all_secrets);
+    if include_all {
+        for (k, item) in secrets {
+            if !valid_data_key(k) {
+                return Err(SyncError::Target {
+                    reason: "InvalidSecretKey",
+                    message: format!(
+                        "the KMS secret {k:?} (folder {}) cannot be a key of {}: {} data keys hold only \
+                         letters, digits, '-', '_' and '.'. Rename it in the KMS, or list the keys to write \
+                         in template.data with includeAllSecrets: false; nothing was written",
+                        item.secret_path,
+                        target.id(),
+                        target.kind.as_str()
+                    ),
+                });
+            }
+            out.insert(k.clone(), item.value.expose_secret().as_bytes().to_vec());
+        }
+    }
+    if let Some(data) = target.template.as_ref().and_then(|t| t.data.as_ref()) {
+        // Secrets hold bytes; ConfigMap data must be text.
+        let binary = target.kind == TargetKind::Secret;
+        for (key, source) in data {
+            let field = format!("{}.template.data.{key}", target.field);
+            let rendered = renderer
+                .render(&field, source, secrets, binary, budget)
+                .map_err(SyncError::Template)?;
+            out.insert(key.clone(), rendered);
+        }
+    }
+    for key in out.keys() {
+        if !valid_data_key(key) {
+            return Err(SyncError::Spec(format!(
+                "{}.template.data: the key {key:?} is not a valid {} data key (letters, digits, '-', '_' \
+                 and '.' only); nothing was written",
+                target.field,
+                target.kind.as_str()
+            )));
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -220,6 +220,18 @@ impl Kms {
     }
 }
 
+/// A KMS folder path: leading `/`, no trailing `/` (except the root).
+pub fn normalize_path(p: &str) -> String {
+    let trimmed = p.trim().trim_end_matches('/');
+    if trimmed.is_empty() {
+        "/".to_owned()
+    } else if trimmed.starts_with('/') {
+        trimmed.to_owned()
+    } else {
+        format!("/{trimmed}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -223,18 +223,7 @@ fn cycles(graph: &BTreeMap<Module, BTreeSet<Module>>) -> Vec<BTreeSet<Module>> {
 
 #[test]
 fn src_has_no_import_cycle() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut all = Vec::new();
-    files(&src, &mut all);
-    let modules: BTreeSet<Module> = all.iter().map(|f| module_of(&src, f)).collect();
-    let graph: BTreeMap<Module, BTreeSet<Module>> = all
-        .iter()
-        .map(|f| {
-            let m = module_of(&src, f);
-            let deps = dependencies(&modules, &m, &std::fs::read_to_string(f).unwrap());
-            (m, deps)
-        })
-        .collect();
+    let graph = src_graph();
     let name = |m: &Module| m.join("::");
     let found: Vec<BTreeSet<String>> = cycles(&graph)
         .iter()
@@ -244,6 +233,82 @@ fn src_has_no_import_cycle() {
         found.is_empty(),
         "import cycles in src/ (each a group of modules that reach each other): {found:#?}"
     );
+}
+
+/// The three kinds' folders under `controllers/`: none may depend on
+/// another's (what they share lives in `controllers/` or `kms/`).
+const KINDS: [&str; 3] = ["kms_secret", "kms_push_secret", "kms_dynamic_secret"];
+
+/// The kind folder a module is in, if any.
+fn kind_of(m: &Module) -> Option<&str> {
+    match m.as_slice() {
+        [c, kind, ..] if c == "controllers" => KINDS.iter().find(|k| *k == kind).copied(),
+        _ => None,
+    }
+}
+
+/// Each dependency of a kind's module on another kind's module, as
+/// `from -> to`.
+fn cross_kind(graph: &BTreeMap<Module, BTreeSet<Module>>) -> Vec<String> {
+    let mut out = Vec::new();
+    for (from, deps) in graph {
+        let Some(kind) = kind_of(from) else { continue };
+        for to in deps {
+            if kind_of(to).is_some_and(|k| k != kind) {
+                out.push(format!("{} -> {}", from.join("::"), to.join("::")));
+            }
+        }
+    }
+    out
+}
+
+fn src_graph() -> BTreeMap<Module, BTreeSet<Module>> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut all = Vec::new();
+    files(&src, &mut all);
+    let modules: BTreeSet<Module> = all.iter().map(|f| module_of(&src, f)).collect();
+    all.iter()
+        .map(|f| {
+            let m = module_of(&src, f);
+            let deps = dependencies(&modules, &m, &std::fs::read_to_string(f).unwrap());
+            (m, deps)
+        })
+        .collect()
+}
+
+#[test]
+fn no_kind_imports_another() {
+    let found = cross_kind(&src_graph());
+    assert!(
+        found.is_empty(),
+        "a kind's module depends on another kind's (move what they share to controllers/ or kms/): {found:#?}"
+    );
+}
+
+#[test]
+fn the_cross_kind_check_sees_a_path_in_an_expression() {
+    let module = |s: &str| -> Module { s.split("::").map(str::to_owned).collect() };
+    let modules: BTreeSet<Module> = [
+        "controllers",
+        "controllers::kms_secret",
+        "controllers::kms_secret::plan",
+        "controllers::kms_push_secret",
+        "controllers::kms_push_secret::status",
+        "controllers::queue",
+    ]
+    .map(module)
+    .into();
+    let from = module("controllers::kms_push_secret::status");
+    let mut graph = BTreeMap::new();
+    let text = "use crate::controllers::queue::jittered;\nfn f() { crate::controllers::kms_secret::plan::jittered(i, r) }\n";
+    graph.insert(from.clone(), dependencies(&modules, &from, text));
+    assert_eq!(
+        cross_kind(&graph),
+        ["controllers::kms_push_secret::status -> controllers::kms_secret::plan"]
+    );
+    let clean = "use crate::controllers::queue::jittered;\nuse super::plan;\n";
+    graph.insert(from.clone(), dependencies(&modules, &from, clean));
+    assert!(cross_kind(&graph).is_empty());
 }
 
 #[test]

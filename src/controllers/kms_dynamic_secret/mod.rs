@@ -48,11 +48,11 @@ use super::context::Context;
 use super::error::SyncError;
 use super::force_sync;
 use super::key::ObjectKey;
-use super::kms_secret::plan::Target;
 use super::queue::Queue;
 use super::refs::RefIndex;
 use super::registry::queue_on_change;
 use super::stores::{self, Scoped};
+use super::target::Target;
 use super::target::{
     ADOPT_EXISTING_ANNOTATION, Claim, Desired, Observed, TargetKind, claim, desired_meta, diff,
 };
@@ -260,12 +260,14 @@ async fn render_created(
         })
         .collect();
     let data = Arc::new(crate::kms::Fetched::unheld(data));
-    Ok(
-        super::kms_secret::render_targets(ctx, std::slice::from_ref(target), data)
-            .await?
-            .pop()
-            .unwrap_or_default(),
+    Ok(super::render::render_targets(
+        (&ctx.renders, &ctx.renderer),
+        std::slice::from_ref(target),
+        data,
     )
+    .await?
+    .pop()
+    .unwrap_or_default())
 }
 
 impl Controller {
@@ -383,7 +385,7 @@ impl Controller {
         Ok(LeaseTarget {
             project_slug: self.project_slug(ctx, identity, d).await?,
             environment: d.environment_slug.clone(),
-            path: super::kms_secret::plan::normalize_path(&d.secrets_path),
+            path: crate::kms::folders::normalize_path(&d.secrets_path),
             name: d.secret_name.clone(),
         })
     }

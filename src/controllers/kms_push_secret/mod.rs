@@ -917,7 +917,7 @@ fn describe_folder(cr: &KmsPushSecret) -> String {
     format!(
         "{project}/{}:{}",
         d.environment_slug,
-        crate::controllers::kms_secret::plan::normalize_path(&d.secrets_path)
+        crate::kms::folders::normalize_path(&d.secrets_path)
     )
 }
 

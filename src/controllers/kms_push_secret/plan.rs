@@ -28,9 +28,9 @@ use crate::api::kms_push_secret::{
 };
 use crate::controllers::auth::generic_method;
 use crate::controllers::error::SyncError;
-use crate::controllers::kms_secret::plan::normalize_path;
 use crate::controllers::refs::namespace_of;
 use crate::kms::ProjectRef;
+use crate::kms::folders::normalize_path;
 use crate::kms::push::{Folder, NewSecret, StoredSecret};
 
 /// The finalizer that holds a KmsPushSecret until its cleanup is done.

@@ -173,7 +173,7 @@ impl Report {
         }
         let mut due: Option<SystemTime> = self
             .interval
-            .map(|i| now + crate::controllers::kms_secret::plan::jittered(i, fastrand::f64()));
+            .map(|i| now + crate::controllers::queue::jittered(i, fastrand::f64()));
         if let Some(r) = self.applied.as_ref().and_then(|a| a.next_rotation) {
             due = Some(due.map_or(r, |d| d.min(r)));
         }

@@ -35,7 +35,7 @@ use kube::runtime::events::EventType;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use self::plan::{AuthChoice, Decision, Target};
+use self::plan::{AuthChoice, Decision};
 use self::record::SyncRecord;
 use super::apply::{self, FIELD_MANAGER, ensure_owner};
 use super::conditions::{self, Status};
@@ -56,6 +56,7 @@ use super::written::WrittenStatus;
 use crate::api::common::CreationPolicy;
 use crate::api::conditions as ct;
 use crate::api::kms_secret::{KmsSecret, KmsSecretStatus};
+use crate::controllers::target::Target;
 use crate::kms::{Fetch, Fetched, Kms};
 use crate::sharding::Ownership;
 
@@ -297,7 +298,7 @@ fn last_record(
         generation,
         etag: None,
         last_sync: last,
-        next_due: last + plan::jittered(interval, fastrand::f64()),
+        next_due: last + crate::controllers::queue::jittered(interval, fastrand::f64()),
         synced_keys: status.synced_keys.unwrap_or(0),
         target_hashes: Default::default(),
     })
@@ -460,7 +461,14 @@ async fn sync(
     // Render every target (off the runtime, one budget); plan; apply
     // what differs.
     let rendered = match &fetched {
-        Some(secrets) => Some(render_targets(ctx, &targets, secrets.clone()).await?),
+        Some(secrets) => Some(
+            crate::controllers::render::render_targets(
+                (&ctx.renders, &ctx.renderer),
+                &targets,
+                secrets.clone(),
+            )
+            .await?,
+        ),
         None => None,
     };
     let plan = Planned {
@@ -711,39 +719,6 @@ async fn fetch(
         }
         None => Ok((None, known)),
     }
-}
-
-/// The data of every target from the fetched `secrets`: on the render
-/// threads with one budget when a target has templates, else here (copying
-/// needs no render).
-pub(crate) async fn render_targets(
-    ctx: &Context,
-    targets: &[Target],
-    secrets: Arc<Fetched>,
-) -> Result<Vec<BTreeMap<String, Vec<u8>>>, SyncError> {
-    let templated = targets.iter().any(|t| {
-        t.template
-            .as_ref()
-            .and_then(|tpl| tpl.data.as_ref())
-            .is_some_and(|d| !d.is_empty())
-    });
-    let renderer = ctx.renderer.clone();
-    if !templated {
-        let mut budget = kms_template::Budget::new(0);
-        return targets
-            .iter()
-            .map(|t| plan::build_data(t, &secrets, renderer.as_ref(), &mut budget))
-            .collect();
-    }
-    let targets = targets.to_vec();
-    ctx.renders
-        .run(move |budget| {
-            targets
-                .iter()
-                .map(|t| plan::build_data(t, &secrets, renderer.as_ref(), budget))
-                .collect()
-        })
-        .await
 }
 
 /// What a sync plans its targets from.

@@ -2,23 +2,21 @@
 //! scope it reads, its resync interval, whether it is due, and the data each
 //! target must hold. No I/O; everything here is unit-tested.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use crate::api::common::{
     CreationPolicy, KubeSecretReference, MachineIdentityScope, ManagedKubeSecretConfig,
-    SecretTemplate,
 };
 use crate::api::duration::parse_optional_duration;
 use crate::api::kms_secret::{KmsSecret, KmsSecretMethod, KmsSecretSpec};
 pub use crate::controllers::auth::AuthMethod;
 use crate::controllers::auth::machine_method;
 use crate::controllers::error::SyncError;
+use crate::controllers::queue::{JITTER_LOW, jittered};
 use crate::controllers::refs::namespace_of;
-use crate::controllers::target::{
-    Renderer, TargetKind, valid_data_key, valid_namespace_name, valid_object_name,
-};
-use crate::kms::{ProjectRef, Scope, SecretMap};
+use crate::controllers::target::{Target, TargetKind, valid_namespace_name, valid_object_name};
+use crate::kms::folders::normalize_path;
+use crate::kms::{ProjectRef, Scope};
 
 use super::record::SyncRecord;
 
@@ -28,32 +26,6 @@ pub const DEFAULT_RESYNC: Duration = Duration::from_secs(60);
 pub const DEFAULT_RESYNC_INSTANT: Duration = Duration::from_secs(3600);
 /// Shortest accepted interval.
 pub const MIN_RESYNC: Duration = Duration::from_secs(5);
-
-/// One object a KmsSecret writes.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Target {
-    /// Secret or ConfigMap.
-    pub kind: TargetKind,
-    /// Namespace.
-    pub namespace: String,
-    /// Name.
-    pub name: String,
-    /// Secret type on create.
-    pub secret_type: Option<String>,
-    /// Owner or Orphan.
-    pub creation_policy: CreationPolicy,
-    /// How the data is built.
-    pub template: Option<SecretTemplate>,
-    /// The spec field that names it, for messages.
-    pub field: String,
-}
-
-impl Target {
-    /// `Kind/namespace/name`.
-    pub fn id(&self) -> String {
-        format!("{}/{}/{}", self.kind.as_str(), self.namespace, self.name)
-    }
-}
 
 /// The targets of a KmsSecret (the deprecated `managedSecretReference` folded
 /// in), with namespaces resolved under the cross-namespace rule.
@@ -259,18 +231,6 @@ pub fn auth_choice(
     }
 }
 
-/// A KMS folder path: leading `/`, no trailing `/` (except the root).
-pub fn normalize_path(p: &str) -> String {
-    let trimmed = p.trim().trim_end_matches('/');
-    if trimmed.is_empty() {
-        "/".to_owned()
-    } else if trimmed.starts_with('/') {
-        trimmed.to_owned()
-    } else {
-        format!("/{trimmed}")
-    }
-}
-
 /// Whether a spec asks for instant updates (`syncConfig` if present, else
 /// the deprecated top-level field).
 pub fn instant_updates(spec: &KmsSecretSpec) -> bool {
@@ -307,14 +267,6 @@ pub fn resync_interval(spec: &KmsSecretSpec) -> Result<Duration, SyncError> {
         Some(d) => Ok(d),
     }
 }
-
-/// The interval with ±10 % jitter; `r` is a uniform number in `[0, 1)`.
-pub fn jittered(interval: Duration, r: f64) -> Duration {
-    interval.mul_f64(JITTER_LOW + 0.2 * r)
-}
-
-/// The shortest [`jittered`] interval, as a share of the interval.
-const JITTER_LOW: f64 = 0.9;
 
 /// What a sync asks of the KMS.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -426,65 +378,13 @@ pub fn times_after_check(
     (record.last_sync, due)
 }
 
-/// The data of one target: every fetched secret (no template, or
-/// `includeAllSecrets`), overridden by the rendered `template.data` entries.
-pub fn build_data(
-    target: &Target,
-    secrets: &SecretMap,
-    renderer: &dyn Renderer,
-    budget: &mut kms_template::Budget,
-) -> Result<BTreeMap<String, Vec<u8>>, SyncError> {
-    use secrecy::ExposeSecret;
-    let mut out = BTreeMap::new();
-    let include_all = target
-        .template
-        .as_ref()
-        .is_none_or(|t| t.include_all_secrets);
-    if include_all {
-        for (k, item) in secrets {
-            if !valid_data_key(k) {
-                return Err(SyncError::Target {
-                    reason: "InvalidSecretKey",
-                    message: format!(
-                        "the KMS secret {k:?} (folder {}) cannot be a key of {}: {} data keys hold only \
-                         letters, digits, '-', '_' and '.'. Rename it in the KMS, or list the keys to write \
-                         in template.data with includeAllSecrets: false; nothing was written",
-                        item.secret_path,
-                        target.id(),
-                        target.kind.as_str()
-                    ),
-                });
-            }
-            out.insert(k.clone(), item.value.expose_secret().as_bytes().to_vec());
-        }
-    }
-    if let Some(data) = target.template.as_ref().and_then(|t| t.data.as_ref()) {
-        // Secrets hold bytes; ConfigMap data must be text.
-        let binary = target.kind == TargetKind::Secret;
-        for (key, source) in data {
-            let field = format!("{}.template.data.{key}", target.field);
-            let rendered = renderer
-                .render(&field, source, secrets, binary, budget)
-                .map_err(SyncError::Template)?;
-            out.insert(key.clone(), rendered);
-        }
-    }
-    for key in out.keys() {
-        if !valid_data_key(key) {
-            return Err(SyncError::Spec(format!(
-                "{}.template.data: the key {key:?} is not a valid {} data key (letters, digits, '-', '_' \
-                 and '.' only); nothing was written",
-                target.field,
-                target.kind.as_str()
-            )));
-        }
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
+    use crate::controllers::target::{Renderer, build_data};
+    use crate::kms::SecretMap;
 
     fn record(generation: i64, next_due: SystemTime) -> SyncRecord {
         SyncRecord {
