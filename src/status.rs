@@ -47,6 +47,10 @@ pub struct ResourceRow {
     pub message: String,
     /// The shard its status names, if any.
     pub shard: Option<u32>,
+    /// A held gradual reload of its objects (the `AutoRedeployReady`
+    /// condition's message when its reason is `RolloutHeld`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_reload: Option<String>,
 }
 
 /// The whole report.
@@ -118,6 +122,16 @@ fn resource_row(kind: &str, o: &DynamicObject) -> ResourceRow {
         reason: text("reason", "Pending"),
         message: text("message", "not reconciled yet"),
         shard: status["shard"].as_u64().and_then(|s| u32::try_from(s).ok()),
+        held_reload: status["conditions"]
+            .as_array()
+            .and_then(|cs| {
+                cs.iter().find(|c| {
+                    c["type"] == crate::api::conditions::AUTO_REDEPLOY_READY
+                        && c["reason"] == "RolloutHeld"
+                })
+            })
+            .and_then(|c| c["message"].as_str())
+            .map(str::to_owned),
     }
 }
 
@@ -244,6 +258,14 @@ pub fn render_table(r: &Report, wide: bool) -> String {
             r.resources.len(),
             r.not_ready
         ));
+        for res in &r.resources {
+            if let Some(held) = &res.held_reload {
+                out.push_str(&format!(
+                    "held reload: {} {}/{}: {held}\n",
+                    res.kind, res.namespace, res.name
+                ));
+            }
+        }
     }
     if !r.shards.is_empty() {
         let mut rows = vec![vec![

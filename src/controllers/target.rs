@@ -37,6 +37,21 @@ pub const LEGACY_VERSION_ANNOTATIONS: [&str; 3] = [
     "secrets.hanzo.ai/version",
     "kms.hanzo.ai/version",
 ];
+/// Gradual reload's strategy (`immediate`, `gradual`): on a workload, or on
+/// a resource, which carries it to its objects.
+pub const RELOAD_STRATEGY_ANNOTATION: &str = "secrets.hanzo.ai/auto-reload-strategy";
+/// Gradual reload's wave size (on a resource, carried to its objects).
+pub const RELOAD_WAVE_SIZE_ANNOTATION: &str = "secrets.hanzo.ai/auto-reload-wave-size";
+/// Gradual reload's rollout timeout (on a workload, or on a resource,
+/// carried to its objects).
+pub const RELOAD_TIMEOUT_ANNOTATION: &str = "secrets.hanzo.ai/auto-reload-timeout";
+/// The resource annotations carried to the objects it writes, though
+/// their prefix is otherwise never copied.
+pub const CARRIED_ANNOTATIONS: [&str; 3] = [
+    RELOAD_STRATEGY_ANNOTATION,
+    RELOAD_WAVE_SIZE_ANNOTATION,
+    RELOAD_TIMEOUT_ANNOTATION,
+];
 /// Annotation prefixes never copied from a resource to its objects.
 pub const SYSTEM_ANNOTATION_PREFIXES: [&str; 6] = [
     "kubectl.kubernetes.io/",
@@ -340,8 +355,8 @@ pub fn is_system_annotation(key: &str) -> bool {
 }
 
 /// The metadata of a target: the template's `metadata` if set, else the
-/// resource's labels and non-system annotations; plus the operator's own
-/// markers. `created_by_us` adds `app.kubernetes.io/managed-by`.
+/// resource's labels and non-system annotations; plus the resource's
+/// gradual-reload settings and the operator's own markers. `created_by_us` adds `app.kubernetes.io/managed-by`.
 pub fn desired_meta(
     resource_labels: &BTreeMap<String, String>,
     resource_annotations: &BTreeMap<String, String>,
@@ -377,6 +392,13 @@ pub fn desired_meta(
         MANAGED_ANNOTATIONS_ANNOTATION,
     ] {
         annotations.remove(k);
+    }
+    // The resource's gradual-reload settings reach the workloads through
+    // its objects (whatever the template says).
+    for k in CARRIED_ANNOTATIONS {
+        if let Some(v) = resource_annotations.get(k) {
+            annotations.insert(k.to_owned(), v.clone());
+        }
     }
     let label_keys: Vec<&str> = labels.keys().map(String::as_str).collect();
     let annotation_keys: Vec<&str> = annotations.keys().map(String::as_str).collect();

@@ -587,6 +587,7 @@ fn wire(
                 index: routes.consumers.clone(),
                 budget: reload_budget.clone(),
                 debounce: args.reload_debounce,
+                registry: routes.registry.clone(),
             }),
             queue: routes.reload_queue.clone(),
         }),

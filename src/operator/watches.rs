@@ -235,6 +235,36 @@ impl Indexer {
         }
     }
 
+    /// A gradual workload changed (its rollout progressed, or failed): the
+    /// other gradual workloads that use the same objects look at their
+    /// turn again.
+    fn wake_peers(&self, key: &WorkloadKey, annotations: &BTreeMap<String, String>) {
+        use crate::controllers::reload::gradual::{Strategy, strategy};
+        let routes = &self.routes;
+        let ns = key.namespace.as_str();
+        for (source, name) in routes.consumers.uses(key) {
+            let object = match source {
+                Source::Secret => self
+                    .secrets
+                    .get(Some(ns), &name)
+                    .map(|o| o.annotations().clone()),
+                Source::ConfigMap => self
+                    .config_maps
+                    .get(Some(ns), &name)
+                    .map(|o| o.annotations().clone()),
+            };
+            let Some(object) = object else { continue };
+            if strategy(annotations, &object) != Ok(Strategy::Gradual) {
+                continue;
+            }
+            for w in routes.consumers.consumers(ns, source, &name) {
+                if w != *key {
+                    routes.reload_queue.add(w, routes.gate.shard_of(ns));
+                }
+            }
+        }
+    }
+
     /// Re-read the Rollouts that take their template from a Deployment.
     fn rollouts_of(&self, rollouts: &ArgoRollouts, ns: &str, deployment: &str) {
         for name in rollouts.referencing(ns, deployment) {
@@ -278,14 +308,16 @@ where
             }
             _ => Default::default(),
         };
-        indexer.set(
-            WorkloadKey {
-                kind: K::KIND,
-                namespace: ns.clone(),
-                name: o.name_any(),
-            },
-            uses,
-        );
+        let key = WorkloadKey {
+            kind: K::KIND,
+            namespace: ns.clone(),
+            name: o.name_any(),
+        };
+        let wake = !uses.is_empty();
+        indexer.set(key.clone(), uses);
+        if wake {
+            indexer.wake_peers(&key, o.annotations());
+        }
         if let Some(rollouts) = &rollouts {
             indexer.rollouts_of(rollouts, &ns, &o.name_any());
         }
@@ -340,14 +372,16 @@ fn argo_rollouts_driver(
                 } else {
                     rollout_uses(r, &rollouts)
                 };
-                indexer.set(
-                    WorkloadKey {
-                        kind: WorkloadKind::Rollout,
-                        namespace: ns,
-                        name,
-                    },
-                    uses,
-                );
+                let key = WorkloadKey {
+                    kind: WorkloadKind::Rollout,
+                    namespace: ns,
+                    name,
+                };
+                let wake = !uses.is_empty();
+                indexer.set(key.clone(), uses);
+                if wake {
+                    indexer.wake_peers(&key, r.annotations());
+                }
             });
         let tasks = drivers
             .into_iter()

@@ -863,3 +863,296 @@ async fn argo_rollouts_are_reloaded_once_their_crd_is_served() {
     .await;
     assert!(stopped.is_some(), "{}", op.output.text());
 }
+
+/// A Deployment's status as its controller would report it (the control
+/// plane has none): `complete`, every replica updated and available at the
+/// current generation; else the progress deadline exceeded.
+async fn report_rollout(client: &Client, ns: &str, name: &str, complete: bool) {
+    let api = Api::<Deployment>::namespaced(client.clone(), ns);
+    let generation = api.get(name).await.unwrap().metadata.generation.unwrap();
+    let status = if complete {
+        json!({"observedGeneration": generation, "replicas": 1, "updatedReplicas": 1,
+               "readyReplicas": 1, "availableReplicas": 1,
+               "conditions": [{"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"},
+                              {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"}]})
+    } else {
+        json!({"observedGeneration": generation, "replicas": 2, "updatedReplicas": 1,
+               "readyReplicas": 1, "availableReplicas": 1, "unavailableReplicas": 1,
+               "conditions": [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded",
+                               "message": format!("ReplicaSet \"{name}-new\" has timed out progressing.")}]})
+    };
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": status})),
+    )
+    .await
+    .unwrap();
+}
+
+/// The version a Deployment's pod template was rolled to for `secret`.
+async fn rolled_to(client: &Client, ns: &str, name: &str, secret: &str) -> Option<String> {
+    Api::<Deployment>::namespaced(client.clone(), ns)
+        .get(name)
+        .await
+        .ok()?
+        .spec
+        .template
+        .metadata?
+        .annotations?
+        .get(&format!("secrets.hanzo.ai/managed-secret.{secret}"))
+        .cloned()
+}
+
+/// The `AutoRedeployReady` condition of a KmsSecret: status, reason,
+/// message.
+async fn auto_redeploy(client: &Client, ns: &str, name: &str) -> Option<(String, String, String)> {
+    let o = kms_secrets(client, ns).get(name).await.ok()?;
+    let c = o.data["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "secrets.hanzo.ai/AutoRedeployReady")?
+        .clone();
+    let text = |f: &str| c[f].as_str().unwrap_or_default().to_owned();
+    Some((text("status"), text("reason"), text("message")))
+}
+
+/// Gradual reload: the KmsSecret's annotation makes the workloads that use
+/// its Secret roll one at a time, in their order, each after the one before
+/// completed; a rollout that fails holds the rest (their templates
+/// unchanged), which the KmsSecret's condition, a Warning Event and
+/// `kms-operator status` report; a new value starts over and rolls them
+/// all. A workload that asks for immediate reload rolls at once.
+#[tokio::test]
+async fn a_gradual_reload_rolls_one_workload_at_a_time_and_holds_at_a_failure() {
+    let client = harness::client().await;
+    let ns = TestNamespace::new(&client, "reload-gradual").await;
+    let kms = DevServer::start(&seed()).await;
+    credentials(&client, &ns.name).await;
+    let op = Operator::start(&ns.name, &[&ns.name], &["--reload-debounce", "1"]).await;
+    kms_secret(&client, &ns.name, "app", &kms.api(), "s1", None).await;
+    kms_secrets(&client, &ns.name)
+        .patch(
+            "app",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                "secrets.hanzo.ai/auto-reload-strategy": "gradual"}}})),
+        )
+        .await
+        .unwrap();
+    let uses_s1 = json!({"containers": [
+        {"name": "app", "image": "example.invalid/app:1", "envFrom": [{"secretRef": {"name": "s1"}}]}
+    ]});
+    for name in ["a", "b", "c", "now"] {
+        deployment(&client, &ns.name, name, true, uses_s1.clone()).await;
+    }
+    let deployments = Api::<Deployment>::namespaced(client.clone(), &ns.name);
+    // c goes first (its order is lower); "now" asks for immediate reload.
+    for (name, key, value) in [
+        ("c", "secrets.hanzo.ai/auto-reload-order", "-1"),
+        ("now", "secrets.hanzo.ai/auto-reload-strategy", "immediate"),
+    ] {
+        deployments
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {key: value}}})),
+            )
+            .await
+            .unwrap();
+    }
+    for name in ["a", "b", "c", "now"] {
+        report_rollout(&client, &ns.name, name, true).await;
+    }
+    let v1 = wait_for(Duration::from_secs(30), || async {
+        let v = version_of(&client, &ns.name, "s1").await?;
+        for name in ["a", "b", "c", "now"] {
+            if recorded(&client, &ns.name, name, "s1").await.as_ref() != Some(&v) {
+                return None;
+            }
+        }
+        Some(v)
+    })
+    .await
+    .unwrap_or_else(|| panic!("versions not recorded\n{}", op.output.text()));
+    let s1 = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), &ns.name)
+        .get("s1")
+        .await
+        .unwrap();
+    assert_eq!(
+        s1.metadata
+            .annotations
+            .unwrap_or_default()
+            .get("secrets.hanzo.ai/auto-reload-strategy"),
+        Some(&"gradual".to_owned()),
+        "the KmsSecret's strategy is carried to its Secret"
+    );
+
+    // A good change: c, then a, then b, each once the one before completed.
+    let change = |value: &'static str, interval: &'static str| {
+        let (kms, client, ns) = (&kms, &client, ns.name.clone());
+        async move {
+            kms.set_secret("demo", "dev", "/", "A", value).await;
+            poke(client, &ns, "app", interval).await;
+            let before = version_of(client, &ns, "s1").await;
+            wait_for(Duration::from_secs(30), || async {
+                version_of(client, &ns, "s1")
+                    .await
+                    .filter(|v| Some(v) != before.as_ref())
+            })
+            .await
+            .expect("s1 did not change")
+        }
+    };
+    let v2 = change("a2", "6s").await;
+    assert_ne!(v1, v2);
+    let rolled = |names: &'static [&'static str], version: String| {
+        let (client, ns) = (&client, ns.name.clone());
+        async move {
+            let mut out = Vec::new();
+            for name in names {
+                out.push(rolled_to(client, &ns, name, "s1").await.as_ref() == Some(&version));
+            }
+            out
+        }
+    };
+    let names: &[&str] = &["c", "a", "b", "now"];
+    let first = wait_for(Duration::from_secs(30), || async {
+        (rolled(names, v2.clone()).await == [true, false, false, true]).then_some(())
+    })
+    .await;
+    assert!(
+        first.is_some(),
+        "c and now should roll first: {:?}\n{}",
+        rolled(names, v2.clone()).await,
+        op.output.text()
+    );
+    holds_for(Duration::from_secs(4), || async {
+        rolled(names, v2.clone()).await == [true, false, false, true]
+    })
+    .await
+    .unwrap_or_else(|when| panic!("a or b rolled before c completed {when}"));
+    for (done, expect) in [
+        ("c", [true, true, false, true]),
+        ("a", [true, true, true, true]),
+    ] {
+        report_rollout(&client, &ns.name, done, true).await;
+        let next = wait_for(Duration::from_secs(30), || async {
+            (rolled(names, v2.clone()).await == expect).then_some(())
+        })
+        .await;
+        assert!(
+            next.is_some(),
+            "after {done} completed: {:?}\n{}",
+            rolled(names, v2.clone()).await,
+            op.output.text()
+        );
+    }
+    report_rollout(&client, &ns.name, "b", true).await;
+
+    // A bad change: c rolls and fails; a and b hold with their templates.
+    let v3 = change("bad", "7s").await;
+    let c_rolled = wait_for(Duration::from_secs(30), || async {
+        (rolled(names, v3.clone()).await == [true, false, false, true]).then_some(())
+    })
+    .await;
+    assert!(c_rolled.is_some(), "{:?}", rolled(names, v3.clone()).await);
+    let uids = |client: Client, ns: String| async move {
+        let mut out = Vec::new();
+        for name in ["a", "b"] {
+            let d = Api::<Deployment>::namespaced(client.clone(), &ns)
+                .get(name)
+                .await
+                .unwrap();
+            out.push(serde_json::to_string(&d.spec.template).unwrap());
+        }
+        out
+    };
+    let templates_before = uids(client.clone(), ns.name.clone()).await;
+    report_rollout(&client, &ns.name, "c", false).await;
+    let held = wait_for(Duration::from_secs(30), || async {
+        let (status, reason, message) = auto_redeploy(&client, &ns.name, "app").await?;
+        (status == "False" && reason == "RolloutHeld").then_some(message)
+    })
+    .await
+    .unwrap_or_else(|| panic!("no RolloutHeld condition\n{}", op.output.text()));
+    let short: String = v3.chars().take(12).collect();
+    assert!(
+        held.contains(&format!("Deployment {}/c", ns.name))
+            && held.contains(&format!("Secret s1 version {short}"))
+            && held.contains("ProgressDeadlineExceeded")
+            && held.contains("2 workload(s) keep the previous version"),
+        "{held}"
+    );
+    holds_for(Duration::from_secs(4), || async {
+        rolled(names, v3.clone()).await == [true, false, false, true]
+    })
+    .await
+    .unwrap_or_else(|when| panic!("a held workload rolled {when}"));
+    assert_eq!(
+        uids(client.clone(), ns.name.clone()).await,
+        templates_before,
+        "the held workloads' templates changed"
+    );
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), &ns.name)
+        .list(&Default::default())
+        .await
+        .unwrap();
+    let event = |kind: &str, name: &str, reason: &str| {
+        events.items.iter().any(|e| {
+            let r = e.regarding.as_ref();
+            r.and_then(|r| r.kind.as_deref()) == Some(kind)
+                && r.and_then(|r| r.name.as_deref()) == Some(name)
+                && e.reason.as_deref() == Some(reason)
+                && e.type_.as_deref() == Some("Warning")
+        })
+    };
+    assert!(
+        event("KmsSecret", "app", "RolloutHeld"),
+        "no RolloutHeld Event on the KmsSecret"
+    );
+    assert!(
+        event("Deployment", "c", "RolloutFailed"),
+        "no RolloutFailed Event on c"
+    );
+    let out = std::process::Command::new(crate::support::binary())
+        .args(["status", "-n", &ns.name])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!(
+            "held reload: KmsSecret {}/app: gradual reload held",
+            ns.name
+        )),
+        "kms-operator status does not show the held reload:\n{text}"
+    );
+
+    // Fixed in the KMS: a new version starts over from c, and rolls all.
+    let v4 = change("a4", "8s").await;
+    let c_again = wait_for(Duration::from_secs(30), || async {
+        (rolled(names, v4.clone()).await == [true, false, false, true]).then_some(())
+    })
+    .await;
+    assert!(c_again.is_some(), "{:?}", rolled(names, v4.clone()).await);
+    for name in ["c", "a", "b"] {
+        report_rollout(&client, &ns.name, name, true).await;
+        let _ = wait_for(Duration::from_secs(30), || async {
+            let r = rolled(names, v4.clone()).await;
+            let i = ["c", "a", "b"].iter().position(|n| *n == name).unwrap();
+            (i == 2 || r[i + 1]).then_some(())
+        })
+        .await;
+    }
+    assert_eq!(rolled(names, v4.clone()).await, [true, true, true, true]);
+    let ok = wait_for(Duration::from_secs(30), || async {
+        let (status, reason, _) = auto_redeploy(&client, &ns.name, "app").await?;
+        (status == "True" && reason == "OK").then_some(())
+    })
+    .await;
+    assert!(
+        ok.is_some(),
+        "{:?}",
+        auto_redeploy(&client, &ns.name, "app").await
+    );
+}

@@ -56,6 +56,7 @@ use super::written::WrittenStatus;
 use crate::api::common::CreationPolicy;
 use crate::api::conditions as ct;
 use crate::api::kms_secret::{KmsSecret, KmsSecretStatus};
+use crate::controllers::reload::Reloads;
 use crate::controllers::target::Target;
 use crate::kms::{Fetch, Fetched, Kms};
 use crate::sharding::Ownership;
@@ -1058,14 +1059,14 @@ fn whole_seconds(t: k8s_openapi::jiff::Timestamp) -> Time {
 /// changes), and an Event when `Ready` changes.
 /// The status of `cr` after a sync (pure): the login, sync, readiness,
 /// instant-update and auto-reload conditions, the last sync time, the
-/// number of keys and the shard. `workloads` is how many workloads that
-/// opted in to auto-reload use the targets.
+/// number of keys and the shard. `reloads` is how many workloads that
+/// opted in to auto-reload use the targets, and the gradual reloads held.
 fn next_status(
     cr: &KmsSecret,
     shard: u32,
     outcome: &Result<Synced, SyncError>,
     progress: &Progress,
-    workloads: usize,
+    reloads: &Reloads,
     now: &Time,
 ) -> KmsSecretStatus {
     let generation = cr.metadata.generation;
@@ -1139,13 +1140,27 @@ fn next_status(
         }
     }
     match outcome {
+        Ok(_) if !reloads.held.is_empty() => {
+            conditions::set(
+                c,
+                ct::AUTO_REDEPLOY_READY,
+                Status::False,
+                "RolloutHeld",
+                &reloads.held.join("; "),
+                generation,
+                now,
+            );
+        }
         Ok(_) => {
             conditions::set(
                 c,
                 ct::AUTO_REDEPLOY_READY,
                 Status::True,
                 "OK",
-                &format!("{workloads} workload(s) that opted in to auto-reload use the targets"),
+                &format!(
+                    "{} workload(s) that opted in to auto-reload use the targets",
+                    reloads.workloads
+                ),
                 generation,
                 now,
             );
@@ -1309,12 +1324,12 @@ async fn write_status(
     progress: &Progress,
 ) -> Result<(), SyncError> {
     let old = cr.status.clone().unwrap_or_default();
-    let workloads = if outcome.is_ok() {
+    let reloads = if outcome.is_ok() {
         consumers_of(ctx, cr)
     } else {
-        0
+        Reloads::default()
     };
-    let status = next_status(cr, shard, outcome, progress, workloads, &now_time());
+    let status = next_status(cr, shard, outcome, progress, &reloads, &now_time());
     if status_unchanged(&old, &status) {
         return Ok(());
     }
@@ -1337,6 +1352,22 @@ async fn write_status(
     );
     if let (Some(uid), Some(rv)) = (cr.uid(), cr.resource_version()) {
         this.written.written(&uid, &rv, status.clone());
+    }
+    // A gradual reload held: one Warning Event when it starts (or changes).
+    let held = |s: &KmsSecretStatus| {
+        conditions::get(&s.conditions, ct::AUTO_REDEPLOY_READY)
+            .filter(|c| c.reason == "RolloutHeld")
+            .map(|c| c.message.clone())
+    };
+    if let Some(message) = held(&status).filter(|m| held(&old).as_ref() != Some(m)) {
+        ctx.publish(
+            &ctx.served.object_ref(cr),
+            "Reload",
+            EventType::Warning,
+            "RolloutHeld",
+            &message,
+        )
+        .await;
     }
     // One Event per change of Ready (status or reason), not per resync.
     if let Some(ready) = conditions::ready_changed(&old.conditions, &status.conditions) {
@@ -1386,18 +1417,24 @@ fn status_changes(old: &KmsSecretStatus, new: &KmsSecretStatus) -> Vec<String> {
     out
 }
 
-/// Opted-in workloads that use any target of the resource.
-fn consumers_of(ctx: &Context, cr: &KmsSecret) -> usize {
+/// Opted-in workloads that use any target of the resource, and the gradual
+/// reloads of its targets that are held.
+fn consumers_of(ctx: &Context, cr: &KmsSecret) -> Reloads {
     let targets = plan::targets(cr, ctx.settings.allow_cross_namespace_refs).unwrap_or_default();
     let mut workloads = std::collections::BTreeSet::new();
+    let mut held = Vec::new();
     for t in &targets {
         let source = match t.kind {
             TargetKind::Secret => crate::controllers::reload::Source::Secret,
             TargetKind::ConfigMap => crate::controllers::reload::Source::ConfigMap,
         };
         workloads.extend(ctx.consumers.consumers(&t.namespace, source, &t.name));
+        held.extend(ctx.consumers.hold(&t.namespace, source, &t.name));
     }
-    workloads.len()
+    Reloads {
+        workloads: workloads.len(),
+        held,
+    }
 }
 
 fn status_unchanged(a: &KmsSecretStatus, b: &KmsSecretStatus) -> bool {
@@ -1655,7 +1692,7 @@ mod tests {
             5,
             &Ok(synced(StreamState::Open)),
             &progress,
-            0,
+            &0.into(),
             &now,
         );
         assert_eq!(condition(&open, ct::INSTANT_UPDATES).1, "Subscribed");
@@ -1666,7 +1703,7 @@ mod tests {
             5,
             &Ok(synced(StreamState::Opening)),
             &progress,
-            0,
+            &0.into(),
             &now,
         );
         assert!(status_unchanged(&open, &opening));
@@ -1676,7 +1713,7 @@ mod tests {
             5,
             &Ok(synced(StreamState::Opening)),
             &progress,
-            0,
+            &0.into(),
             &now,
         );
         assert_eq!(condition(&fresh, ct::INSTANT_UPDATES).1, "Connecting");
@@ -1686,7 +1723,7 @@ mod tests {
             5,
             &Ok(synced(StreamState::Connecting)),
             &progress,
-            0,
+            &0.into(),
             &now,
         );
         assert_eq!(
@@ -1710,7 +1747,14 @@ mod tests {
             nudged: None,
             endpoint: Some("hostAPI https://kms.example/api from spec; CA: system roots".into()),
         };
-        let ok = next_status(&kms_secret(None), 5, &Ok(synced), &progress, 2, &now);
+        let ok = next_status(
+            &kms_secret(None),
+            5,
+            &Ok(synced),
+            &progress,
+            &2.into(),
+            &now,
+        );
         assert_eq!(
             condition(&ok, ct::ENDPOINT),
             (
@@ -1752,7 +1796,7 @@ mod tests {
             5,
             &Err(refused),
             &Progress::default(),
-            0,
+            &0.into(),
             &now,
         );
         let (status, reason, message) = condition(&failed, ct::READY);
@@ -1785,7 +1829,7 @@ mod tests {
             5,
             &Err(throttled()),
             &Progress::default(),
-            0,
+            &0.into(),
             &now_time(),
         );
         assert_eq!(
@@ -1809,7 +1853,7 @@ mod tests {
             5,
             &Err(throttled()),
             &Progress::default(),
-            0,
+            &0.into(),
             &now,
         );
         assert_eq!(condition(&behind, ct::READY).1, "KMSRateLimited");
@@ -1818,7 +1862,7 @@ mod tests {
             5,
             &Err(throttled()),
             &Progress::default(),
-            0,
+            &0.into(),
             &now,
         );
         assert_eq!(

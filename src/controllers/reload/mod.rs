@@ -32,6 +32,7 @@
 //!
 //! Writes are merge patches of the annotations only, never full updates.
 
+pub mod gradual;
 pub mod rollouts;
 pub mod runtime;
 
@@ -262,10 +263,32 @@ pub fn plan_stamps(
     patch
 }
 
-/// Which workloads use which objects. Only opted-in workloads are indexed.
+/// What a resource reports of auto-reload: how many opted-in workloads use
+/// its objects, and the messages of its objects' held gradual reloads.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reloads {
+    /// Opted-in workloads that use the resource's objects.
+    pub workloads: usize,
+    /// The messages of the held gradual reloads.
+    pub held: Vec<String>,
+}
+
+impl From<usize> for Reloads {
+    fn from(workloads: usize) -> Self {
+        Self {
+            workloads,
+            held: Vec::new(),
+        }
+    }
+}
+
+/// Which workloads use which objects (only opted-in workloads are
+/// indexed), and the gradual reloads held, by object.
 #[derive(Default)]
 pub struct ConsumerIndex {
     inner: Mutex<IndexInner>,
+    /// Held gradual reloads: their messages, by object.
+    holds: Mutex<HashMap<(String, Source, String), String>>,
 }
 
 #[derive(Default)]
@@ -325,6 +348,31 @@ impl ConsumerIndex {
             .unwrap_or_default();
         v.sort();
         v
+    }
+
+    /// Record the held gradual reload of an object, as its message
+    /// (`None`: not held). Returns whether that changed.
+    pub fn set_hold(
+        &self,
+        namespace: &str,
+        source: Source,
+        name: &str,
+        hold: Option<String>,
+    ) -> bool {
+        let mut holds = self.holds.lock().unwrap_or_else(|e| e.into_inner());
+        let id = (namespace.to_owned(), source, name.to_owned());
+        match hold {
+            Some(h) => holds.insert(id, h.clone()).as_ref() != Some(&h),
+            None => holds.remove(&id).is_some(),
+        }
+    }
+
+    /// The held gradual reload of an object, as its message.
+    pub fn hold(&self, namespace: &str, source: Source, name: &str) -> Option<String> {
+        let holds = self.holds.lock().unwrap_or_else(|e| e.into_inner());
+        holds
+            .get(&(namespace.to_owned(), source, name.to_owned()))
+            .cloned()
     }
 
     /// What a workload uses.

@@ -26,6 +26,7 @@ use std::sync::{Mutex, OnceLock, RwLock};
 use k8s_openapi::api::apps::v1::Deployment;
 
 use k8s_openapi::api::core::v1::{ObjectReference, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::CustomResource;
 use serde::{Deserialize, Serialize};
 
@@ -42,6 +43,7 @@ pub const CRD_NAME: &str = "rollouts.argoproj.io";
     kind = "Rollout",
     plural = "rollouts",
     namespaced,
+    status = "RolloutStatus",
     schema = "disabled"
 )]
 #[serde(rename_all = "camelCase")]
@@ -53,6 +55,24 @@ pub struct RolloutSpec {
     /// `kind`, `name`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workload_ref: Option<ObjectReference>,
+    /// The restart asked for (pods created before it are replaced).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_at: Option<Time>,
+}
+
+/// The part of a Rollout's status gradual reload reads.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutStatus {
+    /// `Healthy`, `Progressing`, `Paused` or `Degraded`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// Why, in the controller's words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The last restart the controller carried out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restarted_at: Option<Time>,
 }
 
 impl Rollout {

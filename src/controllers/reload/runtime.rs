@@ -15,6 +15,7 @@ use serde_json::json;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::gradual::{self, Progress, Strategy, Turn};
 use super::rollouts::{ArgoRollouts, Rollout};
 use super::{ConsumerIndex, Current, Source, WorkloadKey, WorkloadKind, plan_stamps, stamp_key};
 use crate::controllers::context::Context;
@@ -57,15 +58,23 @@ pub struct Reloader {
     pub budget: Arc<Limiter>,
     /// Delay between a change and the rollout it causes.
     pub debounce: Duration,
+    /// The registered kinds (a held reload sends the object's resource
+    /// round).
+    pub registry: crate::controllers::registry::Registry,
 }
 
-/// A workload's annotations and its pod template's, whatever its kind.
+/// A workload's annotations, its pod template's, and its rollout's
+/// progress, whatever its kind.
 struct Observed {
     annotations: BTreeMap<String, String>,
     /// The pod template's annotations (empty for a Rollout: its template
     /// is never stamped).
     template: BTreeMap<String, String>,
     reference: k8s_openapi::api::core::v1::ObjectReference,
+    progress: Progress,
+    /// Whether the kind has a progress deadline of its own (else a gradual
+    /// reload applies [`gradual::DEFAULT_TIMEOUT`]).
+    own_deadline: bool,
 }
 
 fn template_annotations(t: &PodTemplateSpec) -> BTreeMap<String, String> {
@@ -75,40 +84,49 @@ fn template_annotations(t: &PodTemplateSpec) -> BTreeMap<String, String> {
         .unwrap_or_default()
 }
 
-fn observe(reloader: &Reloader, key: &WorkloadKey) -> Option<Observed> {
-    let ns = Some(key.namespace.as_str());
-    macro_rules! from {
-        ($o:expr, $template:expr) => {{
-            let o = $o;
-            Observed {
-                annotations: o.annotations().clone(),
-                template: $template(&o),
-                reference: o.object_ref(&()),
-            }
-        }};
+fn observed<K: Resource<DynamicType = ()>>(
+    o: &K,
+    template: BTreeMap<String, String>,
+    progress: Progress,
+    own_deadline: bool,
+) -> Observed {
+    Observed {
+        annotations: o.annotations().clone(),
+        template,
+        reference: o.object_ref(&()),
+        progress,
+        own_deadline,
     }
+}
+
+fn observe(reloader: &Reloader, key: &WorkloadKey) -> Option<Observed> {
+    let (ns, name) = (Some(key.namespace.as_str()), key.name.as_str());
     let w = &reloader.workloads;
     Some(match key.kind {
         WorkloadKind::Deployment => {
-            from!(w.deployments.get(ns, &key.name)?, |o: &Arc<Deployment>| {
-                template_annotations(&o.spec.template)
-            })
+            let o = w.deployments.get(ns, name)?;
+            let t = template_annotations(&o.spec.template);
+            observed(o.as_ref(), t, gradual::deployment_progress(&o), true)
         }
-        WorkloadKind::StatefulSet => from!(w.stateful_sets.get(ns, &key.name)?, |o: &Arc<
-            StatefulSet,
-        >| {
-            template_annotations(&o.spec.template)
-        }),
+        WorkloadKind::StatefulSet => {
+            let o = w.stateful_sets.get(ns, name)?;
+            let t = template_annotations(&o.spec.template);
+            observed(o.as_ref(), t, gradual::stateful_set_progress(&o), false)
+        }
         WorkloadKind::DaemonSet => {
-            from!(w.daemon_sets.get(ns, &key.name)?, |o: &Arc<DaemonSet>| {
-                template_annotations(&o.spec.template)
-            })
+            let o = w.daemon_sets.get(ns, name)?;
+            let t = template_annotations(&o.spec.template);
+            observed(o.as_ref(), t, gradual::daemon_set_progress(&o), false)
         }
-        WorkloadKind::Rollout => from!(w.rollouts.get(&key.namespace, &key.name)?, |_: &Arc<
-            Rollout,
-        >| {
-            BTreeMap::new()
-        }),
+        WorkloadKind::Rollout => {
+            let o = w.rollouts.get(&key.namespace, name)?;
+            observed(
+                o.as_ref(),
+                BTreeMap::new(),
+                gradual::rollout_progress(&o),
+                true,
+            )
+        }
     })
 }
 
@@ -258,14 +276,29 @@ pub async fn reconcile(
     }
     let uses = reloader.index.uses(key);
     let mut versions = BTreeMap::new();
+    let mut objects = BTreeMap::new();
     for (source, name) in &uses {
         if let Some(current) = managed_version(ctx, &key.namespace, *source, name) {
-            versions.insert(stamp_key(*source, name), current);
+            let stamp = stamp_key(*source, name);
+            versions.insert(stamp.clone(), current);
+            objects.insert(stamp, (*source, name.clone()));
         }
     }
-    let patch = plan_stamps(&o.annotations, &o.template, &versions);
+    let mut patch = plan_stamps(&o.annotations, &o.template, &versions);
+    let next = if patch.template.is_empty() {
+        None
+    } else {
+        gate(ctx, reloader, key, &o, &objects, &versions, &mut patch).await
+    };
+    let then = next.map_or(Action::Done, |t| Action::RequeueAt(t.into()));
     if patch.is_empty() {
-        return Ok(Action::Done);
+        return Ok(then);
+    }
+    if !patch.template.is_empty() {
+        patch.metadata.insert(
+            gradual::RELOADED_AT_ANNOTATION.to_owned(),
+            rfc3339(k8s_openapi::jiff::Timestamp::now()),
+        );
     }
     if !patch.template.is_empty() {
         // The cluster-wide rollout budget.
@@ -338,14 +371,169 @@ pub async fn reconcile(
             tracing::warn!(error = %e, "could not publish an Event");
         }
     }
-    Ok(Action::Done)
+    Ok(then)
 }
 
 /// `restartAt` as the Rollout controller reads it (a `metav1.Time`:
 /// RFC 3339, UTC, whole seconds).
 fn restart_at(now: k8s_openapi::jiff::Timestamp) -> serde_json::Value {
-    let whole = k8s_openapi::jiff::Timestamp::from_second(now.as_second()).unwrap_or(now);
-    json!(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(whole))
+    json!(rfc3339(now))
+}
+
+/// A time as the API server writes one: RFC 3339, UTC, whole seconds.
+fn rfc3339(t: k8s_openapi::jiff::Timestamp) -> String {
+    let whole = k8s_openapi::jiff::Timestamp::from_second(t.as_second()).unwrap_or(t);
+    whole.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// Gradual reload: take out of `patch` every changed object whose gradual
+/// order does not let this workload roll yet (an earlier wave has not
+/// completed, or failed), and record each object's hold. Returns when to
+/// look again (a running rollout's timeout), if any.
+async fn gate(
+    ctx: &Context,
+    reloader: &Reloader,
+    key: &WorkloadKey,
+    o: &Observed,
+    objects: &BTreeMap<String, (Source, String)>,
+    versions: &BTreeMap<String, Current>,
+    patch: &mut super::StampPatch,
+) -> Option<k8s_openapi::jiff::Timestamp> {
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let ns = key.namespace.as_str();
+    let mut next = None;
+    for (stamp, (source, name)) in objects {
+        let (Some(current), true) = (versions.get(stamp), patch.template.contains_key(stamp))
+        else {
+            continue;
+        };
+        let object = object_annotations(ctx, ns, *source, name);
+        match gradual::strategy(&o.annotations, &object) {
+            Ok(Strategy::Gradual) => {}
+            Ok(Strategy::Immediate) => continue,
+            Err(e) => {
+                tracing::warn!(workload = %key, "{e}; rolling at once");
+                continue;
+            }
+        }
+        let mut members = members(
+            reloader,
+            (ns, *source, name),
+            stamp,
+            &current.version,
+            &object,
+        );
+        gradual::sort(&mut members);
+        next = next
+            .into_iter()
+            .chain(members.iter().filter_map(gradual::Member::deadline))
+            .min();
+        let hold = gradual::hold_of(&members, &current.object, &current.version, now);
+        report_hold(ctx, reloader, (ns, *source, name), hold, &object).await;
+        let turn = gradual::turn(&members, key, gradual::wave_size(&object), now);
+        if turn != Turn::Go {
+            tracing::info!(workload = %key, object = %current.object, ?turn, "gradual reload: not this workload's turn");
+            patch.template.remove(stamp);
+            patch.metadata.remove(stamp);
+            patch.changed.retain(|c| *c != current.object);
+        }
+    }
+    next
+}
+
+/// The annotations of a managed object.
+fn object_annotations(
+    ctx: &Context,
+    ns: &str,
+    source: Source,
+    name: &str,
+) -> BTreeMap<String, String> {
+    match source {
+        Source::Secret => ctx
+            .secrets
+            .get(Some(ns), name)
+            .map(|o| o.annotations().clone()),
+        Source::ConfigMap => ctx
+            .config_maps
+            .get(Some(ns), name)
+            .map(|o| o.annotations().clone()),
+    }
+    .unwrap_or_default()
+}
+
+/// The gradual workloads that use an object, as their turns are decided.
+fn members(
+    reloader: &Reloader,
+    (ns, source, name): (&str, Source, &str),
+    stamp: &str,
+    version: &str,
+    object: &BTreeMap<String, String>,
+) -> Vec<gradual::Member> {
+    reloader
+        .index
+        .consumers(ns, source, name)
+        .into_iter()
+        .filter_map(|w| {
+            let o = observe(reloader, &w)?;
+            let gradual = super::opted_in(&o.annotations)
+                && gradual::strategy(&o.annotations, object) == Ok(Strategy::Gradual);
+            gradual.then(|| gradual::Member {
+                order: gradual::order(&o.annotations),
+                current: o.annotations.get(stamp).map(String::as_str) == Some(version),
+                rolled_at: o
+                    .annotations
+                    .get(gradual::RELOADED_AT_ANNOTATION)
+                    .and_then(|t| t.parse().ok()),
+                timeout: gradual::timeout(&o.annotations, object)
+                    .or((!o.own_deadline).then_some(gradual::DEFAULT_TIMEOUT)),
+                progress: o.progress,
+                key: w,
+            })
+        })
+        .collect()
+}
+
+/// Record an object's hold; when it changes, send the resource that writes
+/// the object round (its condition reports it) and, for a new hold, a
+/// Warning Event on the workload that failed.
+async fn report_hold(
+    ctx: &Context,
+    reloader: &Reloader,
+    (ns, source, name): (&str, Source, &str),
+    hold: Option<gradual::Hold>,
+    object: &BTreeMap<String, String>,
+) {
+    if !reloader
+        .index
+        .set_hold(ns, source, name, hold.as_ref().map(gradual::Hold::message))
+    {
+        return;
+    }
+    if let Some(owner) = object.get(target::OWNER_ANNOTATION) {
+        reloader.registry.owner(owner, ctx.gate.as_ref());
+    }
+    let Some(hold) = hold else {
+        tracing::info!(
+            namespace = ns,
+            object = name,
+            "gradual reload no longer held"
+        );
+        return;
+    };
+    tracing::warn!(workload = %hold.failure.workload, reason = %hold.failure.reason, "gradual reload held");
+    let Some(failed) = observe(reloader, &hold.failure.workload) else {
+        return;
+    };
+    let event = Event {
+        type_: EventType::Warning,
+        reason: "RolloutFailed".to_owned(),
+        note: Some(hold.message()),
+        action: "Reload".to_owned(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &failed.reference).await {
+        tracing::warn!(error = %e, "could not publish an Event");
+    }
 }
 
 #[cfg(test)]
