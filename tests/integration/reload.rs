@@ -992,9 +992,9 @@ async fn a_gradual_reload_rolls_one_workload_at_a_time_and_holds_at_a_failure() 
     let change = |value: &'static str, interval: &'static str| {
         let (kms, client, ns) = (&kms, &client, ns.name.clone());
         async move {
+            let before = version_of(client, &ns, "s1").await;
             kms.set_secret("demo", "dev", "/", "A", value).await;
             poke(client, &ns, "app", interval).await;
-            let before = version_of(client, &ns, "s1").await;
             wait_for(Duration::from_secs(30), || async {
                 version_of(client, &ns, "s1")
                     .await
