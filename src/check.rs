@@ -39,20 +39,18 @@ impl Outcome {
     }
 }
 
-/// The kinds of the API group, by their resource names: what must be
-/// served.
-const RESOURCES: [(&str, &str); 4] = [
-    ("KmsSecret", "kmssecrets"),
-    ("KmsPushSecret", "kmspushsecrets"),
-    ("KmsDynamicSecret", "kmsdynamicsecrets"),
-    ("ClusterGenerator", "clustergenerators"),
-];
+/// The resources of the API group that must be served: the three kinds
+/// and ClusterGenerators.
+fn resources() -> impl Iterator<Item = &'static str> {
+    crate::status::KINDS
+        .iter()
+        .map(|(_, plural)| *plural)
+        .chain(["clustergenerators"])
+}
 
 /// The served resources against the kinds (pure).
 pub fn crds_served(served: &[String]) -> Outcome {
-    let missing: Vec<&str> = RESOURCES
-        .iter()
-        .map(|(_, r)| *r)
+    let missing: Vec<&str> = resources()
         .filter(|r| !served.iter().any(|s| s == r))
         .collect();
     let group = format!("{}/{}", crate::api::GROUP, crate::api::VERSION);
@@ -103,10 +101,10 @@ pub fn replicas_ready(name: &str, sts: Option<&StatefulSet>, expected: Option<u3
     Outcome::ok(what)
 }
 
-/// One Outcome per shard `0..shards`: the Lease exists, has a holder, and
-/// was renewed within its duration (pure; `now` in Unix seconds).
-pub fn shards_held(prefix: &str, leases: &[Lease], shards: u32, now: i64) -> Vec<Outcome> {
-    let mut out = Vec::new();
+/// Every shard `0..shards` has its Lease, with a holder that renewed it
+/// within its duration; the failure names each shard that does not (pure;
+/// `now` in Unix seconds).
+pub fn shards_held(prefix: &str, leases: &[Lease], shards: u32, now: i64) -> Outcome {
     let mut unheld = Vec::new();
     for shard in 0..shards {
         let name = shard::shard_lease_name(prefix, shard);
@@ -136,34 +134,27 @@ pub fn shards_held(prefix: &str, leases: &[Lease], shards: u32, now: i64) -> Vec
     }
     let what = format!("{shards} shards held and renewed (Leases {prefix}-shard-NN)");
     if unheld.is_empty() {
-        out.push(Outcome::ok(what));
+        Outcome::ok(what)
     } else {
-        out.push(Outcome::fail(what, unheld.join("; ")));
+        Outcome::fail(what, unheld.join("; "))
     }
-    out
 }
 
-/// A resource's Ready condition (pure).
+/// A resource's Ready condition (pure), read as `kms-operator status`
+/// reads it.
 pub fn resource_ready(kind: &str, ns: &str, name: &str, o: Option<&DynamicObject>) -> Outcome {
     let what = format!("{kind} {ns}/{name} is Ready");
     let Some(o) = o else {
         return Outcome::fail(what, "not found");
     };
-    let ready = o.data["status"]["conditions"]
-        .as_array()
-        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"));
-    match ready {
-        Some(c) if c["status"] == "True" => Outcome::ok(what),
-        Some(c) => Outcome::fail(
+    let row = crate::status::resource_row(kind, o);
+    if row.ready == "True" {
+        Outcome::ok(what)
+    } else {
+        Outcome::fail(
             what,
-            format!(
-                "Ready is {} ({}): {}",
-                c["status"].as_str().unwrap_or("Unknown"),
-                c["reason"].as_str().unwrap_or(""),
-                c["message"].as_str().unwrap_or("")
-            ),
-        ),
-        None => Outcome::fail(what, "not reconciled yet (no Ready condition)"),
+            format!("Ready is {} ({}): {}", row.ready, row.reason, row.message),
+        )
     }
 }
 
@@ -188,7 +179,7 @@ pub fn render(outcomes: &[Outcome]) -> String {
 /// `KIND/NAME` or `NAME` (a KmsSecret) → (kind, plural, name).
 pub(crate) fn parse_resource(arg: &str) -> anyhow::Result<(&'static str, &'static str, String)> {
     let (kind, name) = arg.split_once('/').unwrap_or(("KmsSecret", arg));
-    let found = RESOURCES[..3].iter().find(|(k, r)| {
+    let found = crate::status::KINDS.iter().find(|(k, r)| {
         k.eq_ignore_ascii_case(kind) || *r == kind || r.strip_suffix('s') == Some(kind)
     });
     let Some((kind, plural)) = found else {
@@ -213,11 +204,22 @@ pub async fn run(args: CheckArgs) -> anyhow::Result<bool> {
     let ns = args.cluster.namespace.clone().unwrap_or(context_ns);
     let mut outcomes = Vec::new();
     let group = format!("{}/{}", crate::api::GROUP, crate::api::VERSION);
-    let served = match client.list_api_group_resources(&group).await {
-        Ok(list) => list.resources.into_iter().map(|r| r.name).collect(),
-        Err(_) => Vec::new(),
-    };
-    outcomes.push(crds_served(&served));
+    // A group not served at all is a 404; any other failure is reported as
+    // itself, not as missing CRDs.
+    outcomes.push(match client.list_api_group_resources(&group).await {
+        Ok(list) => crds_served(
+            &list
+                .resources
+                .into_iter()
+                .map(|r| r.name)
+                .collect::<Vec<_>>(),
+        ),
+        Err(kube::Error::Api(s)) if s.code == 404 => crds_served(&[]),
+        Err(e) => Outcome::fail(
+            format!("the CRDs of {group} are served"),
+            format!("API discovery failed: {e}"),
+        ),
+    });
     if let Some(name) = &args.statefulset {
         let sts = Api::<StatefulSet>::namespaced(client.clone(), &args.operator.pod_namespace)
             .get_opt(name)
@@ -239,7 +241,7 @@ pub async fn run(args: CheckArgs) -> anyhow::Result<bool> {
                 u32::try_from(n).unwrap_or(u32::MAX)
             });
             let now = k8s_openapi::jiff::Timestamp::now().as_second();
-            outcomes.extend(shards_held(&prefix, &leases, shards, now));
+            outcomes.push(shards_held(&prefix, &leases, shards, now));
         }
         None => outcomes.push(Outcome::fail(
             format!("shards held (namespace {})", args.operator.pod_namespace),
@@ -287,7 +289,7 @@ mod tests {
 
     #[test]
     fn crds_name_what_is_missing() {
-        let all: Vec<String> = RESOURCES.iter().map(|(_, r)| (*r).to_owned()).collect();
+        let all: Vec<String> = resources().map(str::to_owned).collect();
         assert_eq!(crds_served(&all).failure, None);
         let why = crds_served(&all[..2]).failure.unwrap();
         assert!(
@@ -324,7 +326,7 @@ mod tests {
             lease("p-shard-02", Some("b"), 50),
         ];
         let out = shards_held("p", &leases, 4, 110);
-        let why = out[0].failure.clone().unwrap();
+        let why = out.failure.clone().unwrap();
         assert!(!why.contains("shard 0"), "{why}");
         assert!(why.contains("shard 1: no holder"), "{why}");
         assert!(
@@ -332,7 +334,7 @@ mod tests {
             "{why}"
         );
         assert!(why.contains("shard 3: no Lease p-shard-03"), "{why}");
-        assert_eq!(shards_held("p", &leases[..1], 1, 110)[0].failure, None);
+        assert_eq!(shards_held("p", &leases[..1], 1, 110).failure, None);
     }
 
     #[test]

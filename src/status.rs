@@ -103,7 +103,7 @@ pub fn lease_prefix(operator: &OperatorArgs, leases: &[Lease]) -> Option<String>
         .or_else(|| detect_prefix(leases))
 }
 
-fn resource_row(kind: &str, o: &DynamicObject) -> ResourceRow {
+pub(crate) fn resource_row(kind: &str, o: &DynamicObject) -> ResourceRow {
     let status = &o.data["status"];
     let ready = status["conditions"]
         .as_array()
@@ -314,7 +314,7 @@ fn list_error(what: &str, where_: &str, e: &kube::Error) -> String {
 }
 
 /// The three kinds: kind and plural.
-const KINDS: [(&str, &str); 3] = [
+pub(crate) const KINDS: [(&str, &str); 3] = [
     ("KmsSecret", "kmssecrets"),
     ("KmsPushSecret", "kmspushsecrets"),
     ("KmsDynamicSecret", "kmsdynamicsecrets"),

@@ -253,3 +253,54 @@ job="{{ include "secrets-operator.metricsServiceName" . }}", namespace="{{ .Rele
 runbook_url: {{ printf "%s#%s" . (lower (index $ 1)) | quote }}
 {{- end }}
 {{- end }}
+
+{{/*
+The pod fields the operator's pods and the helm test Pod share, at column 0:
+image pull secrets (names or objects), the pod security context (on
+OpenShift without the IDs, which the SCC assigns), node selector and
+tolerations.
+*/}}
+{{- define "secrets-operator.podCommon" -}}
+{{- $cm := .Values.controllerManager }}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+{{- range . }}
+{{- if kindIs "string" . }}
+  - name: {{ . }}
+{{- else }}
+  - {{- toYaml . | nindent 4 }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- $podSecurity := $cm.podSecurityContext }}
+{{- if and .Values.openshift $podSecurity }}
+{{- $podSecurity = omit $podSecurity "runAsUser" "runAsGroup" "fsGroup" }}
+{{- end }}
+{{- with $podSecurity }}
+securityContext:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $cm.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $cm.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/*
+The containers' security context, at column 0 (on OpenShift without the
+IDs, which the SCC assigns).
+*/}}
+{{- define "secrets-operator.containerSecurityContext" -}}
+{{- $c := .Values.controllerManager.manager.containerSecurityContext }}
+{{- if and .Values.openshift $c }}
+{{- $c = omit $c "runAsUser" "runAsGroup" }}
+{{- end }}
+{{- with $c }}
+securityContext:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
