@@ -1143,7 +1143,7 @@ async fn push_creates_missing_folders_only_when_asked() {
         "{reason}: {message}"
     );
     assert!(
-        message.contains("give the identity permission to create folders there"),
+        message.contains("the action `create` on the subject `secret-folders`"),
         "{message}"
     );
 

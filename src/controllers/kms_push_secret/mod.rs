@@ -392,7 +392,8 @@ impl Controller {
                 return Err(SyncError::Folder {
                     reason: "FolderCreateDenied",
                     message: format!(
-                        "{place} does not exist and the KMS refused to create it (403: {message}); give the identity permission to create folders there, or create the folder in the KMS"
+                        "{place} does not exist and the KMS refused to create it (403: {message}); grant the identity's project role the action `create` on the subject `secret-folders` (for environment {} and path {}), or create the folder in the KMS",
+                        folder.environment, folder.path
                     ),
                     transient: false,
                 });
