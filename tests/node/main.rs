@@ -13,9 +13,10 @@
 //! the dev KMS image `localhost/kms-operator:dev` imported
 //! (`scripts/image.sh --tag dev --import DIR`); see docs/testing.md. The scenarios share the node and run in order
 //! (`--test-threads=1`): `s0_…` (the image against the Dockerfile) and
-//! `s1_…` to `s13_…`; each prints how long it took.
+//! `s1_…` to `s14_…`; each prints how long it took.
 //! Any one can run alone: it installs what it needs.
 
+mod gradual;
 mod harness;
 mod image;
 mod prometheus;
