@@ -23,6 +23,9 @@ trap summary EXIT
 
 phase "cargo fmt --check" cargo fmt --all -- --check
 phase "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
+# The node suite is `test = false` (it needs a node): --all-targets leaves it
+# out, so it is linted on its own here, before the node phase builds it.
+phase "cargo clippy (node suite)" cargo clippy -p kms-operator --test node --locked -- -D warnings
 # The release build leaves the dev KMS out: it must build and lint alone.
 phase "cargo clippy (release features)" cargo clippy -p kms-operator --no-default-features --locked -- -D warnings
 # Advisories (offline, deny/advisory-db.tar.xz), licences and sources of
