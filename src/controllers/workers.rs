@@ -117,7 +117,13 @@ pub async fn run_workers<K, R>(
                         );
                         let result = if matches!(e, SyncError::Kube { code: Some(409), .. }) { "requeue" } else { "error" };
                         let waits = if e.is_transient() { "backoff" } else { "a change or the resync interval" };
-                        tracing::warn!(controller, %key, reason = e.reason(), error = %e, retry_in = ?delay, waits, "reconcile failed");
+                        if e.is_throttled() {
+                            // Waiting for the KMS's budget is no failure: one
+                            // line a pause (the limiter's), not one a resource.
+                            tracing::debug!(controller, %key, retry_in = ?delay, "waiting for the KMS's budget (429)");
+                        } else {
+                            tracing::warn!(controller, %key, reason = e.reason(), error = %e, retry_in = ?delay, waits, "reconcile failed");
+                        }
                         // A change refused (a 429) is still a change when it
                         // comes back: it returns to the lane of changes.
                         queue.retry_after(key.clone(), shard, delay, mark);

@@ -409,6 +409,14 @@ impl Kms {
                     let wait = retry_after(&r.headers, &r.body);
                     self.limiter.pause(&endpoint.origin, wait);
                     self.metrics.kms_throttled.inc();
+                    // One line a 429 (the resources that then wait for the
+                    // pause say nothing more: waiting is no failure).
+                    tracing::info!(
+                        endpoint = %endpoint.origin,
+                        route,
+                        retry_after_seconds = wait.as_secs_f64(),
+                        "the KMS is rate limiting requests (429); requests to it wait"
+                    );
                     if wait > LONGEST_INLINE_WAIT || Instant::now() + wait > deadline {
                         return Err(KmsError::rate_limited(route, wait));
                     }

@@ -77,10 +77,10 @@ pub enum KmsError {
     },
     /// The KMS asked us to slow down (a `429`): no request goes to that
     /// endpoint before `until`.
+    // The wording does not change from one refusal to the next (no time
+    // in it): a resource that waits is not rewritten at every retry.
     #[error(
-        "KMS {endpoint} is rate limiting requests (429); waiting until {} ({}s) before the next request",
-        rfc3339(*until),
-        retry_after.as_secs().max(1)
+        "KMS {endpoint} is rate limiting requests (429): the operator waits for its Retry-After before the next request and syncs then by itself"
     )]
     RateLimited {
         /// The route template.
@@ -102,14 +102,6 @@ pub enum KmsError {
         /// What was wrong with it.
         reason: String,
     },
-}
-
-/// `2026-12-03T14:05:00Z` (whole seconds, UTC).
-fn rfc3339(t: std::time::SystemTime) -> String {
-    k8s_openapi::jiff::Timestamp::try_from(t)
-        .ok()
-        .and_then(|ts| k8s_openapi::jiff::Timestamp::from_second(ts.as_second()).ok())
-        .map_or_else(String::new, |ts| ts.to_string())
 }
 
 impl KmsError {

@@ -527,7 +527,7 @@ async fn a_graceful_stop_during_a_429_leaks_no_lease() {
         assert!(
             refused
                 .as_str()
-                .is_some_and(|m| m.contains("waiting until")),
+                .is_some_and(|m| m.contains("waits for its Retry-After")),
             "{name}: {refused}"
         );
     }

@@ -493,6 +493,79 @@ async fn a_rate_limit_is_respected() {
     kms.clear_faults().await;
 }
 
+/// Waiting for the KMS's budget is no failure: resources that have never
+/// synced, refused again and again by short 429 pauses, have their status
+/// written once (the condition's message does not change between
+/// attempts), and the log has no warning for them; they sync as soon as
+/// the KMS takes requests.
+#[tokio::test]
+async fn waiting_for_the_kms_budget_writes_the_status_once_and_warns_nothing() {
+    let client = harness::client().await;
+    let ns = TestNamespace::new(&client, "ks-429-wait").await;
+    let kms = DevServer::start(&seed(&[("A", "1")])).await;
+    create_credentials(&client, &ns.name, "kms-credentials").await;
+    kms.fault(json!({"route": LIST, "errorRate": 1.0, "status": 429, "retryAfterSeconds": 2}))
+        .await;
+    let op = Operator::start(&ns.name, &[&ns.name], &[]).await;
+    for i in 0..3 {
+        apply_cr(
+            &client,
+            &ns.name,
+            kms_secret(&format!("w{i}"), &kms.api(), &format!("w{i}-out"), "5s"),
+        )
+        .await;
+    }
+    let api = kms_secrets(&client, &ns.name);
+    let versions = || async {
+        let mut out = Vec::new();
+        for i in 0..3 {
+            let o = api.get(&format!("w{i}")).await.ok()?;
+            let limited = o.data["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .any(|c| c["type"] == "Ready" && c["reason"] == "KMSRateLimited");
+            if !limited {
+                return None;
+            }
+            out.push(o.metadata.resource_version?);
+        }
+        Some(out)
+    };
+    let first = wait_for(Duration::from_secs(30), versions)
+        .await
+        .expect("the waiting resources did not say KMSRateLimited");
+    let refused_before = kms.count(LIST, Some("429")).await;
+    holds_for(Duration::from_secs(10), || async {
+        versions().await.as_ref() == Some(&first)
+    })
+    .await
+    .unwrap_or_else(|when| panic!("a waiting resource's status was written again {when}"));
+    let refused = kms.count(LIST, Some("429")).await - refused_before;
+    assert!(
+        refused >= 3,
+        "the resources were not tried again while they waited ({refused} refusals)"
+    );
+    let warnings: Vec<String> = op
+        .output
+        .text()
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("KMSRateLimited"))
+        .map(str::to_owned)
+        .collect();
+    assert!(warnings.is_empty(), "warnings for waiting: {warnings:#?}");
+    kms.clear_faults().await;
+    for i in 0..3 {
+        wait_data(
+            &client,
+            &ns.name,
+            &format!("w{i}-out"),
+            &expect(&[("A", "1")]),
+            Duration::from_secs(30),
+        )
+        .await;
+    }
+}
+
 #[tokio::test]
 async fn one_login_per_identity_and_one_list_per_scope() {
     let client = harness::client().await;
