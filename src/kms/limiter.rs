@@ -45,6 +45,12 @@ pub struct Limiter {
     hosts: Mutex<HashMap<String, Bucket>>,
 }
 
+/// How long after a pause that refused urgent work routine requests still
+/// stand back: the refused work comes back within a few seconds of the
+/// pause's end (the work queue's retry of a change or a first sync), the
+/// resyncs later.
+pub const URGENT_AFTER_PAUSE: Duration = Duration::from_secs(10);
+
 /// The name this replica has among the members of [`Limiter::set_members`].
 const SELF: &str = "";
 
@@ -54,6 +60,9 @@ struct Bucket {
     paused_until: Option<Instant>,
     /// Urgent requests waiting for a token (routine ones let them go first).
     urgent_waiting: u32,
+    /// Until when routine requests stand back for urgent work that a pause
+    /// refused (see [`URGENT_AFTER_PAUSE`]).
+    urgent_parked_until: Option<Instant>,
 }
 
 impl Bucket {
@@ -63,6 +72,7 @@ impl Bucket {
             last: now,
             paused_until: None,
             urgent_waiting: 0,
+            urgent_parked_until: None,
         }
     }
 }
@@ -277,15 +287,43 @@ impl Limiter {
 
     /// Like [`Limiter::acquire`], but a pause of `key` with more than
     /// `longest_wait` left is not waited out: `Err` says how long it lasts.
+    ///
+    /// Urgent work a pause refuses comes back when it ends; until then, and
+    /// for [`URGENT_AFTER_PAUSE`] after, routine requests (resyncs of
+    /// resources in step) are refused too, so that when the KMS's budget
+    /// binds (a hosted KMS's per-minute limit) first syncs and changes take
+    /// it before resyncs do. A pause that refuses urgent work again extends
+    /// that; once urgent work stops meeting pauses, resyncs run again.
     pub async fn acquire_unless_paused(
         &self,
         key: &str,
         longest_wait: Duration,
     ) -> Result<Acquired, Duration> {
-        match self.paused_for(key) {
-            Some(left) if left > longest_wait => Err(left),
-            _ => Ok(self.acquire(key).await),
+        let urgent = current_urgency() == Urgency::Urgent;
+        {
+            let now = Instant::now();
+            let mut hosts = self.hosts.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(b) = hosts.get_mut(key) {
+                let left = b
+                    .paused_until
+                    .map(|until| until.saturating_duration_since(now))
+                    .filter(|left| *left > longest_wait);
+                if let Some(left) = left {
+                    if urgent {
+                        let until = now + left + URGENT_AFTER_PAUSE;
+                        b.urgent_parked_until =
+                            Some(b.urgent_parked_until.map_or(until, |u| u.max(until)));
+                    }
+                    return Err(left);
+                }
+                if let Some(until) = b.urgent_parked_until.filter(|u| *u > now)
+                    && !urgent
+                {
+                    return Err(until - now);
+                }
+            }
         }
+        Ok(self.acquire(key).await)
     }
 
     /// Stop sending to `host` for `for_how_long` (after a 429).
@@ -413,6 +451,44 @@ mod tests {
                 .await
                 .is_ok()
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn after_a_pause_that_refused_urgent_work_resyncs_stand_back() {
+        let l = Limiter::new(100.0);
+        async fn routine(l: &Limiter) -> Result<Acquired, Duration> {
+            with_urgency(
+                Urgency::Routine,
+                l.acquire_unless_paused("http://a:1", Duration::from_secs(1)),
+            )
+            .await
+        }
+        // A pause that refused only routine work: resyncs run when it ends.
+        l.pause("http://a:1", Duration::from_secs(30));
+        assert!(routine(&l).await.is_err());
+        tokio::time::advance(Duration::from_secs(31)).await;
+        assert!(routine(&l).await.is_ok());
+        // A pause refuses a first sync: until it ends and 10 s after,
+        // resyncs are refused while urgent work goes through.
+        l.pause("http://a:1", Duration::from_secs(30));
+        assert!(
+            l.acquire_unless_paused("http://a:1", Duration::from_secs(1))
+                .await
+                .is_err()
+        );
+        tokio::time::advance(Duration::from_secs(31)).await;
+        let left = routine(&l).await.unwrap_err();
+        assert!(
+            left <= URGENT_AFTER_PAUSE && left > Duration::from_secs(8),
+            "{left:?}"
+        );
+        assert!(
+            l.acquire_unless_paused("http://a:1", Duration::from_secs(1))
+                .await
+                .is_ok()
+        );
+        tokio::time::advance(URGENT_AFTER_PAUSE).await;
+        assert!(routine(&l).await.is_ok());
     }
 
     #[tokio::test(start_paused = true)]
