@@ -27,6 +27,9 @@ impl Status {
     }
 }
 
+/// The reason of a resource that waits for the KMS's budget (a `429`).
+const WAITING_FOR_BUDGET: &str = "KMSRateLimited";
+
 /// Reasons of failures that pass by themselves, whose messages change from
 /// one attempt to the next (a rate limit's wait, a connection's error): a
 /// new message of theirs is no new cause.
@@ -55,6 +58,15 @@ pub fn ready_changed<'a>(old: &[Condition], new: &'a [Condition]) -> Option<&'a 
     let before = get(old, crate::api::conditions::READY);
     let after = get(new, crate::api::conditions::READY)?;
     if before.is_none() && after.status == Status::True.as_str() {
+        return None;
+    }
+    // Waiting for the KMS's budget is no failure: no Warning for it (one a
+    // resource, when a hosted KMS's limit binds), and the recovery from it
+    // is no news either.
+    if after.reason == WAITING_FOR_BUDGET
+        || (before.is_some_and(|b| b.reason == WAITING_FOR_BUDGET)
+            && after.status == Status::True.as_str())
+    {
         return None;
     }
     (key(before) != key(Some(after))).then_some(after)
@@ -195,6 +207,10 @@ mod tests {
         );
         let limited = |s: &str| with(Status::False, "KMSRateLimited", s);
         assert!(ready_changed(&limited("wait 3s"), &limited("wait 5s")).is_none());
+        // Waiting for the budget, and its end, are no news.
+        assert!(ready_changed(&[], &limited("wait")).is_none());
+        assert!(ready_changed(&synced, &limited("wait")).is_none());
+        assert!(ready_changed(&limited("wait"), &synced).is_none());
         assert!(ready_changed(&synced, &[]).is_none());
         // A first failure and a recovery have one.
         assert!(ready_changed(&[], &failed).is_some());
