@@ -64,6 +64,27 @@ async fn default_install(client: &kube::Client) -> Kms {
                 .any(|c| c.image.as_deref() == Some(operator_image(&release_version()).as_str()))
         })
     });
+    // Installed with the defaults: a scenario that stopped half-way may have
+    // left the release with values of its own (s10's `replicaCount=0`,
+    // which the helm test of s13 would then read).
+    let defaults = run(
+        "helm",
+        &["get", "values", RELEASE, "-n", RELEASE_NS, "-o", "json"],
+    )
+    .ok()
+    .and_then(|v| serde_json::from_str::<serde_json::Value>(&v).ok())
+    .is_some_and(|v| {
+        let keys = |v: &serde_json::Value| -> BTreeSet<String> {
+            v.as_object()
+                .map(|o| o.keys().cloned().collect())
+                .unwrap_or_default()
+        };
+        let set = |k: &[&str]| -> BTreeSet<String> { k.iter().map(|s| (*s).to_owned()).collect() };
+        keys(&v) == set(&["controllerManager", "hostAPI"])
+            && keys(&v["controllerManager"]) == set(&["manager"])
+            && keys(&v["controllerManager"]["manager"]) == set(&["image"])
+    });
+    let ours = ours && defaults;
     if !ours {
         // The scoped release of scenario 8 shares the chart's fixed names.
         uninstall("kms-scoped");
