@@ -86,6 +86,16 @@ impl Rollout {
     }
 }
 
+/// Which Rollouts reference which Deployments, both ways (a Rollout's
+/// change replaces its one entry without a scan).
+#[derive(Default)]
+struct References {
+    /// (namespace, Deployment) → the Rollouts that reference it.
+    by_deployment: HashMap<(String, String), BTreeSet<String>>,
+    /// (namespace, Rollout) → the Deployment it references.
+    by_rollout: HashMap<(String, String), String>,
+}
+
 /// The Rollouts while their CRD is served, and which Deployments they
 /// reference.
 #[derive(Default)]
@@ -93,8 +103,8 @@ pub struct ArgoRollouts {
     store: RwLock<Option<Scoped<Rollout>>>,
     /// The Deployments' store (a `workloadRef`'s template is read there).
     deployments: OnceLock<Scoped<Deployment>>,
-    /// (namespace, Deployment) → the Rollouts that reference it.
-    refs: Mutex<HashMap<(String, String), BTreeSet<String>>>,
+    /// Which Rollouts reference which Deployments.
+    refs: Mutex<References>,
     /// The running watch's tasks.
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
 }
@@ -148,7 +158,7 @@ impl ArgoRollouts {
         }
         let held = self.all();
         *self.store.write().unwrap_or_else(|e| e.into_inner()) = None;
-        self.refs.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        *self.refs.lock().unwrap_or_else(|e| e.into_inner()) = References::default();
         held
     }
 
@@ -156,23 +166,30 @@ impl ArgoRollouts {
     /// is gone).
     pub fn set_reference(&self, namespace: &str, rollout: &str, deployment: Option<&str>) {
         let mut refs = self.refs.lock().unwrap_or_else(|e| e.into_inner());
-        refs.retain(|(ns, _), names| {
-            if ns == namespace {
+        let id = (namespace.to_owned(), rollout.to_owned());
+        if let Some(old) = refs.by_rollout.remove(&id) {
+            let key = (namespace.to_owned(), old);
+            if let Some(names) = refs.by_deployment.get_mut(&key) {
                 names.remove(rollout);
+                if names.is_empty() {
+                    refs.by_deployment.remove(&key);
+                }
             }
-            !names.is_empty()
-        });
+        }
         if let Some(d) = deployment {
-            refs.entry((namespace.to_owned(), d.to_owned()))
+            refs.by_deployment
+                .entry((namespace.to_owned(), d.to_owned()))
                 .or_default()
                 .insert(rollout.to_owned());
+            refs.by_rollout.insert(id, d.to_owned());
         }
     }
 
     /// The Rollouts that reference a Deployment.
     pub fn referencing(&self, namespace: &str, deployment: &str) -> Vec<String> {
         let refs = self.refs.lock().unwrap_or_else(|e| e.into_inner());
-        refs.get(&(namespace.to_owned(), deployment.to_owned()))
+        refs.by_deployment
+            .get(&(namespace.to_owned(), deployment.to_owned()))
             .map(|s| s.iter().cloned().collect())
             .unwrap_or_default()
     }
