@@ -22,6 +22,7 @@
 
 pub mod pending;
 pub mod plan;
+pub mod status;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -41,6 +42,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::pending::{Pending, Settle};
 use self::plan::{Decision, LeaseView};
+use self::status::{NewLease, Outcome, next_status, ready_event, record_lease};
 use super::apply::{self, ensure_owner};
 use super::auth::{generic_identity, generic_identity_with_source};
 use super::conditions::{self, Status};
@@ -61,7 +63,7 @@ use crate::api::KmsDynamicSecret;
 use crate::api::common::CreationPolicy;
 use crate::api::conditions as ct;
 use crate::api::kms_dynamic_secret::{
-    DynamicSecretDetails, KmsDynamicSecretStatus, LeaseRevocationPolicy, LeaseStatus, RetiredLease,
+    DynamicSecretDetails, KmsDynamicSecretStatus, LeaseRevocationPolicy,
 };
 use crate::kms::leases::{LeaseTarget, renewal_refused};
 use crate::kms::{Identity, KmsError, SecretItem, SecretMap};
@@ -71,9 +73,7 @@ use crate::sharding::Ownership;
 pub const CONTROLLER: &str = "kmsdynamicsecret";
 /// The finalizer that guards lease revocation.
 pub const FINALIZER: &str = "dynamicsecret.secrets.hanzo.ai/finalizer";
-/// How long a replaced lease stays valid before it is revoked, at most (a
-/// shorter lease period shortens it).
-pub const RETIRE_GRACE: Duration = Duration::from_secs(60);
+pub use self::status::RETIRE_GRACE;
 
 /// `KmsDynamicSecret/<ns>/<name>`.
 pub fn owner_id(ns: &str, name: &str) -> String {
@@ -309,38 +309,13 @@ impl Controller {
                     .resources
                     .get(Some(&key.namespace), &key.name)
                     .unwrap_or(cr);
-                let mut status = fresh.status.clone().unwrap_or_default();
-                let generation = fresh.metadata.generation;
-                let now = now_time();
-                let message = conditions::bounded(&e.to_string());
-                conditions::set(
-                    &mut status.conditions,
-                    ct::RECONCILE,
-                    Status::False,
-                    e.reason(),
-                    &message,
-                    generation,
-                    &now,
+                let status = next_status(
+                    &fresh,
+                    fresh.status.clone().unwrap_or_default(),
+                    Outcome::Failed(&e),
+                    shard,
+                    &now_time(),
                 );
-                conditions::set(
-                    &mut status.conditions,
-                    ct::READY,
-                    Status::False,
-                    e.reason(),
-                    &message,
-                    generation,
-                    &now,
-                );
-                status.observed_generation = generation;
-                let throttled = e.is_throttled();
-                status.force_sync = force_sync::after_sync(&*fresh, throttled);
-                if let (true, Some(value)) = (throttled, force_sync::pending(&*fresh)) {
-                    conditions::append_note(
-                        &mut status.conditions,
-                        ct::RECONCILE,
-                        &force_sync::waiting(value),
-                    );
-                }
                 write_conditions(ctx, &fresh, &status).await;
                 publish_ready_change(ctx, &fresh, &status, Some(&e)).await;
                 Err(e)
@@ -510,23 +485,16 @@ impl Controller {
                 &target.name,
             )
             .len();
-        conditions::set(
-            &mut status.conditions,
-            ct::ENDPOINT,
-            Status::True,
-            "Resolved",
-            &conditions::bounded(&endpoint.describe()),
-            cr.metadata.generation,
-            &step.condition_now,
-        );
-        let mut status = active_status(
+        let status = next_status(
+            cr,
             status,
-            cr.metadata.generation,
+            Outcome::InLine {
+                endpoint: &endpoint.describe(),
+                workloads,
+            },
             shard,
-            workloads,
             &step.condition_now,
         );
-        status.force_sync = force_sync::after_sync(cr, false);
         ensure_owner(ctx, shard, cancel)?;
         let before = cr.status.clone().unwrap_or_default();
         write_status(&ctx.client, &written, &status).await?;
@@ -796,15 +764,6 @@ async fn patch_meta(
 /// How long recording a new lease may take before it is revoked instead.
 const RECORD_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// What a new lease is recorded with.
-struct NewLease {
-    reason: &'static str,
-    now: Timestamp,
-    generation: Option<i64>,
-    condition_now: Time,
-    ttl: Option<String>,
-}
-
 /// Create a lease and record it in the status (over the version the
 /// reconcile read); revoke it when it cannot be recorded. Returns the lease,
 /// the status written and the object as written.
@@ -912,55 +871,6 @@ async fn revoke_unrecorded(
         tokio::time::sleep(wait).await;
         delay = (delay * 2).min(Duration::from_secs(15));
     }
-}
-
-/// The status with `created` as the current lease; the previous one is
-/// retired (revoked after a grace, before it would expire by itself).
-fn record_lease(
-    status: &mut KmsDynamicSecretStatus,
-    created: &crate::kms::leases::CreatedLease,
-    step: &NewLease,
-) {
-    let (lease, now) = (&created.lease, step.now);
-    let ttl = step
-        .ttl
-        .clone()
-        .or_else(|| created.default_ttl.clone())
-        .or_else(|| {
-            let secs = lease.expire_at.as_second() - now.as_second();
-            (secs > 0).then(|| format!("{secs}s"))
-        });
-    if let Some(old) = status.lease.take() {
-        let period = LeaseView::from_status(&old).ttl;
-        let grace = k8s_openapi::jiff::SignedDuration::try_from(RETIRE_GRACE.min(period))
-            .unwrap_or_default();
-        let before_expiry = old.expires_at.0 - k8s_openapi::jiff::SignedDuration::from_secs(1);
-        status.retired_leases.push(RetiredLease {
-            id: old.id,
-            revoke_after: Time((now + grace).min(before_expiry).max(now)),
-        });
-    }
-    status.lease = Some(LeaseStatus {
-        id: lease.id.clone(),
-        version: lease.version,
-        creation_timestamp: Time(now),
-        expires_at: Time(lease.expire_at),
-        ttl,
-    });
-    status.dynamic_secret_id = Some(created.dynamic_secret_id.clone()).filter(|s| !s.is_empty());
-    status.max_ttl = created.max_ttl.clone();
-    conditions::set(
-        &mut status.conditions,
-        ct::LEASE_CREATED,
-        Status::True,
-        "Created",
-        &format!(
-            "Lease {} created ({}); expires at {}",
-            lease.id, step.reason, lease.expire_at
-        ),
-        step.generation,
-        &step.condition_now,
-    );
 }
 
 /// Write the status, only over the resourceVersion `cr` was read at: a
@@ -1274,52 +1184,6 @@ impl Step<'_> {
     }
 }
 
-/// The status once the lease and the Secret are in line (pure): Reconcile
-/// and Ready say which lease is valid until when, AutoRedeployReady how
-/// many workloads that opted in to auto-reload use the Secret.
-fn active_status(
-    mut status: KmsDynamicSecretStatus,
-    generation: Option<i64>,
-    shard: u32,
-    workloads: usize,
-    now: &Time,
-) -> KmsDynamicSecretStatus {
-    let message = status.lease.as_ref().map_or_else(
-        || "No lease".to_owned(),
-        |l| format!("Lease {} valid until {}", l.id, l.expires_at.0),
-    );
-    conditions::set(
-        &mut status.conditions,
-        ct::RECONCILE,
-        Status::True,
-        "OK",
-        &message,
-        generation,
-        now,
-    );
-    conditions::set(
-        &mut status.conditions,
-        ct::READY,
-        Status::True,
-        "LeaseActive",
-        &message,
-        generation,
-        now,
-    );
-    conditions::set(
-        &mut status.conditions,
-        ct::AUTO_REDEPLOY_READY,
-        Status::True,
-        "OK",
-        &format!("{workloads} workload(s) that opted in to auto-reload use the Secret"),
-        generation,
-        now,
-    );
-    status.observed_generation = generation;
-    status.shard = Some(i32::try_from(shard).unwrap_or(i32::MAX));
-    status
-}
-
 async fn event(ctx: &Context, cr: &KmsDynamicSecret, type_: EventType, reason: &str, note: &str) {
     ctx.publish(&ctx.served.object_ref(cr), "Lease", type_, reason, note)
         .await;
@@ -1342,78 +1206,7 @@ async fn publish_ready_change_from(
     after: &KmsDynamicSecretStatus,
     error: Option<&SyncError>,
 ) {
-    if conditions::ready_changed(&before.conditions, &after.conditions).is_none() {
-        return;
-    }
-    match error {
-        Some(e) => {
-            event(
-                ctx,
-                cr,
-                EventType::Warning,
-                e.reason(),
-                &conditions::bounded(&e.to_string()),
-            )
-            .await
-        }
-        None => {
-            event(
-                ctx,
-                cr,
-                EventType::Normal,
-                "LeaseActive",
-                "The Secret holds an active lease",
-            )
-            .await
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_active_lease_is_what_ready_says() {
-        let now = now_time();
-        let expires = Timestamp::from_second(1_800_000_000).unwrap();
-        let status = KmsDynamicSecretStatus {
-            lease: Some(crate::api::kms_dynamic_secret::LeaseStatus {
-                id: "lease-1".into(),
-                version: 2,
-                creation_timestamp: Time(Timestamp::UNIX_EPOCH),
-                expires_at: Time(expires),
-                ttl: None,
-            }),
-            ..KmsDynamicSecretStatus::default()
-        };
-        let s = active_status(status, Some(4), 7, 1, &now);
-        let ready = conditions::get(&s.conditions, ct::READY).unwrap();
-        assert_eq!(
-            (
-                ready.status.as_str(),
-                ready.reason.as_str(),
-                ready.message.as_str()
-            ),
-            (
-                "True",
-                "LeaseActive",
-                &*format!("Lease lease-1 valid until {expires}")
-            )
-        );
-        assert_eq!(
-            conditions::get(&s.conditions, ct::AUTO_REDEPLOY_READY)
-                .unwrap()
-                .message,
-            "1 workload(s) that opted in to auto-reload use the Secret"
-        );
-        assert_eq!((s.observed_generation, s.shard), (Some(4), Some(7)));
-        let none = active_status(KmsDynamicSecretStatus::default(), Some(1), 0, 0, &now);
-        assert_eq!(
-            conditions::get(&none.conditions, ct::RECONCILE)
-                .unwrap()
-                .message,
-            "No lease"
-        );
+    if let Some((type_, reason, note)) = ready_event(before, after, error) {
+        event(ctx, cr, type_, &reason, &note).await;
     }
 }

@@ -2,7 +2,11 @@
 //! scope it reads, its resync interval, whether it is due, and the data each
 //! target must hold. No I/O; everything here is unit-tested.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::ResourceExt;
 
 use crate::api::common::{
     CreationPolicy, KubeSecretReference, MachineIdentityScope, ManagedKubeSecretConfig,
@@ -12,9 +16,16 @@ use crate::api::kms_secret::{KmsSecret, KmsSecretMethod, KmsSecretSpec};
 pub use crate::controllers::auth::AuthMethod;
 use crate::controllers::auth::machine_method;
 use crate::controllers::error::SyncError;
+use crate::controllers::instant::{Nudge, StreamState};
+use crate::controllers::key::ObjectKey;
 use crate::controllers::queue::{JITTER_LOW, jittered};
 use crate::controllers::refs::namespace_of;
-use crate::controllers::target::{Target, TargetKind, valid_namespace_name, valid_object_name};
+use crate::controllers::registry::OwnerId;
+use crate::controllers::target::{
+    Claim, Desired, GO_VERSIONS_ANNOTATION, MANAGED_BY_LABEL, MANAGED_BY_VALUE, OWNER_ANNOTATION,
+    Observed, Target, TargetKind, desired_meta, go_versions, valid_namespace_name,
+    valid_object_name, version_of,
+};
 use crate::kms::folders::normalize_path;
 use crate::kms::{ProjectRef, Scope};
 
@@ -376,6 +387,205 @@ pub fn times_after_check(
             .max(now + jittered(poll, r));
     }
     (record.last_sync, due)
+}
+
+/// What a sync decided to ask of the KMS, and from what.
+pub(super) struct Asked {
+    pub(super) decision: Decision,
+    /// A sync asked for by hand (`force-sync`): full, with a fresh answer.
+    pub(super) forced: bool,
+    /// What was synced last (the cache, else the status).
+    pub(super) record: Option<SyncRecord>,
+    /// An instant-update event (or its stream's opening) made it due.
+    pub(super) nudged: Option<Nudge>,
+    pub(super) key: ObjectKey,
+    /// Instant updates are on.
+    pub(super) instant: bool,
+    /// The global configuration's change count when decided.
+    pub(super) epoch: u64,
+    pub(super) generation: i64,
+    pub(super) now: SystemTime,
+}
+
+impl Asked {
+    /// When the targets were last brought in step, and when the next check
+    /// is due. A check made only because the resource started listening
+    /// (after a restart or a hand-over), its stream opened, or its endpoint
+    /// changed, that found every target in step (nothing `wrote`), is not a
+    /// sync: the status keeps when the targets were last brought in step
+    /// (no status write for it), and the scheduled check stays due when it
+    /// was.
+    pub(super) fn times(
+        &self,
+        interval: Duration,
+        stream: Option<&StreamState>,
+        wrote: bool,
+        roll: f64,
+    ) -> (Option<SystemTime>, SystemTime) {
+        let polling = stream.is_some_and(|s| *s != StreamState::Open);
+        let open = stream == Some(&StreamState::Open);
+        match &self.record {
+            Some(r)
+                if self.decision == Decision::Conditional
+                    && self.nudged != Some(Nudge::Event)
+                    && !wrote
+                    && !check_was_due(r, interval, open, self.now) =>
+            {
+                let (last, due) = times_after_check(r, interval, open, polling, self.now, roll);
+                (Some(last), due)
+            }
+            _ => next_times(
+                self.decision,
+                self.record.as_ref(),
+                interval,
+                polling,
+                self.now,
+                roll,
+            ),
+        }
+    }
+}
+
+/// Whether `owner` (an owner id) is a live KmsSecret that still lists the
+/// target; `found` is that KmsSecret as [`named_owner`] found it.
+pub fn owner_lists(allow_cross: bool, owner: &str, found: Option<&KmsSecret>, t: &Target) -> bool {
+    let Some(owner) = OwnerId::parse(owner).filter(|o| o.kind == "KmsSecret") else {
+        // Another kind (a dynamic secret) or a foreign marker: treat as live.
+        return true;
+    };
+    let Some(other) = found.filter(|o| {
+        o.namespace().as_deref() == Some(owner.namespace) && o.name_any() == owner.name
+    }) else {
+        return false;
+    };
+    if other.metadata.deletion_timestamp.is_some() {
+        return false;
+    }
+    targets(other, allow_cross)
+        .map(|ts| {
+            ts.iter()
+                .any(|o| o.kind == t.kind && o.namespace == t.namespace && o.name == t.name)
+        })
+        .unwrap_or(false)
+}
+
+/// What every target should be: the data rendered from the fetched
+/// secrets, or (not fetched) its own current data; with the resource's
+/// labels and annotations, the owner marker and the data's version.
+pub fn desired_targets(
+    owner_ref: Option<&OwnerReference>,
+    cr: &KmsSecret,
+    me: &str,
+    targets: &[Target],
+    observed: &[(Option<Observed>, Claim)],
+    rendered: Option<&[BTreeMap<String, Vec<u8>>]>,
+) -> Vec<Desired> {
+    let mut desired_all = Vec::with_capacity(targets.len());
+    for (i, (t, (o, c))) in targets.iter().zip(observed).enumerate() {
+        let data: BTreeMap<String, Vec<u8>> = match rendered.and_then(|r| r.get(i)) {
+            Some(data) => data.clone(),
+            None => o.as_ref().map(|o| o.data.clone()).unwrap_or_default(),
+        };
+        let version = version_of(&data);
+        let created_by_us = *c == Claim::Missing
+            || o.as_ref().is_some_and(|o| {
+                o.labels.get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY_VALUE)
+                    && o.annotations.get(OWNER_ANNOTATION).map(String::as_str) == Some(me)
+            });
+        let template_meta = t.template.as_ref().and_then(|tpl| tpl.metadata.as_ref());
+        let mut meta = desired_meta(
+            cr.labels(),
+            cr.annotations(),
+            template_meta,
+            me,
+            &version,
+            created_by_us,
+        );
+        // Taken over from a Go operator without a data change: its version
+        // stays known, so that workloads it stamped do not roll.
+        meta.annotations.remove(GO_VERSIONS_ANNOTATION);
+        if let Some(go) = go_versions(o.as_ref(), &data, &version) {
+            meta.annotations
+                .insert(GO_VERSIONS_ANNOTATION.to_owned(), go);
+        }
+        desired_all.push(Desired {
+            kind: t.kind,
+            namespace: t.namespace.clone(),
+            name: t.name.clone(),
+            data,
+            meta,
+            owner_reference: (t.creation_policy == CreationPolicy::Owner)
+                .then(|| owner_ref.cloned())
+                .flatten(),
+            secret_type: t.secret_type.clone(),
+        });
+    }
+    desired_all
+}
+
+/// How a scope is named in messages: project, environment, folder.
+pub fn describe_scope(scope: &crate::kms::Scope) -> String {
+    let project = project_of(scope);
+    let folder = if scope.recursive {
+        format!("folder {} and its sub-folders", scope.path)
+    } else {
+        format!("folder {}", scope.path)
+    };
+    match &scope.secret_name {
+        Some(name) => format!(
+            "secret {name} in {project}, environment {}, {folder}",
+            scope.environment
+        ),
+        None => format!("{project}, environment {}, {folder}", scope.environment),
+    }
+}
+
+/// What a missing scope leaves alone.
+pub const KEPT: &str = "the targets keep their data and none was created";
+
+/// The project as messages name it.
+pub fn project_of(scope: &crate::kms::Scope) -> String {
+    scope.project.describe()
+}
+
+/// The error for a scope whose environment does not exist (names the field
+/// to fix).
+pub fn missing_environment(scope: &crate::kms::Scope) -> SyncError {
+    SyncError::Folder {
+        reason: "EnvironmentNotFound",
+        message: format!(
+            "environment {} does not exist ({}); check secretsScope.envSlug against the project's \
+             environments; {KEPT}",
+            scope.environment,
+            describe_scope(scope)
+        ),
+        transient: false,
+    }
+}
+
+/// The error for a scope whose folder does not exist (names the field to
+/// fix).
+pub fn missing_folder(scope: &crate::kms::Scope) -> SyncError {
+    SyncError::Folder {
+        reason: "FolderNotFound",
+        message: format!(
+            "folder {} does not exist in environment {} ({}); check secretsScope.secretsPath; {KEPT}",
+            scope.path,
+            scope.environment,
+            describe_scope(scope)
+        ),
+        transient: false,
+    }
+}
+
+/// What a sync plans its targets from.
+pub(super) struct Planned<'a> {
+    pub(super) cr: &'a KmsSecret,
+    pub(super) me: &'a str,
+    pub(super) targets: &'a [Target],
+    /// Each target's data rendered from the fetched secrets (not fetched:
+    /// none, the targets keep their data).
+    pub(super) rendered: Option<&'a [BTreeMap<String, Vec<u8>>]>,
 }
 
 #[cfg(test)]
