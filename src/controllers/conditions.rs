@@ -72,6 +72,45 @@ pub fn ready_changed<'a>(old: &[Condition], new: &'a [Condition]) -> Option<&'a 
     (key(before) != key(Some(after))).then_some(after)
 }
 
+/// `Endpoint` true: where the endpoint's host and CA came from (the three
+/// kinds say it the same way).
+pub fn endpoint_resolved(
+    conditions: &mut Vec<Condition>,
+    source: &str,
+    generation: Option<i64>,
+    now: &Time,
+) {
+    set(
+        conditions,
+        crate::api::conditions::ENDPOINT,
+        Status::True,
+        "Resolved",
+        &bounded(source),
+        generation,
+        now,
+    );
+}
+
+/// A login that worked, in the condition `type_` of the kind
+/// (`LoadedKmsToken` or `Authenticated`).
+pub fn logged_in(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    strategy: &str,
+    generation: Option<i64>,
+    now: &Time,
+) {
+    set(
+        conditions,
+        type_,
+        Status::True,
+        "OK",
+        &format!("Logged in to the KMS using the {strategy} authentication strategy"),
+        generation,
+        now,
+    );
+}
+
 /// Set (or add) the condition `type_` in `conditions`.
 pub fn set(
     conditions: &mut Vec<Condition>,

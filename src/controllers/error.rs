@@ -135,6 +135,13 @@ impl SyncError {
         }
     }
 
+    /// Whether logging in failed: the KMS refused the credentials, or they
+    /// could not be read (a `Credentials…` reference error).
+    pub fn is_login_failure(&self) -> bool {
+        matches!(self, SyncError::Auth(_))
+            || matches!(self, SyncError::Reference { reason, .. } if reason.starts_with("Credentials"))
+    }
+
     /// Whether the KMS refused the request for its rate limit (`429`, or an
     /// endpoint still paused by an earlier `Retry-After`): nothing is wrong
     /// with the resource or its credentials, the KMS asked to come back later.

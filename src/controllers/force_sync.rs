@@ -57,6 +57,20 @@ pub fn after_sync<K: Forceable>(o: &K, throttled: bool) -> Option<String> {
     }
 }
 
+/// `status.forceSync` after a sync of `o` ([`after_sync`]), with a note on
+/// the condition `type_` while the KMS's budget holds the forced sync back.
+pub fn settle<K: Forceable>(
+    o: &K,
+    throttled: bool,
+    conditions: &mut [Condition],
+    type_: &str,
+) -> Option<String> {
+    if let (true, Some(value)) = (throttled, pending(o)) {
+        crate::controllers::conditions::append_note(conditions, type_, &waiting(value));
+    }
+    after_sync(o, throttled)
+}
+
 /// The note a condition carries while a forced sync waits for the KMS.
 pub fn waiting(value: &str) -> String {
     format!("the forced sync ({ANNOTATION}: {value}) runs once the KMS takes requests again")

@@ -112,15 +112,7 @@ pub fn next_status(
             endpoint,
             workloads,
         } => {
-            conditions::set(
-                &mut status.conditions,
-                ct::ENDPOINT,
-                Status::True,
-                "Resolved",
-                &conditions::bounded(endpoint),
-                generation,
-                now,
-            );
+            conditions::endpoint_resolved(&mut status.conditions, endpoint, generation, now);
             let mut status = active_status(status, generation, shard, workloads, now);
             status.force_sync = force_sync::after_sync(cr, false);
             status
@@ -140,14 +132,8 @@ pub fn next_status(
             }
             status.observed_generation = generation;
             let throttled = e.is_throttled();
-            status.force_sync = force_sync::after_sync(cr, throttled);
-            if let (true, Some(value)) = (throttled, force_sync::pending(cr)) {
-                conditions::append_note(
-                    &mut status.conditions,
-                    ct::RECONCILE,
-                    &force_sync::waiting(value),
-                );
-            }
+            status.force_sync =
+                force_sync::settle(cr, throttled, &mut status.conditions, ct::RECONCILE);
             status
         }
     }

@@ -53,7 +53,6 @@ use self::plan::{FINALIZER, PushRenderer};
 use self::status::Report;
 use self::write::Cause;
 use super::apply::ensure_owner;
-use super::conditions;
 use super::context::Context;
 use super::error::SyncError;
 use super::force_sync;
@@ -315,14 +314,7 @@ impl Controller {
         // Every reconcile reads the whole folder: a forced one is queued
         // ahead of the others, and recorded once it ran.
         let throttled = report.error.as_ref().is_some_and(SyncError::is_throttled);
-        new.force_sync = force_sync::after_sync(&cr, throttled);
-        if let (true, Some(value)) = (throttled, force_sync::pending(&cr)) {
-            conditions::append_note(
-                &mut new.conditions,
-                ct::RECONCILE,
-                &force_sync::waiting(value),
-            );
-        }
+        new.force_sync = force_sync::settle(&cr, throttled, &mut new.conditions, ct::RECONCILE);
         self.write_status(ctx, &cr, &old, &new).await?;
         report.next(now)
     }

@@ -250,40 +250,22 @@ pub fn next_status(
     let mut status = old.clone();
     let c = &mut status.conditions;
     if let Some(endpoint) = &report.endpoint {
-        conditions::set(
-            c,
-            ct::ENDPOINT,
-            Status::True,
-            "Resolved",
-            &conditions::bounded(endpoint),
-            generation,
-            now,
-        );
+        conditions::endpoint_resolved(c, endpoint, generation, now);
     }
     if let Some(strategy) = report.strategy {
+        conditions::logged_in(c, ct::AUTHENTICATED, strategy, generation, now);
+    } else if let Some(e) = &report.error
+        && e.is_login_failure()
+    {
         conditions::set(
             c,
             ct::AUTHENTICATED,
-            Status::True,
-            "OK",
-            &format!("Logged in to the KMS using the {strategy} authentication strategy"),
+            Status::False,
+            e.reason(),
+            &conditions::bounded(&format!("Failed to log in to the KMS: {e}")),
             generation,
             now,
         );
-    } else if let Some(e) = &report.error {
-        let auth_failure = matches!(e, SyncError::Auth(_))
-            || matches!(e, SyncError::Reference { reason, .. } if reason.starts_with("Credentials"));
-        if auth_failure {
-            conditions::set(
-                c,
-                ct::AUTHENTICATED,
-                Status::False,
-                e.reason(),
-                &conditions::bounded(&format!("Failed to log in to the KMS: {e}")),
-                generation,
-                now,
-            );
-        }
     }
     for (type_, op, verb) in FAILED_TYPES {
         match &report.applied {

@@ -137,7 +137,14 @@ impl Controller {
         let interval = plan::resync_interval(&cr.spec)?;
         let targets = plan::targets(cr, ctx.settings.allow_cross_namespace_refs)?;
         let observed = self.observe_targets(ctx, cr, &me, &targets).await?;
-        let asked = self.ask(ctx, cr, interval, shard, &targets, &observed);
+        let seen = plan::Seen {
+            cr,
+            interval,
+            shard,
+            targets: &targets,
+            observed: &observed,
+        };
+        let asked = self.ask(ctx, &seen);
         progress.nudged = asked.nudged;
         let t_login = std::time::Instant::now();
         let (login, stream) = self.login_and_listen(ctx, cr, &asked, progress).await?;

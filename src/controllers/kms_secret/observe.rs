@@ -2,10 +2,10 @@
 //! what is known of its last sync, then the decision what to ask of the KMS
 //! ([`super::plan::decide`]).
 
-use super::plan::Asked;
+use super::plan::{Asked, Seen};
 use super::{Controller, plan};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::ResourceExt;
@@ -153,15 +153,14 @@ impl Controller {
     /// data by keyed hash); else derived from the status (the targets' version
     /// annotations prove their data, the status says when the KMS was last
     /// checked).
-    pub(super) fn last_record(
-        &self,
-        ctx: &Context,
-        cr: &KmsSecret,
-        interval: Duration,
-        shard: u32,
-        targets: &[Target],
-        observed: &[(Option<Observed>, Claim)],
-    ) -> Option<SyncRecord> {
+    fn last_record(&self, ctx: &Context, seen: &Seen<'_>) -> Option<SyncRecord> {
+        let Seen {
+            cr,
+            interval,
+            shard,
+            targets,
+            observed,
+        } = *seen;
         let uid = cr.uid()?;
         if let Some(r) = self.record(&uid) {
             return Some(r);
@@ -201,18 +200,10 @@ impl Controller {
     /// Decide: nothing, a conditional request, or a full one (see
     /// [`plan::decide`]), from what is known of the last sync and what made
     /// the resource due.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn ask(
-        &self,
-        ctx: &Context,
-        cr: &KmsSecret,
-        interval: Duration,
-        shard: u32,
-        targets: &[Target],
-        observed: &[(Option<Observed>, Claim)],
-    ) -> Asked {
+    pub(super) fn ask(&self, ctx: &Context, seen: &Seen<'_>) -> Asked {
+        let (cr, observed) = (seen.cr, seen.observed);
         let now = SystemTime::now();
-        let record = self.last_record(ctx, cr, interval, shard, targets, observed);
+        let record = self.last_record(ctx, seen);
         let all_intact = observed
             .iter()
             .all(|(o, c)| *c == Claim::Ours && o.as_ref().is_some_and(Observed::data_intact));

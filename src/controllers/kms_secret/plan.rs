@@ -578,6 +578,17 @@ pub fn missing_folder(scope: &crate::kms::Scope) -> SyncError {
     }
 }
 
+/// What the observe stage saw of one resource: what it decides from.
+#[derive(Clone, Copy)]
+pub(super) struct Seen<'a> {
+    pub(super) cr: &'a KmsSecret,
+    pub(super) interval: Duration,
+    pub(super) shard: u32,
+    pub(super) targets: &'a [Target],
+    /// Each target as it is now, and who may write it.
+    pub(super) observed: &'a [(Option<Observed>, Claim)],
+}
+
 /// What a sync plans its targets from.
 pub(super) struct Planned<'a> {
     pub(super) cr: &'a KmsSecret,

@@ -78,26 +78,10 @@ pub(super) fn next_status(
     // A login that worked is reported whatever happened after it (a
     // template error, a KMS refusal of the folder).
     if let Some(endpoint) = &progress.endpoint {
-        conditions::set(
-            c,
-            ct::ENDPOINT,
-            Status::True,
-            "Resolved",
-            &conditions::bounded(endpoint),
-            generation,
-            now,
-        );
+        conditions::endpoint_resolved(c, endpoint, generation, now);
     }
     if let Some(strategy) = progress.logged_in {
-        conditions::set(
-            c,
-            ct::LOADED_KMS_TOKEN,
-            Status::True,
-            "OK",
-            &format!("Logged in to the KMS using the {strategy} authentication strategy"),
-            generation,
-            now,
-        );
+        conditions::logged_in(c, ct::LOADED_KMS_TOKEN, strategy, generation, now);
     }
     let throttled_in_step =
         matches!(outcome, Err(e) if e.is_throttled()) && conditions::ready_for(c, generation);
@@ -182,14 +166,12 @@ pub(super) fn next_status(
     status.observed_generation = generation;
     status.shard = Some(i32::try_from(shard).unwrap_or(i32::MAX));
     let throttled = matches!(outcome, Err(e) if e.is_throttled());
-    status.force_sync = force_sync::after_sync(cr, throttled);
-    if let (true, Some(value)) = (throttled, force_sync::pending(cr)) {
-        conditions::append_note(
-            &mut status.conditions,
-            ct::READY_TO_SYNC_SECRETS,
-            &force_sync::waiting(value),
-        );
-    }
+    status.force_sync = force_sync::settle(
+        cr,
+        throttled,
+        &mut status.conditions,
+        ct::READY_TO_SYNC_SECRETS,
+    );
 
     status
 }
@@ -277,9 +259,7 @@ pub(super) fn failure_conditions(
         Some(fix) => conditions::bounded(&format!("{e}; {fix}")),
         None => conditions::bounded(&e.to_string()),
     };
-    let auth_failure = matches!(e, SyncError::Auth(_))
-        || matches!(e, SyncError::Reference { reason, .. } if reason.starts_with("Credentials"));
-    if auth_failure {
+    if e.is_login_failure() {
         conditions::set(
             c,
             ct::LOADED_KMS_TOKEN,
