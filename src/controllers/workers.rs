@@ -23,16 +23,26 @@ pub enum Action {
     Done,
 }
 
+/// One reconcile's arguments.
+pub struct Job<'a, K> {
+    /// What every kind shares.
+    pub ctx: &'a Context,
+    /// The resource.
+    pub key: &'a K,
+    /// Its shard.
+    pub shard: u32,
+    /// Fires when the shard is lost (or the operator stops).
+    pub cancel: &'a CancellationToken,
+}
+
 /// One controller's reconcile, as the worker pool calls it.
 pub trait Reconciler<K>: Send + Sync + 'static {
-    /// Reconcile `key` of `shard`; stop early when `cancel` fires.
-    fn reconcile<'a>(
-        &'a self,
-        ctx: &'a Context,
-        key: &'a K,
-        shard: u32,
-        cancel: &'a CancellationToken,
-    ) -> futures::future::BoxFuture<'a, Result<Action, SyncError>>;
+    /// Reconcile `job.key` of `job.shard`; stop early when `job.cancel`
+    /// fires.
+    fn reconcile(
+        &self,
+        job: Job<'_, K>,
+    ) -> impl std::future::Future<Output = Result<Action, SyncError>> + Send;
 
     /// When `key` is tried again after an error that only a change can fix
     /// (its spec, a reference, a target, a refusal of the KMS): its resync
@@ -75,7 +85,7 @@ pub async fn run_workers<K, R>(
                 let started = tokio::time::Instant::now();
                 let urgency = urgency(mark, || reconciler.in_step(&ctx, &key));
                 let result = tokio::select! {
-                    r = with_urgency(urgency, reconciler.reconcile(&ctx, &key, shard, &cancel)) => r,
+                    r = with_urgency(urgency, reconciler.reconcile(Job { ctx: &ctx, key: &key, shard, cancel: &cancel })) => r,
                     () = cancel.cancelled() => Err(SyncError::NotOwner),
                     // The operator stops and the grace is over: dropped,
                     // as on a lost shard.
@@ -299,19 +309,13 @@ mod tests {
     struct NothingToWait(std::sync::atomic::AtomicUsize, Duration);
 
     impl Reconciler<String> for NothingToWait {
-        fn reconcile<'a>(
-            &'a self,
-            _ctx: &'a Context,
-            _key: &'a String,
-            _shard: u32,
-            _cancel: &'a CancellationToken,
-        ) -> futures::future::BoxFuture<'a, Result<Action, SyncError>> {
+        async fn reconcile(&self, _job: Job<'_, String>) -> Result<Action, SyncError> {
             let until = std::time::Instant::now() + self.1;
             while std::time::Instant::now() < until {
                 std::hint::spin_loop();
             }
             self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            Box::pin(async { Ok(Action::Done) })
+            Ok(Action::Done)
         }
     }
 
@@ -350,15 +354,9 @@ mod tests {
     struct Hangs(std::sync::atomic::AtomicUsize);
 
     impl Reconciler<String> for Hangs {
-        fn reconcile<'a>(
-            &'a self,
-            _ctx: &'a Context,
-            _key: &'a String,
-            _shard: u32,
-            _cancel: &'a CancellationToken,
-        ) -> futures::future::BoxFuture<'a, Result<Action, SyncError>> {
+        async fn reconcile(&self, _job: Job<'_, String>) -> Result<Action, SyncError> {
             self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            Box::pin(futures::future::pending())
+            futures::future::pending().await
         }
     }
 

@@ -58,7 +58,7 @@ use super::target::Target;
 use super::target::{
     ADOPT_EXISTING_ANNOTATION, Claim, Desired, Observed, TargetKind, claim, desired_meta, diff,
 };
-use super::workers::{Action, Reconciler};
+use super::workers::{Action, Job, Reconciler};
 use crate::api::KmsDynamicSecret;
 use crate::api::common::CreationPolicy;
 use crate::api::conditions as ct;
@@ -154,14 +154,8 @@ pub fn watch(
 }
 
 impl Reconciler<ObjectKey> for Controller {
-    fn reconcile<'a>(
-        &'a self,
-        ctx: &'a Context,
-        key: &'a ObjectKey,
-        shard: u32,
-        cancel: &'a CancellationToken,
-    ) -> BoxFuture<'a, Result<Action, SyncError>> {
-        Box::pin(self.run(ctx, key, shard, cancel))
+    async fn reconcile(&self, job: Job<'_, ObjectKey>) -> Result<Action, SyncError> {
+        self.run(job).await
     }
 }
 
@@ -271,13 +265,9 @@ async fn render_created(
 }
 
 impl Controller {
-    async fn run(
-        &self,
-        ctx: &Context,
-        key: &ObjectKey,
-        shard: u32,
-        cancel: &CancellationToken,
-    ) -> Result<Action, SyncError> {
+    /// Reconcile one resource.
+    async fn run(&self, job: Job<'_, ObjectKey>) -> Result<Action, SyncError> {
+        let (ctx, key, shard, cancel) = (job.ctx, job.key, job.shard, job.cancel);
         let Some(cr) = self.resources.get(Some(&key.namespace), &key.name) else {
             return Ok(Action::Done);
         };

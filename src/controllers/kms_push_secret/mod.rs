@@ -62,7 +62,7 @@ use super::queue::Queue;
 use super::refs::RefIndex;
 use super::registry::{OwnerId, queue_on_change};
 use super::stores::{self, Scoped};
-use super::workers::{Action, Reconciler};
+use super::workers::{Action, Job, Reconciler};
 use super::written::WrittenStatus;
 use crate::api::cluster_generator::{ClusterGenerator, ClusterGeneratorSpec};
 use crate::api::common::SKIP_CLEANUP_ANNOTATION;
@@ -276,13 +276,9 @@ impl Controller {
         Ok(())
     }
 
-    async fn reconcile(
-        &self,
-        ctx: &Context,
-        key: &ObjectKey,
-        shard: u32,
-        cancel: &CancellationToken,
-    ) -> Result<Action, SyncError> {
+    /// Reconcile one resource.
+    async fn run(&self, job: Job<'_, ObjectKey>) -> Result<Action, SyncError> {
+        let (ctx, key, shard, cancel) = (job.ctx, job.key, job.shard, job.cancel);
         let Some(cr) = self.resources.get(Some(&key.namespace), &key.name) else {
             self.forget();
             return Ok(Action::Done);
@@ -966,14 +962,8 @@ async fn patch_finalizers(
 }
 
 impl Reconciler<ObjectKey> for Controller {
-    fn reconcile<'a>(
-        &'a self,
-        ctx: &'a Context,
-        key: &'a ObjectKey,
-        shard: u32,
-        cancel: &'a CancellationToken,
-    ) -> BoxFuture<'a, Result<Action, SyncError>> {
-        Box::pin(Controller::reconcile(self, ctx, key, shard, cancel))
+    async fn reconcile(&self, job: Job<'_, ObjectKey>) -> Result<Action, SyncError> {
+        self.run(job).await
     }
 
     fn retry_interval(&self, _ctx: &Context, key: &ObjectKey) -> Option<Duration> {

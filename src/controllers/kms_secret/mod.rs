@@ -50,7 +50,7 @@ use super::instant::InstantUpdates;
 use super::key::ObjectKey;
 use super::queue::Queue;
 use super::stores::Scoped;
-use super::workers::{Action, Reconciler};
+use super::workers::{Action, Job, Reconciler};
 use super::written::WrittenStatus;
 use crate::api::kms_secret::{KmsSecret, KmsSecretStatus};
 use crate::kms::Kms;
@@ -83,13 +83,8 @@ pub struct Controller {
 
 impl Controller {
     /// Reconcile one KmsSecret.
-    pub async fn reconcile(
-        &self,
-        ctx: &Context,
-        key: &ObjectKey,
-        shard: u32,
-        cancel: &CancellationToken,
-    ) -> Result<Action, SyncError> {
+    async fn run(&self, job: Job<'_, ObjectKey>) -> Result<Action, SyncError> {
+        let (ctx, key, shard, cancel) = (job.ctx, job.key, job.shard, job.cancel);
         let Some(cr) = self.store.get(Some(&key.namespace), &key.name) else {
             self.forget(ctx, key);
             return Ok(Action::Done);
@@ -352,14 +347,8 @@ impl Controller {
 }
 
 impl Reconciler<ObjectKey> for Controller {
-    fn reconcile<'a>(
-        &'a self,
-        ctx: &'a Context,
-        key: &'a ObjectKey,
-        shard: u32,
-        cancel: &'a CancellationToken,
-    ) -> futures::future::BoxFuture<'a, Result<Action, SyncError>> {
-        Box::pin(self.reconcile(ctx, key, shard, cancel))
+    async fn reconcile(&self, job: Job<'_, ObjectKey>) -> Result<Action, SyncError> {
+        self.run(job).await
     }
 
     fn retry_interval(&self, _ctx: &Context, key: &ObjectKey) -> Option<Duration> {

@@ -26,7 +26,7 @@ use crate::controllers::stores::Scoped;
 use crate::controllers::target::{
     self as target, MANAGED_LABEL, VERSION_ANNOTATION, go_equivalents,
 };
-use crate::controllers::workers::{Action, Reconciler, run_workers};
+use crate::controllers::workers::{Action, Job, Reconciler, run_workers};
 use crate::kms::limiter::Limiter;
 use crate::sharding::Ownership;
 
@@ -247,14 +247,8 @@ impl<T: Resource> ResourceLike for T {
 }
 
 impl Reconciler<WorkloadKey> for Reloader {
-    fn reconcile<'a>(
-        &'a self,
-        ctx: &'a Context,
-        key: &'a WorkloadKey,
-        shard: u32,
-        cancel: &'a CancellationToken,
-    ) -> futures::future::BoxFuture<'a, Result<Action, SyncError>> {
-        Box::pin(reconcile(ctx, self, key, shard, cancel))
+    async fn reconcile(&self, job: Job<'_, WorkloadKey>) -> Result<Action, SyncError> {
+        reconcile(job.ctx, self, job.key, job.shard, job.cancel).await
     }
 }
 
