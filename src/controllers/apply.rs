@@ -213,15 +213,29 @@ where
     }
 }
 
+/// An object a resource no longer lists, as it was seen: what deleting or
+/// releasing it is preconditioned on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unlisted {
+    /// Secret or ConfigMap.
+    pub kind: TargetKind,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// The resourceVersion it was seen at.
+    pub resource_version: String,
+}
+
 /// Delete an object the resource owns and no longer lists (precondition:
 /// the resourceVersion it was seen at).
-pub async fn delete(
-    ctx: &Context,
-    kind: TargetKind,
-    ns: &str,
-    name: &str,
-    resource_version: &str,
-) -> Result<(), SyncError> {
+pub async fn delete(ctx: &Context, o: &Unlisted) -> Result<(), SyncError> {
+    let (kind, ns, name, resource_version) = (
+        o.kind,
+        o.namespace.as_str(),
+        o.name.as_str(),
+        o.resource_version.as_str(),
+    );
     let dp = DeleteParams {
         preconditions: Some(Preconditions {
             resource_version: Some(resource_version.to_owned()),
@@ -253,13 +267,13 @@ pub async fn delete(
 /// `app.kubernetes.io/managed-by` —
 /// so that it is no longer watched or claimed, and another resource may take
 /// it only with the documented opt-in (its data stays).
-pub async fn release(
-    ctx: &Context,
-    kind: TargetKind,
-    ns: &str,
-    name: &str,
-    resource_version: &str,
-) -> Result<(), SyncError> {
+pub async fn release(ctx: &Context, o: &Unlisted) -> Result<(), SyncError> {
+    let (kind, ns, name, resource_version) = (
+        o.kind,
+        o.namespace.as_str(),
+        o.name.as_str(),
+        o.resource_version.as_str(),
+    );
     let removals = Removals {
         data: Vec::new(),
         labels: vec![

@@ -264,6 +264,19 @@ async fn render_created(
     .unwrap_or_default())
 }
 
+/// The Secret a reconcile writes, as observed when it started, and who may
+/// write it.
+#[derive(Clone, Copy)]
+struct SecretSlot<'a> {
+    cr: &'a KmsDynamicSecret,
+    me: &'a str,
+    target: &'a Target,
+    observed: Option<&'a Observed>,
+    claim: &'a Claim,
+    shard: u32,
+    cancel: &'a CancellationToken,
+}
+
 impl Controller {
     /// Reconcile one resource.
     async fn run(&self, job: Job<'_, ObjectKey>) -> Result<Action, SyncError> {
@@ -409,20 +422,17 @@ impl Controller {
             return Err(refused);
         }
         let (holds_current, go_held) = held_by_secret(&status, observed.as_ref(), &c);
+        let slot = SecretSlot {
+            cr,
+            me: &me,
+            target: &target,
+            observed: observed.as_ref(),
+            claim: &c,
+            shard,
+            cancel,
+        };
         if let Some((data, version)) = go_held {
-            self.write_secret(
-                ctx,
-                cr,
-                &me,
-                &target,
-                observed.as_ref(),
-                &c,
-                data,
-                &version,
-                shard,
-                cancel,
-            )
-            .await?;
+            self.write_secret(ctx, &slot, data, &version).await?;
         }
 
         // A lease created and never recorded (the process died before its
@@ -449,19 +459,7 @@ impl Controller {
             (status, written) = (recorded, w);
             let rendered = render_created(ctx, &target, &created, &lease_target.path).await?;
             let version = format!("{}-{}", created.lease.id, created.lease.version);
-            self.write_secret(
-                ctx,
-                cr,
-                &me,
-                &target,
-                observed.as_ref(),
-                &c,
-                rendered,
-                &version,
-                shard,
-                cancel,
-            )
-            .await?;
+            self.write_secret(ctx, &slot, rendered, &version).await?;
             status.synced_keys = Some(i64::try_from(created.data.len()).unwrap_or(i64::MAX));
             status.last_sync_time = Some(Time(Timestamp::now()));
         }
@@ -499,20 +497,22 @@ impl Controller {
         Ok(std::time::SystemTime::from(next))
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn write_secret(
         &self,
         ctx: &Context,
-        cr: &KmsDynamicSecret,
-        me: &str,
-        target: &Target,
-        observed: Option<&Observed>,
-        c: &Claim,
+        slot: &SecretSlot<'_>,
         data: BTreeMap<String, Vec<u8>>,
         version: &str,
-        shard: u32,
-        cancel: &CancellationToken,
     ) -> Result<(), SyncError> {
+        let SecretSlot {
+            cr,
+            me,
+            target,
+            observed,
+            claim: c,
+            shard,
+            cancel,
+        } = *slot;
         let created_by_us = *c == Claim::Missing
             || observed.is_some_and(|o| {
                 o.labels

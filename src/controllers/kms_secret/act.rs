@@ -389,7 +389,7 @@ impl Controller {
                 .iter()
                 .any(|t| t.kind == kind && t.namespace == ns && t.name == name)
         };
-        let mut stale: Vec<(TargetKind, String, String, String, bool)> = Vec::new();
+        let mut stale: Vec<(apply::Unlisted, bool)> = Vec::new();
         // The owner annotation is kept apart in the caches: only this
         // resource's own targets are decoded.
         let secrets = ctx.secrets.owned_by(me);
@@ -400,24 +400,31 @@ impl Controller {
                 .map(|c| (TargetKind::ConfigMap, &c.metadata)),
         );
         for (kind, meta) in metas {
-            let (ns, name) = (
+            let (namespace, name) = (
                 meta.namespace.clone().unwrap_or_default(),
                 meta.name.clone().unwrap_or_default(),
             );
-            if !listed(kind, &ns, &name) {
+            if !listed(kind, &namespace, &name) {
                 let owned = meta.owner_references.iter().flatten().any(|r| r.uid == uid);
-                let rv = meta.resource_version.clone().unwrap_or_default();
-                stale.push((kind, ns, name, rv, owned));
+                let resource_version = meta.resource_version.clone().unwrap_or_default();
+                let o = apply::Unlisted {
+                    kind,
+                    namespace,
+                    name,
+                    resource_version,
+                };
+                stale.push((o, owned));
             }
         }
-        for (kind, ns, name, rv, owned) in stale {
+        for (o, owned) in stale {
             ensure_owner(ctx, shard, cancel)?;
+            let target = format!("{}/{}/{}", o.kind.as_str(), o.namespace, o.name);
             if owned {
-                apply::delete(ctx, kind, &ns, &name, &rv).await?;
-                tracing::info!(resource = %me, target = %format!("{}/{ns}/{name}", kind.as_str()), "owned target no longer listed: deleted");
+                apply::delete(ctx, &o).await?;
+                tracing::info!(resource = %me, %target, "owned target no longer listed: deleted");
             } else {
-                apply::release(ctx, kind, &ns, &name, &rv).await?;
-                tracing::info!(resource = %me, target = %format!("{}/{ns}/{name}", kind.as_str()), "target no longer listed: released");
+                apply::release(ctx, &o).await?;
+                tracing::info!(resource = %me, %target, "target no longer listed: released");
             }
         }
         Ok(())
