@@ -48,6 +48,17 @@ pub fn namespace_of(
     }
 }
 
+/// A Secret reference as the reference index keys it, `(namespace, name)`:
+/// its namespace as written, or the resource's (`resource_ns`) when it has
+/// none. Whether another namespace is allowed is checked when reconciling
+/// ([`namespace_of`]).
+pub fn written_ref(resource_ns: &str, requested: Option<&String>, name: &str) -> (String, String) {
+    let ns = requested
+        .filter(|n| !n.is_empty())
+        .map_or(resource_ns, String::as_str);
+    (ns.to_owned(), name.to_owned())
+}
+
 /// Read a Secret from the API; `None` when it does not exist.
 async fn get_secret(client: &Client, ns: &str, name: &str) -> Result<Option<Secret>, SyncError> {
     Api::<Secret>::namespaced(client.clone(), ns)

@@ -24,7 +24,7 @@ use super::context::Context;
 use super::key::ObjectKey;
 use super::queue::Queue;
 use super::stores::Scoped;
-use super::workers::{Reconciler, run_workers};
+use super::workers::{Reconciler, spawn_workers};
 use crate::api::kms_dynamic_secret::KmsDynamicSecret;
 use crate::api::kms_push_secret::KmsPushSecret;
 use crate::api::kms_secret::KmsSecret;
@@ -249,12 +249,7 @@ where
     }
 
     fn start(self: Arc<Self>, ctx: Arc<Context>) -> JoinHandle<()> {
-        tokio::spawn(run_workers(
-            ctx,
-            self.queue.clone(),
-            self.controller,
-            self.reconciler.clone(),
-        ))
+        spawn_workers(ctx, &self.queue, self.controller, &self.reconciler)
     }
 }
 

@@ -614,6 +614,32 @@ pub struct Target {
 }
 
 impl Target {
+    /// The Secret that `r` (the spec field `field` of a resource in
+    /// `resource_ns`) names, its namespace resolved under the cross-namespace
+    /// rule.
+    pub fn secret(
+        resource_ns: &str,
+        field: String,
+        r: &crate::api::common::ManagedKubeSecretConfig,
+        allow_cross: bool,
+    ) -> Result<Target, SyncError> {
+        let namespace = super::refs::namespace_of(
+            resource_ns,
+            r.secret_namespace.as_deref(),
+            &format!("{field}.secretNamespace"),
+            allow_cross,
+        )?;
+        Ok(Target {
+            kind: TargetKind::Secret,
+            namespace,
+            name: r.secret_name.clone(),
+            secret_type: Some(r.secret_type.clone()).filter(|t| !t.is_empty()),
+            creation_policy: r.creation_policy,
+            template: r.template.clone(),
+            field,
+        })
+    }
+
     /// `Kind/namespace/name`.
     pub fn id(&self) -> String {
         format!("{}/{}/{}", self.kind.as_str(), self.namespace, self.name)

@@ -63,6 +63,25 @@ pub trait Reconciler<K>: Send + Sync + 'static {
     fn shard_lost(&self, _shard: u32) {}
 }
 
+/// [`run_workers`] as a task of its own.
+pub fn spawn_workers<K, R>(
+    ctx: Arc<Context>,
+    queue: &Arc<Queue<K>>,
+    controller: &'static str,
+    reconciler: &Arc<R>,
+) -> tokio::task::JoinHandle<()>
+where
+    K: Clone + Eq + std::hash::Hash + Ord + std::fmt::Display + Send + Sync + 'static,
+    R: Reconciler<K>,
+{
+    tokio::spawn(run_workers(
+        ctx,
+        queue.clone(),
+        controller,
+        reconciler.clone(),
+    ))
+}
+
 /// Drain `queue` with `ctx.settings.workers` workers until the queue closes.
 pub async fn run_workers<K, R>(
     ctx: Arc<Context>,

@@ -2,6 +2,7 @@
 //! bounded retries and metrics; tokens per identity; conditional GETs;
 //! identical fetches in flight shared.
 
+use super::endpoint::truncate;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -954,17 +955,6 @@ pub(super) fn api_error(route: &'static str, reply: &Reply) -> KmsError {
         error,
         message: truncate(&message, 300),
     }
-}
-
-fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_owned();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &s[..end])
 }
 
 /// How long a 429 asks us to wait: `Retry-After` seconds, else the number in

@@ -177,6 +177,18 @@ impl Clients {
     }
 }
 
+/// At most `max` bytes of `s` (on a character boundary).
+pub(crate) fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -51,7 +51,7 @@ use super::error::SyncError;
 use super::force_sync;
 use super::key::ObjectKey;
 use super::queue::Queue;
-use super::refs::RefIndex;
+use super::refs::{RefIndex, written_ref};
 use super::registry::queue_on_change;
 use super::stores::{self, Scoped};
 use super::target::Target;
@@ -93,14 +93,7 @@ pub struct Controller {
 
 fn referenced(o: &KmsDynamicSecret) -> Vec<(String, String)> {
     let ns = o.namespace().unwrap_or_default();
-    let pick = |r_ns: Option<&String>, name: &str| {
-        (
-            r_ns.filter(|n| !n.is_empty())
-                .cloned()
-                .unwrap_or_else(|| ns.clone()),
-            name.to_owned(),
-        )
-    };
+    let pick = |r_ns: Option<&String>, name: &str| written_ref(&ns, r_ns, name);
     let mut out: Vec<(String, String)> =
         crate::controllers::auth::generic_method(&o.spec.authentication, &ns, true)
             .ok()
@@ -171,26 +164,13 @@ fn kms_err(e: KmsError) -> SyncError {
 fn target_of(cr: &KmsDynamicSecret, allow_cross: bool) -> Result<Target, SyncError> {
     let ns = cr.namespace().unwrap_or_default();
     let r = &cr.spec.managed_secret_reference;
-    let namespace = super::refs::namespace_of(
-        &ns,
-        r.secret_namespace.as_deref(),
-        "managedSecretReference.secretNamespace",
-        allow_cross,
-    )?;
-    if r.creation_policy == CreationPolicy::Owner && namespace != ns {
+    let target = Target::secret(&ns, "managedSecretReference".to_owned(), r, allow_cross)?;
+    if r.creation_policy == CreationPolicy::Owner && target.namespace != ns {
         return Err(SyncError::Spec(format!(
             "managedSecretReference.creationPolicy: Owner needs the Secret in the resource's namespace {ns}"
         )));
     }
-    Ok(Target {
-        kind: TargetKind::Secret,
-        namespace,
-        name: r.secret_name.clone(),
-        secret_type: Some(r.secret_type.clone()).filter(|t| !t.is_empty()),
-        creation_policy: r.creation_policy,
-        template: r.template.clone(),
-        field: "managedSecretReference".to_owned(),
-    })
+    Ok(target)
 }
 
 /// A Secret the Go operator wrote for the current lease: its data and

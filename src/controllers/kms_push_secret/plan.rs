@@ -28,7 +28,7 @@ use crate::api::kms_push_secret::{
 };
 use crate::controllers::auth::generic_method;
 use crate::controllers::error::SyncError;
-use crate::controllers::refs::namespace_of;
+use crate::controllers::refs::{namespace_of, written_ref};
 use crate::kms::ProjectRef;
 use crate::kms::folders::normalize_path;
 use crate::kms::push::{Folder, NewSecret, StoredSecret};
@@ -120,14 +120,7 @@ pub fn source_ref(
 /// written; whether they are allowed is checked when reconciling.
 pub fn referenced_secrets(cr: &KmsPushSecret) -> Vec<(String, String)> {
     let ns = cr.metadata.namespace.clone().unwrap_or_default();
-    let pick = |r_ns: Option<&String>, name: &str| {
-        (
-            r_ns.filter(|n| !n.is_empty())
-                .cloned()
-                .unwrap_or_else(|| ns.clone()),
-            name.to_owned(),
-        )
-    };
+    let pick = |r_ns: Option<&String>, name: &str| written_ref(&ns, r_ns, name);
     let mut out = Vec::new();
     if let Some(s) = &cr.spec.push.secret {
         out.push(pick(s.secret_namespace.as_ref(), &s.secret_name));

@@ -44,23 +44,8 @@ pub fn targets(cr: &KmsSecret, allow_cross: bool) -> Result<Vec<Target>, SyncErr
     let ns = cr.metadata.namespace.as_deref().unwrap_or_default();
     let spec = &cr.spec;
     let mut out = Vec::new();
-    let secret_target = |field: String, r: &ManagedKubeSecretConfig| -> Result<Target, SyncError> {
-        let namespace = namespace_of(
-            ns,
-            r.secret_namespace.as_deref(),
-            &format!("{field}.secretNamespace"),
-            allow_cross,
-        )?;
-        Ok(Target {
-            kind: TargetKind::Secret,
-            namespace,
-            name: r.secret_name.clone(),
-            secret_type: Some(r.secret_type.clone()).filter(|t| !t.is_empty()),
-            creation_policy: r.creation_policy,
-            template: r.template.clone(),
-            field,
-        })
-    };
+    let secret_target =
+        |field: String, r: &ManagedKubeSecretConfig| Target::secret(ns, field, r, allow_cross);
     if let Some(r) = &spec.managed_secret_reference {
         out.push(secret_target("managedSecretReference".to_owned(), r)?);
     }

@@ -14,7 +14,7 @@ use super::{owner_id, plan};
 use crate::api::kms_secret::{KmsSecret, KmsSecretStatus};
 use crate::controllers::key::ObjectKey;
 use crate::controllers::queue::Queue;
-use crate::controllers::refs::RefIndex;
+use crate::controllers::refs::{RefIndex, written_ref};
 use crate::controllers::registry::queue_on_change;
 use crate::controllers::stores::{Scoped, Watches};
 use crate::controllers::written::WrittenStatus;
@@ -44,14 +44,7 @@ fn fingerprint(o: &KmsSecret) -> Fingerprint {
 /// marker, not at the resource's next retry.
 pub fn referenced_secrets(o: &KmsSecret) -> Vec<(String, String)> {
     let ns = o.namespace().unwrap_or_default();
-    let pick = |r_ns: Option<&String>, name: &str| {
-        (
-            r_ns.filter(|n| !n.is_empty())
-                .cloned()
-                .unwrap_or_else(|| ns.clone()),
-            name.to_owned(),
-        )
-    };
+    let pick = |r_ns: Option<&String>, name: &str| written_ref(&ns, r_ns, name);
     // The method as the reconcile reads it (namespaces as written: whether
     // they are allowed is checked when reconciling).
     let mut out: Vec<(String, String)> = plan::auth_choice(&o.spec, &ns, true)

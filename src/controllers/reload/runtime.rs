@@ -26,7 +26,7 @@ use crate::controllers::stores::Scoped;
 use crate::controllers::target::{
     self as target, MANAGED_LABEL, VERSION_ANNOTATION, go_equivalents,
 };
-use crate::controllers::workers::{Action, Job, Reconciler, run_workers};
+use crate::controllers::workers::{Action, Job, Reconciler, spawn_workers};
 use crate::kms::limiter::Limiter;
 use crate::sharding::Ownership;
 
@@ -218,12 +218,7 @@ impl Kind for Registration {
     }
 
     fn start(self: Arc<Self>, ctx: Arc<Context>) -> JoinHandle<()> {
-        tokio::spawn(run_workers(
-            ctx,
-            self.queue.clone(),
-            CONTROLLER,
-            self.reloader.clone(),
-        ))
+        spawn_workers(ctx, &self.queue, CONTROLLER, &self.reloader)
     }
 }
 

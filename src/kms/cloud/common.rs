@@ -10,6 +10,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use secrecy::SecretString;
 
+pub(crate) use crate::kms::endpoint::truncate;
+
 /// Default AWS instance metadata service.
 pub const DEFAULT_AWS_IMDS: &str = "http://169.254.169.254";
 /// Default Azure instance metadata service.
@@ -249,18 +251,6 @@ pub(crate) fn describe(e: &reqwest::Error) -> String {
         Some(cause) => format!("{kind}: {}", truncate(&cause, 200)),
         None => kind.to_owned(),
     }
-}
-
-/// At most `max` bytes of `s` (on a character boundary).
-pub(crate) fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_owned();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &s[..end])
 }
 
 /// The base of an endpoint URL, without trailing slashes.
