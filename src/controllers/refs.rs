@@ -602,6 +602,18 @@ impl RefIndex {
 mod tests {
     use super::*;
 
+    /// The endpoint of a resource in `app` that names its own host and no CA.
+    fn own_host(global: &GlobalConfig, defaults: &Defaults) -> Result<Choice, SyncError> {
+        choose_endpoint(
+            "app",
+            Some("https://own.example"),
+            None,
+            global,
+            defaults,
+            false,
+        )
+    }
+
     fn secret(ns: &str, name: &str, rv: &str) -> Arc<Secret> {
         let mut s = Secret::default();
         s.metadata.namespace = Some(ns.into());
@@ -762,15 +774,7 @@ mod tests {
         );
         assert_eq!(c.ca_source, from_global);
         // Its own host, no CA: the global CA still applies (as in the Go operators).
-        let c = choose_endpoint(
-            "app",
-            Some("https://own.example"),
-            None,
-            &global,
-            &none,
-            false,
-        )
-        .unwrap();
+        let c = own_host(&global, &none).unwrap();
         assert_eq!(
             (c.host.as_str(), &c.host_source),
             ("https://own.example", &Source::Spec)
@@ -830,15 +834,7 @@ mod tests {
             serde_json::json!({"hostAPI": "https://g.example", "tls.caRef.secretName": "ca"}),
         );
         let none = Defaults::default();
-        let err = choose_endpoint(
-            "app",
-            Some("https://own.example"),
-            None,
-            &global,
-            &none,
-            false,
-        )
-        .unwrap_err();
+        let err = own_host(&global, &none).unwrap_err();
         assert!(
             err.to_string()
                 .contains("ConfigMap kms-operator-system/kms-config: tls.caRef"),

@@ -30,6 +30,19 @@ use crate::api::kms_push_secret::KmsPushSecret;
 use crate::api::kms_secret::KmsSecret;
 use crate::sharding::Ownership;
 
+/// What a kind's watch starts with: the shared watches, the shard gate, the
+/// kind's queue and the index of the Secrets its resources read.
+pub struct Watching<'a> {
+    /// The watches (by shard, or of the namespaces).
+    pub watches: &'a super::stores::Watches,
+    /// Which shards this replica owns.
+    pub gate: Arc<dyn Ownership>,
+    /// The kind's queue.
+    pub queue: Arc<Queue<ObjectKey>>,
+    /// Secret references, by resource.
+    pub refs: Arc<super::refs::RefIndex>,
+}
+
 /// One kind of work, as the operator wires it.
 pub trait Kind: Send + Sync + 'static {
     /// The controller's name: metric label and log field.

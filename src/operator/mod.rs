@@ -34,7 +34,7 @@ use crate::controllers::events::Recorder;
 use crate::controllers::queue::Queue;
 use crate::controllers::refs::RefIndex;
 use crate::controllers::refs::{GlobalConfig, SecretReads};
-use crate::controllers::registry::{Kind, Registry, Resources};
+use crate::controllers::registry::{Kind, Registry, Resources, Watching};
 use crate::controllers::reload::ConsumerIndex;
 use crate::controllers::reload::runtime::{self as reload, Reloader};
 use crate::controllers::stores::{self, Scoped};
@@ -538,17 +538,17 @@ fn wire(
     let (workloads, d) =
         watches::workloads(&all, &routes, (&secrets, &config_maps), args.argo_rollouts);
     drivers.extend(d);
+    let watching = |queue: &Arc<Queue<crate::controllers::key::ObjectKey>>| Watching {
+        watches: &by_shard,
+        gate: gate.clone(),
+        queue: queue.clone(),
+        refs: index.clone(),
+    };
     let push_queue = Arc::new(Queue::new());
-    let (push, d) =
-        kms_push_secret::watch(&by_shard, gate.clone(), push_queue.clone(), index.clone());
+    let (push, d) = kms_push_secret::watch(watching(&push_queue));
     drivers.extend(d);
     let dynamic_queue = Arc::new(Queue::new());
-    let (dynamic, d) = kms_dynamic_secret::watch(
-        &by_shard,
-        gate.clone(),
-        dynamic_queue.clone(),
-        index.clone(),
-    );
+    let (dynamic, d) = kms_dynamic_secret::watch(watching(&dynamic_queue));
     drivers.extend(d);
     let dynamic_resources = dynamic.resources.clone();
     let push_resources = push.resources.clone();
@@ -648,13 +648,13 @@ fn kms_secret_kind(
 ) {
     let queue = Arc::new(Queue::new());
     let written = Arc::new(crate::controllers::written::WrittenStatus::default());
-    let (resources, drivers) = kms_secret::watch::watch(
-        by_shard,
-        gate.clone(),
-        queue.clone(),
-        index.clone(),
-        written.clone(),
-    );
+    let watching = Watching {
+        watches: by_shard,
+        gate: gate.clone(),
+        queue: queue.clone(),
+        refs: index.clone(),
+    };
+    let (resources, drivers) = kms_secret::watch::watch(watching, written.clone());
     let controller =
         kms_secret::Controller::new(kms, gate.clone(), resources.clone(), queue.clone(), written);
     let kind = Arc::new(Resources::new(

@@ -50,10 +50,9 @@ use super::context::Context;
 use super::error::SyncError;
 use super::force_sync;
 use super::key::ObjectKey;
-use super::queue::Queue;
-use super::refs::{RefIndex, written_ref};
-use super::registry::queue_on_change;
-use super::stores::{self, Scoped};
+use super::refs::written_ref;
+use super::registry::{Watching, queue_on_change};
+use super::stores::Scoped;
 use super::target::Target;
 use super::target::{
     ADOPT_EXISTING_ANNOTATION, Claim, Desired, Observed, TargetKind, claim, desired_meta, diff,
@@ -67,7 +66,6 @@ use crate::api::kms_dynamic_secret::{
 };
 use crate::kms::leases::{LeaseTarget, renewal_refused};
 use crate::kms::{Identity, KmsError, SecretItem, SecretMap};
-use crate::sharding::Ownership;
 
 /// The controller's metric label.
 pub const CONTROLLER: &str = "kmsdynamicsecret";
@@ -108,12 +106,8 @@ fn referenced(o: &KmsDynamicSecret) -> Vec<(String, String)> {
 
 /// Start watching the resources: a new resource, a spec, label, annotation,
 /// finalizer or deletion change queues it (our own status writes do not).
-pub fn watch(
-    watches: &stores::Watches,
-    gate: Arc<dyn Ownership>,
-    queue: Arc<Queue<ObjectKey>>,
-    refs: Arc<RefIndex>,
-) -> (Controller, Vec<BoxFuture<'static, ()>>) {
+pub fn watch(w: Watching<'_>) -> (Controller, Vec<BoxFuture<'static, ()>>) {
+    let (watches, gate, queue, refs) = (w.watches, w.gate, w.queue, w.refs);
     let fingerprint = |o: &KmsDynamicSecret| {
         (
             o.metadata.generation,

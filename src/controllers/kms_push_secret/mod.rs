@@ -60,7 +60,7 @@ use super::key::ObjectKey;
 use super::packed::Packed;
 use super::queue::Queue;
 use super::refs::RefIndex;
-use super::registry::{OwnerId, queue_on_change};
+use super::registry::{OwnerId, Watching, queue_on_change};
 use super::stores::{self, Scoped};
 use super::workers::{Action, Job, Reconciler};
 use super::written::WrittenStatus;
@@ -113,12 +113,8 @@ fn has_finalizer(cr: &KmsPushSecret) -> bool {
 /// or it lacks the finalizer; its source and credential Secrets are
 /// registered in `refs` (a change of one of them queues it), and a change of
 /// a ClusterGenerator queues the resources that use it.
-pub fn watch(
-    watches: &stores::Watches,
-    gate: Arc<dyn Ownership>,
-    queue: Arc<Queue<ObjectKey>>,
-    refs: Arc<RefIndex>,
-) -> (Controller, Vec<BoxFuture<'static, ()>>) {
+pub fn watch(w: Watching<'_>) -> (Controller, Vec<BoxFuture<'static, ()>>) {
+    let (watches, gate, queue, refs) = (w.watches, w.gate, w.queue, w.refs);
     let by_generator = Arc::new(RefIndex::default());
     let written = Arc::new(WrittenStatus::default());
     let changed = Arc::new(tokio::sync::Notify::new());

@@ -13,12 +13,10 @@ use kube::runtime::watcher;
 use super::{owner_id, plan};
 use crate::api::kms_secret::{KmsSecret, KmsSecretStatus};
 use crate::controllers::key::ObjectKey;
-use crate::controllers::queue::Queue;
-use crate::controllers::refs::{RefIndex, written_ref};
-use crate::controllers::registry::queue_on_change;
-use crate::controllers::stores::{Scoped, Watches};
+use crate::controllers::refs::written_ref;
+use crate::controllers::registry::{Watching, queue_on_change};
+use crate::controllers::stores::Scoped;
 use crate::controllers::written::WrittenStatus;
-use crate::sharding::Ownership;
 
 /// What makes a KmsSecret worth reconciling: generation, labels,
 /// annotations, deletion.
@@ -70,12 +68,10 @@ pub fn referenced_secrets(o: &KmsSecret) -> Vec<(String, String)> {
 /// `written` each status write the watch delivers); the cache and the
 /// futures that drive the watch.
 pub fn watch(
-    watches: &Watches,
-    gate: Arc<dyn Ownership>,
-    queue: Arc<Queue<ObjectKey>>,
-    index: Arc<RefIndex>,
+    w: Watching<'_>,
     written: Arc<WrittenStatus<KmsSecretStatus>>,
 ) -> (Scoped<KmsSecret>, Vec<BoxFuture<'static, ()>>) {
+    let (watches, gate, queue, index) = (w.watches, w.gate, w.queue, w.refs);
     let observe = move |o: &KmsSecret, key: &ObjectKey, deleted: bool| {
         if let (Some(uid), Some(rv)) = (&o.metadata.uid, &o.metadata.resource_version) {
             written.seen(uid, rv);
