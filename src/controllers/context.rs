@@ -74,7 +74,7 @@ pub struct Context {
     /// Event recorder.
     pub recorder: Recorder,
     /// Template renderer.
-    pub renderer: Arc<dyn Renderer>,
+    pub renderer: Arc<Renderer>,
     /// The threads renders run on, and their deadline.
     pub renders: Arc<super::render::RenderPool>,
     /// Watched managed Secrets (label `secrets.hanzo.ai/managed=true`).
@@ -117,7 +117,6 @@ impl Context {
     ) -> Result<Option<Arc<K>>, kube::Error>
     where
         K: Namespaced,
-        K::DynamicType: Default + std::hash::Hash + Eq + Clone,
     {
         if let Some(found) = store.get(Some(namespace), name) {
             return Ok(Some(found));
@@ -236,7 +235,7 @@ impl Context {
             gate: Arc::new(OwnsAll),
             settings: Settings::default(),
             recorder,
-            renderer: Arc::new(kms_template::Engine::default()),
+            renderer: super::target::engine_renderer(kms_template::Engine::default()),
             renders: Arc::new(super::render::RenderPool::for_tests()),
             secrets: Scoped::unwatched(),
             config_maps: Scoped::unwatched(),

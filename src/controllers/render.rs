@@ -193,7 +193,7 @@ fn panicked() -> SyncError {
 /// threads with one budget when a target has templates, else here (copying
 /// needs no render).
 pub async fn render_targets(
-    (renders, renderer): (&RenderPool, &Arc<dyn Renderer>),
+    (renders, renderer): (&RenderPool, &Arc<Renderer>),
     targets: &[Target],
     secrets: Arc<Fetched>,
 ) -> Result<Vec<BTreeMap<String, Vec<u8>>>, SyncError> {

@@ -24,12 +24,14 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Debug;
+use std::hash::Hash;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use futures::future::BoxFuture;
 use futures::{FutureExt, Stream, StreamExt};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::Api;
+use kube::core::NamespaceResourceScope as NamespaceScope;
 use kube::core::ObjectMeta;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::events::{Event as KubeEvent, EventType};
@@ -69,28 +71,21 @@ impl Ready {
     }
 }
 
-/// A namespaced kind that can be watched into a [`Scoped`] cache.
+/// A kind whose objects a watch can decode, cache and hand between tasks.
+pub trait Object: Clone + Debug + DeserializeOwned + Serialize + Send + Sync + 'static {}
+
+impl<K: Clone + Debug + DeserializeOwned + Serialize + Send + Sync + 'static> Object for K {}
+
+/// A namespaced kind that can be watched into a [`Scoped`] cache (its
+/// `DynamicType` is what typed kinds have: `()`).
 pub trait Namespaced:
-    Resource<Scope = kube::core::NamespaceResourceScope>
-    + Clone
-    + Debug
-    + DeserializeOwned
-    + Serialize
-    + Send
-    + Sync
-    + 'static
+    Resource<Scope = NamespaceScope, DynamicType: Default + Hash + Eq + Clone + Send + Sync> + Object
 {
 }
 
 impl<K> Namespaced for K where
-    K: Resource<Scope = kube::core::NamespaceResourceScope>
-        + Clone
-        + Debug
-        + DeserializeOwned
-        + Serialize
-        + Send
-        + Sync
-        + 'static
+    K: Resource<Scope = NamespaceScope, DynamicType: Default + Hash + Eq + Clone + Send + Sync>
+        + Object
 {
 }
 
@@ -183,26 +178,27 @@ where
     /// The cached objects whose [`Head`] passes `pick`, decoded (once, as
     /// in [`Scoped::all`]).
     fn decode_where(&self, mut pick: impl FnMut(Head<'_>) -> bool) -> Vec<Arc<K>> {
+        self.each_part(|p, here| p.store.decode_where(|h| here(&h) && pick(h)))
+    }
+
+    /// What `each` gives for every part, given the test that lists an object
+    /// in that part only (once, as in [`Scoped::all`]).
+    fn each_part<T, I: IntoIterator<Item = T>>(
+        &self,
+        mut each: impl FnMut(&Part<K>, &dyn Fn(&Head<'_>) -> bool) -> I,
+    ) -> Vec<T> {
         let parts = self.parts();
         let primary = primary_shards(&parts);
         parts
             .iter()
-            .flat_map(|p| {
-                p.store
-                    .decode_where(|h| listed_here(p, &primary, &h) && pick(h))
-            })
+            .flat_map(|p| each(p, &|h| listed_here(p, &primary, h)))
             .collect()
     }
 
     /// The cached objects a managed object's owner annotation names
     /// (`Kind/namespace/name`), decoded.
     pub fn owned_by(&self, owner: &str) -> Vec<Arc<K>> {
-        let parts = self.parts();
-        let primary = primary_shards(&parts);
-        parts
-            .iter()
-            .flat_map(|p| p.store.owned_by(owner, |h| listed_here(p, &primary, &h)))
-            .collect()
+        self.each_part(|p, here| p.store.owned_by(owner, |h| here(&h)))
     }
 
     /// The uids of the cached objects (nothing decoded).
@@ -215,15 +211,7 @@ where
     /// `f` of every cached object's [`Head`] that gives something, nothing
     /// decoded (once per object, as in [`Scoped::all`]).
     pub fn heads<T>(&self, mut f: impl FnMut(Head<'_>) -> Option<T>) -> Vec<T> {
-        let parts = self.parts();
-        let primary = primary_shards(&parts);
-        parts
-            .iter()
-            .flat_map(|p| {
-                p.store
-                    .heads(|h| listed_here(p, &primary, &h).then(|| f(h)).flatten())
-            })
-            .collect()
+        self.each_part(|p, here| p.store.heads(|h| here(&h).then(|| f(h)).flatten()))
     }
 
     /// How many objects are cached, per shard (`None`: a watch not split by
@@ -907,7 +895,6 @@ where
 impl<K> ShardWatch for ShardedWatch<K>
 where
     K: Namespaced,
-    K::DynamicType: Default + std::hash::Hash + Eq + Clone,
 {
     fn start(&self, shard: u32) -> Vec<Ready> {
         let mut parts = self.scoped.parts_mut();
@@ -1027,7 +1014,6 @@ const LOAD_CONCURRENCY: usize = 8;
 impl<K> KeptWatch<K>
 where
     K: Namespaced,
-    K::DynamicType: Default + std::hash::Hash + Eq + Clone,
 {
     /// Start the watch: the readiness of its first complete list.
     fn spawn(&self, parts: &mut Vec<Part<K>>) -> Ready {
@@ -1186,7 +1172,6 @@ where
 async fn list_all<K>(api: &Api<Lenient<K>>, kind: &str, namespace: &str) -> Vec<Lenient<K>>
 where
     K: Namespaced,
-    K::DynamicType: Default + std::hash::Hash + Eq + Clone,
 {
     let mut out = Vec::new();
     let mut params = kube::api::ListParams::default().limit(500);
@@ -1212,7 +1197,6 @@ where
 impl<K> ShardWatch for KeptWatch<K>
 where
     K: Namespaced,
-    K::DynamicType: Default + std::hash::Hash + Eq + Clone,
 {
     fn start(&self, shard: u32) -> Vec<Ready> {
         let mut parts = self.scoped.parts_mut();
@@ -1355,7 +1339,6 @@ impl Watches {
     ) -> (Scoped<K>, Vec<BoxFuture<'static, ()>>)
     where
         K: Namespaced,
-        K::DynamicType: Default + std::hash::Hash + Eq + Clone,
         F: Fn(&Event<K>) + Send + Sync + 'static,
     {
         self.watch_by(config, &[], on_event)
@@ -1374,7 +1357,6 @@ impl Watches {
     ) -> (Scoped<K>, Vec<BoxFuture<'static, ()>>)
     where
         K: Namespaced,
-        K::DynamicType: Default + std::hash::Hash + Eq + Clone,
         F: Fn(&Event<K>) + Send + Sync + 'static,
     {
         let on_event = Arc::new(on_event);

@@ -4,6 +4,7 @@
 //! what should be. Pure: no I/O.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -546,51 +547,57 @@ pub fn valid_data_key(key: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
 }
 
-/// Renders `source` over `secrets` for the field `field`.
-pub trait Renderer: Send + Sync {
-    /// The rendered bytes (text, unless `binary` allows any bytes), or a
-    /// message that names the field and never a value. Every render of one
-    /// resource draws on the same `budget`.
-    fn render(
-        &self,
-        field: &str,
-        source: &str,
-        secrets: &SecretMap,
-        binary: bool,
-        budget: &mut kms_template::Budget,
-    ) -> Result<Vec<u8>, String>;
+/// Renders a template `source` for the spec field `field` over a model of
+/// secrets (each value with its folder, [`template_model`]): the bytes (text,
+/// unless `binary` allows any bytes), or a message that names the field and
+/// never a value. Every render of one resource draws on the same budget. The
+/// KmsSecret and KmsPushSecret templates both render through it.
+pub type Renderer = dyn Fn(
+        &str,
+        &str,
+        &kms_template::SecretData,
+        bool,
+        &mut kms_template::Budget,
+    ) -> Result<Vec<u8>, String>
+    + Send
+    + Sync;
+
+/// The renderer of the template engine `engine`.
+pub fn engine_renderer(engine: kms_template::Engine) -> Arc<Renderer> {
+    Arc::new(
+        move |field: &str,
+              source: &str,
+              data: &kms_template::SecretData,
+              binary: bool,
+              budget: &mut kms_template::Budget| {
+            let result = if binary {
+                engine.render_bytes_in(field, source, data, budget)
+            } else {
+                engine
+                    .render_in(field, source, data, budget)
+                    .map(String::into_bytes)
+            };
+            result.map_err(|e| e.to_string())
+        },
+    )
 }
 
-impl Renderer for kms_template::Engine {
-    fn render(
-        &self,
-        field: &str,
-        source: &str,
-        secrets: &SecretMap,
-        binary: bool,
-        budget: &mut kms_template::Budget,
-    ) -> Result<Vec<u8>, String> {
-        use secrecy::ExposeSecret;
-        let data: kms_template::SecretData = secrets
-            .iter()
-            .map(|(k, item)| {
-                (
-                    k.clone(),
-                    kms_template::SecretEntry::new(
-                        item.value.expose_secret().as_bytes().to_vec(),
-                        item.secret_path.clone(),
-                    ),
-                )
-            })
-            .collect();
-        let result = if binary {
-            self.render_bytes_in(field, source, &data, budget)
-        } else {
-            self.render_in(field, source, &data, budget)
-                .map(String::into_bytes)
-        };
-        result.map_err(|e| e.to_string())
-    }
+/// The model a template sees of fetched secrets: each value with the folder
+/// it came from.
+pub fn template_model(secrets: &SecretMap) -> kms_template::SecretData {
+    use secrecy::ExposeSecret;
+    secrets
+        .iter()
+        .map(|(k, item)| {
+            (
+                k.clone(),
+                kms_template::SecretEntry::new(
+                    item.value.expose_secret().as_bytes().to_vec(),
+                    item.secret_path.clone(),
+                ),
+            )
+        })
+        .collect()
 }
 
 /// One object a resource writes (a KmsSecret's target, a
@@ -651,7 +658,7 @@ impl Target {
 pub fn build_data(
     target: &Target,
     secrets: &SecretMap,
-    renderer: &dyn Renderer,
+    renderer: &Renderer,
     budget: &mut kms_template::Budget,
 ) -> Result<BTreeMap<String, Vec<u8>>, SyncError> {
     use secrecy::ExposeSecret;
@@ -681,11 +688,11 @@ pub fn build_data(
     if let Some(data) = target.template.as_ref().and_then(|t| t.data.as_ref()) {
         // Secrets hold bytes; ConfigMap data must be text.
         let binary = target.kind == TargetKind::Secret;
+        let model = template_model(secrets);
         for (key, source) in data {
             let field = format!("{}.template.data.{key}", target.field);
-            let rendered = renderer
-                .render(&field, source, secrets, binary, budget)
-                .map_err(SyncError::Template)?;
+            let rendered =
+                renderer(&field, source, &model, binary, budget).map_err(SyncError::Template)?;
             out.insert(key.clone(), rendered);
         }
     }

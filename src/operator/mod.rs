@@ -600,7 +600,7 @@ fn wire(
         gate,
         settings,
         recorder,
-        renderer: Arc::new(kms_template::Engine::default()),
+        renderer: crate::controllers::target::engine_renderer(kms_template::Engine::default()),
         renders: Arc::new(render_pool(args, metrics)),
         secrets: secrets.clone(),
         config_maps: config_maps.clone(),

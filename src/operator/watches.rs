@@ -83,7 +83,6 @@ fn watch_managed<K>(
 ) -> (Scoped<K>, Vec<BoxFuture<'static, ()>>)
 where
     K: Namespaced,
-    K::DynamicType: Default + std::hash::Hash + Eq + Clone,
 {
     let routes = routes.clone();
     let versions: Mutex<HashMap<(String, String), String>> = Mutex::new(HashMap::new());

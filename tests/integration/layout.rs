@@ -385,9 +385,12 @@ const MAX_TEST_SLEEPS: usize = 10;
 /// shape recurring across a folder, such as the derive and `#[kube(…)]`
 /// lists every API type carries: a new type adds those without writing any
 /// logic twice), and those that are more than shape. They may only go down
-/// (lower these when they do).
-const MAX_DUPLICATE_PAIRS: usize = 23;
-const MAX_DUPLICATE_PAIRS_NOT_SHAPE: usize = 21;
+/// (lower these when they do). The five left that are more than shape are
+/// declarations, not logic: the three API types' printer columns and common
+/// status fields (three pairs), the spec's method names beside the KMS's
+/// login methods, and the Go operators' manifests in `migrate`'s tests.
+const MAX_DUPLICATE_PAIRS: usize = 6;
+const MAX_DUPLICATE_PAIRS_NOT_SHAPE: usize = 5;
 
 /// Source text with comments, strings and character literals blanked
 /// (newlines kept), so that braces and `fn` are only code's.

@@ -49,7 +49,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use self::generate::SystemRandomSource;
-use self::plan::{FINALIZER, PushRenderer};
+use self::plan::FINALIZER;
 use self::status::Report;
 use self::write::Cause;
 use super::apply::ensure_owner;
@@ -86,8 +86,6 @@ pub struct Controller {
     generators_ready: stores::Ready,
     /// The controller's queue (to wake a resource at its cleanup deadline).
     queue: Arc<Queue<ObjectKey>>,
-    /// The template engine of push templates (binary values allowed).
-    renderer: Arc<dyn PushRenderer>,
     /// The identity of each resource's last successful login, by UID: used
     /// for cleanup when the credentials Secret is gone.
     identities: Mutex<HashMap<String, Identity>>,
@@ -164,7 +162,6 @@ pub fn watch(w: Watching<'_>) -> (Controller, Vec<BoxFuture<'static, ()>>) {
             generators,
             generators_ready,
             queue,
-            renderer: Arc::new(kms_template::Engine::default()),
             identities: Mutex::new(HashMap::new()),
             written,
             changed,
@@ -526,7 +523,7 @@ impl Controller {
                     .as_ref()
                     .and_then(|s| s.template.clone());
                 let (source, path) = (format!("{sns}/{sname}"), path.to_owned());
-                let renderer = self.renderer.clone();
+                let renderer = ctx.renderer.clone();
                 let render = move |budget: &mut kms_template::Budget| {
                     plan::source_values(
                         &source,

@@ -29,6 +29,7 @@ use crate::api::kms_push_secret::{
 use crate::controllers::auth::generic_method;
 use crate::controllers::error::SyncError;
 use crate::controllers::refs::{namespace_of, written_ref};
+use crate::controllers::target::Renderer;
 use crate::kms::ProjectRef;
 use crate::kms::folders::normalize_path;
 use crate::kms::push::{Folder, NewSecret, StoredSecret};
@@ -157,32 +158,6 @@ pub fn generator_names(cr: &KmsPushSecret) -> Vec<String> {
     names
 }
 
-/// Renders a push template over the source Secret's keys.
-pub trait PushRenderer: Send + Sync {
-    /// The rendered text, or a message that names the field and never a
-    /// value.
-    fn render(
-        &self,
-        field: &str,
-        source: &str,
-        data: &kms_template::SecretData,
-        budget: &mut kms_template::Budget,
-    ) -> Result<String, String>;
-}
-
-impl PushRenderer for kms_template::Engine {
-    fn render(
-        &self,
-        field: &str,
-        source: &str,
-        data: &kms_template::SecretData,
-        budget: &mut kms_template::Budget,
-    ) -> Result<String, String> {
-        self.render_in(field, source, data, budget)
-            .map_err(|e| e.to_string())
-    }
-}
-
 /// The values the source Secret contributes: every key (no template, or
 /// `includeAllSecrets`), overridden by the rendered `template.data` entries.
 /// Each template sees every source key as `{Value, SecretPath}` with
@@ -193,7 +168,7 @@ pub fn source_values(
     data: &BTreeMap<String, Vec<u8>>,
     template: Option<&SecretTemplate>,
     path: &str,
-    renderer: &dyn PushRenderer,
+    renderer: &Renderer,
     budget: &mut kms_template::Budget,
 ) -> Result<BTreeMap<String, SecretString>, SyncError> {
     let mut out = BTreeMap::new();
@@ -204,9 +179,12 @@ pub fn source_values(
             .collect();
         for (key, tpl) in entries {
             let field = format!("push.secret.template.data.{key}");
-            let text = renderer
-                .render(&field, tpl, &model, budget)
-                .map_err(SyncError::Template)?;
+            let text = renderer(&field, tpl, &model, false, budget)
+                .map_err(SyncError::Template)
+                .and_then(|b| {
+                    String::from_utf8(b)
+                        .map_err(|_| SyncError::Template(format!("{field}: not text")))
+                })?;
             out.insert(key.clone(), SecretString::from(text));
         }
     }
@@ -753,8 +731,38 @@ pub fn key_list(keys: &[String]) -> String {
 mod tests {
     use super::*;
     use crate::controllers::kms_push_secret::generate::SystemRandomSource;
+    use crate::controllers::target::engine_renderer;
+    use kms_template::{Budget, SecretData};
+
+    type Rendered = Result<Vec<u8>, String>;
 
     const MARKER: &str = "Managed by kms-operator: KmsPushSecret ns/p (uid u1)";
+
+    static NO_IDS: BTreeMap<String, String> = BTreeMap::new();
+    static NO_RECORDS: BTreeMap<String, GeneratedSecret> = BTreeMap::new();
+
+    fn nobody(_: &str) -> Option<String> {
+        None
+    }
+
+    /// A plan's input with nothing managed or generated yet, `updatePolicy:
+    /// None` and no other resource's markers.
+    fn input<'a>(
+        wanted: &'a BTreeMap<String, Wanted>,
+        stored: &'a [StoredSecret],
+        now: SystemTime,
+    ) -> Input<'a> {
+        Input {
+            wanted,
+            stored,
+            managed: &NO_IDS,
+            generated: &NO_RECORDS,
+            policy: UpdatePolicy::None,
+            marker: MARKER,
+            pushed_by_other: &nobody,
+            now,
+        }
+    }
 
     fn stored(id: &str, key: &str, value: &str, comment: &str) -> StoredSecret {
         StoredSecret {
@@ -791,14 +799,9 @@ mod tests {
         policy: UpdatePolicy,
     ) -> Plan {
         plan(&Input {
-            wanted,
-            stored: listed,
             managed: owned,
-            generated: &BTreeMap::new(),
             policy,
-            marker: MARKER,
-            pushed_by_other: &|_| None,
-            now: SystemTime::now(),
+            ..input(wanted, listed, SystemTime::now())
         })
     }
 
@@ -930,14 +933,9 @@ mod tests {
         let listed = [stored("1", "A", "theirs", other), stored("2", "B", "x", "")];
         let live = |c: &str| parse_marker(c).map(|(owner, _)| owner);
         let p = plan(&Input {
-            wanted: &w,
-            stored: &listed,
-            managed: &BTreeMap::new(),
-            generated: &BTreeMap::new(),
             policy: UpdatePolicy::Replace,
-            marker: MARKER,
             pushed_by_other: &live,
-            now: SystemTime::now(),
+            ..input(&w, &listed, SystemTime::now())
         });
         assert_eq!(
             p.conflicts,
@@ -992,16 +990,7 @@ mod tests {
         let mut w = BTreeMap::new();
         w.insert("PW".to_owned(), gen_entry("Password/pw", "fresh", None));
         // First push: created with the fresh value, recorded on success.
-        let p = plan(&Input {
-            wanted: &w,
-            stored: &[],
-            managed: &BTreeMap::new(),
-            generated: &BTreeMap::new(),
-            policy: UpdatePolicy::None,
-            marker: MARKER,
-            pushed_by_other: &|_| None,
-            now,
-        });
+        let p = plan(&input(&w, &[], now));
         assert_eq!(p.creates[0].value.expose_secret(), "fresh");
         assert_eq!(p.pending["PW"].generator, "Password/pw");
         assert!(p.generated.is_empty());
@@ -1011,14 +1000,9 @@ mod tests {
         let records: BTreeMap<String, GeneratedSecret> =
             [("PW".to_owned(), record("Password/pw", now))].into();
         let p = plan(&Input {
-            wanted: &w,
-            stored: &listed,
             managed: &owned,
             generated: &records,
-            policy: UpdatePolicy::None,
-            marker: MARKER,
-            pushed_by_other: &|_| None,
-            now: now + Duration::from_secs(86_400 * 365),
+            ..input(&w, &listed, now + Duration::from_secs(86_400 * 365))
         });
         assert!(p.is_noop());
         assert_eq!(p.generated, records);
@@ -1028,39 +1012,19 @@ mod tests {
         let mut other = BTreeMap::new();
         other.insert("PW".to_owned(), gen_entry("Password/other", "fresh2", None));
         let p = plan(&Input {
-            wanted: &other,
-            stored: &listed,
             managed: &owned,
             generated: &records,
-            policy: UpdatePolicy::None,
-            marker: MARKER,
-            pushed_by_other: &|_| None,
-            now,
+            ..input(&other, &listed, now)
         });
         assert_eq!(p.updates[0].value.expose_secret(), "fresh2");
         // Recovered by the marker without a record: kept and recorded now.
-        let p = plan(&Input {
-            wanted: &w,
-            stored: &listed,
-            managed: &BTreeMap::new(),
-            generated: &BTreeMap::new(),
-            policy: UpdatePolicy::None,
-            marker: MARKER,
-            pushed_by_other: &|_| None,
-            now,
-        });
+        let p = plan(&input(&w, &listed, now));
         assert!(p.is_noop());
         assert_eq!(p.generated["PW"].generator, "Password/pw");
         // A key of ours that was pushed from the source before: generated now.
         let p = plan(&Input {
-            wanted: &w,
-            stored: &[stored("1", "PW", "from-source", "")],
             managed: &owned,
-            generated: &BTreeMap::new(),
-            policy: UpdatePolicy::None,
-            marker: MARKER,
-            pushed_by_other: &|_| None,
-            now,
+            ..input(&w, &[stored("1", "PW", "from-source", "")], now)
         });
         assert_eq!(p.updates[0].value.expose_secret(), "fresh");
     }
@@ -1079,14 +1043,9 @@ mod tests {
         let young: BTreeMap<String, GeneratedSecret> =
             [("PW".to_owned(), record("Password/pw", now - day / 2))].into();
         let p = plan(&Input {
-            wanted: &w,
-            stored: &listed,
             managed: &owned,
             generated: &young,
-            policy: UpdatePolicy::None,
-            marker: MARKER,
-            pushed_by_other: &|_| None,
-            now,
+            ..input(&w, &listed, now)
         });
         assert!(p.is_noop());
         let due = p.next_rotation.expect("a rotation time");
@@ -1094,14 +1053,9 @@ mod tests {
         let old: BTreeMap<String, GeneratedSecret> =
             [("PW".to_owned(), record("Password/pw", now - day * 2))].into();
         let p = plan(&Input {
-            wanted: &w,
-            stored: &listed,
             managed: &owned,
             generated: &old,
-            policy: UpdatePolicy::None,
-            marker: MARKER,
-            pushed_by_other: &|_| None,
-            now,
+            ..input(&w, &listed, now)
         });
         assert_eq!(p.updates[0].value.expose_secret(), "rotated");
         assert!(p.pending.contains_key("PW"));
@@ -1187,19 +1141,11 @@ mod tests {
         assert!(generator_entries(&fast, lookup, &mut rng).is_err());
     }
 
-    struct Echo;
-    impl PushRenderer for Echo {
-        fn render(
-            &self,
-            field: &str,
-            source: &str,
-            data: &kms_template::SecretData,
-            _budget: &mut kms_template::Budget,
-        ) -> Result<String, String> {
-            data.get(source)
-                .map(|e| format!("{}@{}", e.value.len(), e.secret_path))
-                .ok_or_else(|| format!("{field}: undefined"))
-        }
+    /// A renderer that writes a key's value length and folder.
+    fn echo(field: &str, source: &str, data: &SecretData, _: bool, _: &mut Budget) -> Rendered {
+        data.get(source)
+            .map(|e| format!("{}@{}", e.value.len(), e.secret_path).into_bytes())
+            .ok_or_else(|| format!("{field}: undefined"))
     }
 
     fn bytes(pairs: &[(&str, &[u8])]) -> BTreeMap<String, Vec<u8>> {
@@ -1220,7 +1166,7 @@ mod tests {
         let data = bytes(&[("A", b"a"), ("BIN", &[0xff, 0x00, 0xfe])]);
         let values = |t: Option<&SecretTemplate>, path: &str| {
             let mut budget = kms_template::Budget::new(1_000_000);
-            source_values("ns/src", &data, t, path, &Echo, &mut budget)
+            source_values("ns/src", &data, t, path, &echo, &mut budget)
         };
         // Without a template every key is pushed, and must be text.
         let err = values(None, "/").unwrap_err();
@@ -1251,7 +1197,7 @@ mod tests {
 
     #[test]
     fn the_real_engine_sees_value_and_secret_path() {
-        let engine = kms_template::Engine::default();
+        let engine = engine_renderer(kms_template::Engine::default());
         let data = bytes(&[("USER", b"app"), ("PASS", b"pw")]);
         let t: SecretTemplate = serde_json::from_value(serde_json::json!({"data": {
             "DSN": "postgres://{{ USER.Value }}:{{ PASS.Value }}@db{{ PASS.SecretPath }}"
@@ -1263,7 +1209,7 @@ mod tests {
                 &data,
                 Some(&t),
                 "/prod",
-                &engine,
+                &*engine,
                 &mut kms_template::Budget::new(1_000_000),
             )
             .unwrap(),

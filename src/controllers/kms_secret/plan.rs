@@ -591,6 +591,7 @@ mod tests {
     use super::*;
     use crate::controllers::target::{Renderer, build_data};
     use crate::kms::SecretMap;
+    use kms_template::{Budget, SecretData};
 
     fn record(generation: i64, next_due: SystemTime) -> SyncRecord {
         SyncRecord {
@@ -691,22 +692,20 @@ mod tests {
     use crate::kms::SecretItem;
     use secrecy::SecretString;
 
-    struct Upper;
-    impl Renderer for Upper {
-        fn render(
-            &self,
-            _field: &str,
-            source: &str,
-            secrets: &SecretMap,
-            _binary: bool,
-            _budget: &mut kms_template::Budget,
-        ) -> Result<Vec<u8>, String> {
-            use secrecy::ExposeSecret;
-            secrets
-                .get(source)
-                .map(|s| s.value.expose_secret().to_uppercase().into_bytes())
-                .ok_or_else(|| format!("undefined {source}"))
-        }
+    /// A renderer that reads a template as the name of a secret and writes
+    /// its value in capitals.
+    fn upper() -> Box<Renderer> {
+        Box::new(
+            |_: &str, source: &str, data: &SecretData, _: bool, _: &mut Budget| {
+                data.get(source)
+                    .map(|e| {
+                        String::from_utf8_lossy(&e.value)
+                            .to_uppercase()
+                            .into_bytes()
+                    })
+                    .ok_or_else(|| format!("undefined {source}"))
+            },
+        )
     }
 
     fn text(m: BTreeMap<String, Vec<u8>>) -> BTreeMap<String, String> {
@@ -907,7 +906,7 @@ mod tests {
     fn data_without_template_is_everything() {
         let c = cr(serde_json::json!({"managedKubeSecretReferences": [{"secretName": "s"}]}));
         let t = &targets(&c, false).unwrap()[0];
-        let d = text(build_data(t, &secrets(), &Upper, &mut budget()).unwrap());
+        let d = text(build_data(t, &secrets(), &*upper(), &mut budget()).unwrap());
         assert_eq!(
             d,
             [
@@ -926,10 +925,10 @@ mod tests {
         ]}));
         let t = targets(&c, false).unwrap();
         assert_eq!(
-            text(build_data(&t[0], &secrets(), &Upper, &mut budget()).unwrap()),
+            text(build_data(&t[0], &secrets(), &*upper(), &mut budget()).unwrap()),
             [("X".to_owned(), "A1".to_owned())].into()
         );
-        let all = text(build_data(&t[1], &secrets(), &Upper, &mut budget()).unwrap());
+        let all = text(build_data(&t[1], &secrets(), &*upper(), &mut budget()).unwrap());
         assert_eq!(all["A"], "B1");
         assert_eq!(all["B"], "b1");
     }
@@ -940,20 +939,10 @@ mod tests {
             serde_json::json!({"managedKubeSecretReferences": [{"secretName": "s", "template": {"data": {"X": "MISSING"}}}]}),
         );
         let t = &targets(&c, false).unwrap()[0];
-        struct Named;
-        impl Renderer for Named {
-            fn render(
-                &self,
-                field: &str,
-                _: &str,
-                _: &SecretMap,
-                _: bool,
-                _: &mut kms_template::Budget,
-            ) -> Result<Vec<u8>, String> {
-                Err(format!("{field}: undefined"))
-            }
-        }
-        let err = build_data(t, &secrets(), &Named, &mut budget())
+        let named = |field: &str, _: &str, _: &SecretData, _: bool, _: &mut Budget| {
+            Err(format!("{field}: undefined"))
+        };
+        let err = build_data(t, &secrets(), &named, &mut budget())
             .unwrap_err()
             .to_string();
         assert_eq!(
@@ -975,7 +964,7 @@ mod tests {
                 secret_path: "/".into(),
             },
         );
-        let err = build_data(t, &s, &Upper, &mut budget()).unwrap_err();
+        let err = build_data(t, &s, &*upper(), &mut budget()).unwrap_err();
         assert_eq!(err.reason(), "InvalidSecretKey");
         let err = err.to_string();
         assert!(
@@ -990,7 +979,7 @@ mod tests {
             "template": {"includeAllSecrets": false, "data": {"bad key": "A"}}}]}),
         );
         let t = &targets(&c, false).unwrap()[0];
-        let err = build_data(t, &secrets(), &Upper, &mut budget()).unwrap_err();
+        let err = build_data(t, &secrets(), &*upper(), &mut budget()).unwrap_err();
         assert_eq!(err.reason(), "InvalidSpec");
         assert!(
             err.to_string()
