@@ -42,9 +42,9 @@ impl Outcome {
 /// The resources of the API group that must be served: the three kinds
 /// and ClusterGenerators.
 fn resources() -> impl Iterator<Item = &'static str> {
-    crate::status::KINDS
+    crate::api::kinds::KINDS
         .iter()
-        .map(|(_, plural)| *plural)
+        .map(|k| k.plural)
         .chain(["clustergenerators"])
 }
 
@@ -179,13 +179,13 @@ pub fn render(outcomes: &[Outcome]) -> String {
 /// `KIND/NAME` or `NAME` (a KmsSecret) → (kind, plural, name).
 pub(crate) fn parse_resource(arg: &str) -> anyhow::Result<(&'static str, &'static str, String)> {
     let (kind, name) = arg.split_once('/').unwrap_or(("KmsSecret", arg));
-    let found = crate::status::KINDS.iter().find(|(k, r)| {
-        k.eq_ignore_ascii_case(kind) || *r == kind || r.strip_suffix('s') == Some(kind)
+    let found = crate::api::kinds::KINDS.iter().find(|k| {
+        let r = k.plural;
+        k.kind.eq_ignore_ascii_case(kind) || r == kind || r.strip_suffix('s') == Some(kind)
     });
-    let Some((kind, plural)) = found else {
-        anyhow::bail!(
-            "{arg}: unknown kind {kind:?} (KmsSecret, KmsPushSecret or KmsDynamicSecret)"
-        );
+    let Some(&crate::api::kinds::KindInfo { kind, plural, .. }) = found else {
+        let known: Vec<&str> = crate::api::kinds::KINDS.iter().map(|k| k.kind).collect();
+        anyhow::bail!("{arg}: unknown kind {kind:?} ({})", known.join(", "));
     };
     if name.is_empty() {
         anyhow::bail!("{arg}: no name");

@@ -7,14 +7,13 @@
 
 use std::time::Duration;
 
+use crate::api::kinds::KINDS;
 use crate::kms::auth::LoginMethod;
 use prometheus::{
     Encoder, Gauge, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
     Opts, Registry, TextEncoder,
 };
 
-/// The controllers, as metric label values.
-pub const CONTROLLERS: [&str; 3] = ["kmssecret", "kmspushsecret", "kmsdynamicsecret"];
 /// Reconcile results, as metric label values.
 pub const RESULTS: [&str; 3] = ["success", "error", "requeue"];
 /// Workload kinds that can be reloaded.
@@ -42,13 +41,8 @@ pub const KMS_ENDPOINTS: [&str; 18] = [
     "DELETE /api/v1/dynamic-secrets/leases/:leaseId",
 ];
 /// Kinds whose objects may fail to decode (watched custom resources), as
-/// metric label values.
-pub const DECODED_KINDS: [&str; 4] = [
-    "KmsSecret",
-    "KmsPushSecret",
-    "KmsDynamicSecret",
-    "ClusterGenerator",
-];
+/// metric label values: ours ([`KINDS`]) and this one.
+const DECODED_KINDS_MORE: [&str; 1] = ["ClusterGenerator"];
 
 /// Creates metrics and registers them. Registration only fails on
 /// duplicate or invalid names, which are constants here: a failure is a
@@ -338,7 +332,7 @@ impl Metrics {
         for shard in 0..shards {
             let s = shard.to_string();
             let s = s.as_str();
-            for c in CONTROLLERS {
+            for c in KINDS.iter().map(|k| k.controller) {
                 for r in RESULTS {
                     self.reconcile_total.with_label_values(&[c, r, s]);
                 }
@@ -370,7 +364,7 @@ impl Metrics {
         for k in RELOAD_KINDS {
             self.reloads.with_label_values(&[k]);
         }
-        for k in DECODED_KINDS {
+        for k in KINDS.iter().map(|k| k.kind).chain(DECODED_KINDS_MORE) {
             self.undecodable_objects.with_label_values(&[k]);
         }
     }

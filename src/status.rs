@@ -13,6 +13,7 @@ use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Client, ResourceExt};
 use serde::Serialize;
 
+use crate::api::kinds::{KINDS, KindInfo};
 use crate::cli::{OperatorArgs, OutputFormat, StatusArgs};
 use crate::cluster::{self, Scope};
 
@@ -313,13 +314,6 @@ fn list_error(what: &str, where_: &str, e: &kube::Error) -> String {
     }
 }
 
-/// The three kinds: kind and plural.
-pub(crate) const KINDS: [(&str, &str); 3] = [
-    ("KmsSecret", "kmssecrets"),
-    ("KmsPushSecret", "kmspushsecrets"),
-    ("KmsDynamicSecret", "kmsdynamicsecrets"),
-];
-
 /// List the resources of `scope`: each kind the user may list, the others
 /// noted.
 async fn list_resources(
@@ -333,7 +327,7 @@ async fn list_resources(
     };
     let mut resources = Vec::new();
     let mut failures = Vec::new();
-    for (kind, plural) in KINDS {
+    for KindInfo { kind, plural, .. } in KINDS {
         let ar = ApiResource::from_gvk_with_plural(
             &GroupVersionKind::gvk(crate::api::GROUP, crate::api::VERSION, kind),
             plural,

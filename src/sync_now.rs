@@ -5,25 +5,29 @@
 //! sync for it), and prints the `Ready` condition; exit status 1 when the
 //! resource is not Ready or the wait timed out.
 
-use std::fmt::Debug;
 use std::time::Duration;
 
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::wait::await_condition;
-use serde::de::DeserializeOwned;
 
-use crate::api::kms_dynamic_secret::KmsDynamicSecret;
-use crate::api::kms_push_secret::KmsPushSecret;
-use crate::api::kms_secret::KmsSecret;
+use crate::api::{GROUP, VERSION};
 use crate::cli::SyncArgs;
 use crate::cluster;
-use crate::controllers::force_sync::{self, Forceable};
+use crate::controllers::force_sync;
+
+/// The `forceSync` value a resource's status records.
+fn handled(o: &DynamicObject) -> Option<&str> {
+    o.data.pointer("/status/forceSync")?.as_str()
+}
 
 /// The Ready condition of a resource (its status, reason and message), or
 /// none yet.
-fn ready_of<K: Forceable>(o: &K) -> Option<(String, String, String)> {
-    let c = o.conditions().iter().find(|c| c.type_ == "Ready")?;
-    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
+fn ready_of(o: &DynamicObject) -> Option<(String, String, String)> {
+    let conditions = o.data.pointer("/status/conditions")?.as_array()?;
+    let c = conditions.iter().find(|c| c["type"] == "Ready")?;
+    let field = |f: &str| c[f].as_str().unwrap_or_default().to_owned();
+    Some((field("status"), field("reason"), field("message")))
 }
 
 /// The line printed for the outcome, and whether it is a success (pure).
@@ -59,19 +63,8 @@ pub fn outcome(
     )
 }
 
-/// A kind `sync` can ask and watch.
-trait Syncable:
-    Forceable<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + 'static
-{
-}
-
-impl<K: Forceable<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + 'static> Syncable
-    for K
-{
-}
-
-async fn sync_one<K: Syncable>(
-    api: Api<K>,
+async fn sync_one(
+    api: Api<DynamicObject>,
     what: &str,
     name: &str,
     timeout: Duration,
@@ -82,43 +75,30 @@ async fn sync_one<K: Syncable>(
         .await
         .map_err(|e| anyhow::anyhow!("{what}: setting {}: {e}", force_sync::ANNOTATION))?;
     let wanted = value.clone();
-    let done = await_condition(api.clone(), name, move |o: Option<&K>| {
-        o.is_some_and(|o| o.handled() == Some(wanted.as_str()))
+    let done = await_condition(api.clone(), name, move |o: Option<&DynamicObject>| {
+        o.is_some_and(|o| handled(o) == Some(wanted.as_str()))
     });
     let last = match tokio::time::timeout(timeout, done).await {
         Ok(Ok(o)) => o,
         Ok(Err(e)) => anyhow::bail!("{what}: watching for the result: {e}"),
         Err(_) => api.get_opt(name).await.ok().flatten(),
     };
-    let handled = last.as_ref().and_then(|o| o.handled()) == Some(value.as_str());
-    let (line, ok) = outcome(what, &value, handled, last.as_ref().and_then(ready_of));
+    let done = last.as_ref().and_then(handled) == Some(value.as_str());
+    let (line, ok) = outcome(what, &value, done, last.as_ref().and_then(ready_of));
     println!("{line}");
     Ok(ok)
 }
 
 /// Run the command; `Ok(false)` when the resource is not Ready afterwards.
 pub async fn run(args: SyncArgs) -> anyhow::Result<bool> {
-    let (kind, _, name) = crate::check::parse_resource(&args.resource)?;
+    let (kind, plural, name) = crate::check::parse_resource(&args.resource)?;
     let (client, context_ns) = cluster::connect(&args.cluster).await?;
     let ns = args.cluster.namespace.clone().unwrap_or(context_ns);
     let what = format!("{kind} {ns}/{name}");
-    // The same steps for each kind, typed.
-    macro_rules! sync_kind {
-        ($k:ty) => {
-            sync_one(
-                Api::<$k>::namespaced(client, &ns),
-                &what,
-                &name,
-                args.timeout,
-            )
-            .await
-        };
-    }
-    match kind {
-        "KmsPushSecret" => sync_kind!(KmsPushSecret),
-        "KmsDynamicSecret" => sync_kind!(KmsDynamicSecret),
-        _ => sync_kind!(KmsSecret),
-    }
+    let resource =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, VERSION, kind), plural);
+    let api = Api::<DynamicObject>::namespaced_with(client, &ns, &resource);
+    sync_one(api, &what, &name, args.timeout).await
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ pub mod cluster_generator;
 pub mod common;
 pub mod conditions;
 pub mod duration;
+pub mod kinds;
 // kube's `printcolumn(...)` repeats `type_ = ...` once per column, which
 // clippy reads as duplicated attributes.
 #[allow(clippy::duplicated_attributes)]

@@ -30,7 +30,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{APIResourceList, OwnerRefer
 use kube::{Client, Resource};
 use serde_json::{Value, json};
 
-use super::{GROUP, KmsDynamicSecret, KmsPushSecret, KmsSecret, VERSION};
+use super::kinds::KINDS;
+use super::{GROUP, VERSION};
 
 /// The longest wait between two discoveries while the CRDs are missing.
 const DISCOVERY_BACKOFF_MAX: Duration = Duration::from_secs(30);
@@ -58,25 +59,18 @@ pub enum ServedError {
     },
 }
 
-/// The plurals of the three resources.
-const OURS: [&str; 3] = ["kmssecrets", "kmspushsecrets", "kmsdynamicsecrets"];
-
-/// The kinds, as the cluster serves them, of `kmssecrets`, `kmspushsecrets`
-/// and `kmsdynamicsecrets`. [`Default`] is our own spelling (for tests and
-/// for code that runs without a cluster).
+/// The kinds, as the cluster serves them, of our resources ([`KINDS`], in
+/// its order). [`Default`] is our own spelling (for tests and for code that
+/// runs without a cluster).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServedKinds {
-    kms_secret: String,
-    kms_push_secret: String,
-    kms_dynamic_secret: String,
+    served: Vec<String>,
 }
 
 impl Default for ServedKinds {
     fn default() -> Self {
         Self {
-            kms_secret: KmsSecret::kind(&()).into_owned(),
-            kms_push_secret: KmsPushSecret::kind(&()).into_owned(),
-            kms_dynamic_secret: KmsDynamicSecret::kind(&()).into_owned(),
+            served: KINDS.iter().map(|k| k.kind.to_owned()).collect(),
         }
     }
 }
@@ -95,7 +89,7 @@ impl ServedKinds {
                 Ok(list) => Self::from_resources(&list),
                 // The group is not served: none of the CRDs is installed.
                 Err(kube::Error::Api(s)) if s.code == 404 => Err(ServedError::Missing {
-                    plurals: OURS.iter().map(|p| (*p).to_owned()).collect(),
+                    plurals: KINDS.iter().map(|k| k.plural.to_owned()).collect(),
                 }),
                 Err(e) => Err(ServedError::Discovery(e.to_string())),
             };
@@ -116,31 +110,27 @@ impl ServedKinds {
 
     /// The kinds in a discovery document of `secrets.hanzo.ai/v1alpha1`.
     pub fn from_resources(list: &APIResourceList) -> Result<Self, ServedError> {
-        let kind = |plural: Cow<'_, str>| {
-            list.resources
-                .iter()
-                .find(|r| r.name == plural)
-                .map(|r| r.kind.clone())
-        };
-        match (
-            kind(KmsSecret::plural(&())),
-            kind(KmsPushSecret::plural(&())),
-            kind(KmsDynamicSecret::plural(&())),
-        ) {
-            (Some(kms_secret), Some(kms_push_secret), Some(kms_dynamic_secret)) => Ok(Self {
-                kms_secret,
-                kms_push_secret,
-                kms_dynamic_secret,
-            }),
-            found => Err(ServedError::Missing {
-                plurals: [found.0.is_none(), found.1.is_none(), found.2.is_none()]
-                    .into_iter()
-                    .zip(OURS)
-                    .filter(|(missing, _)| *missing)
-                    .map(|(_, p)| p.to_owned())
-                    .collect(),
-            }),
+        let served: Vec<Option<String>> = KINDS
+            .iter()
+            .map(|k| {
+                list.resources
+                    .iter()
+                    .find(|r| r.name == k.plural)
+                    .map(|r| r.kind.clone())
+            })
+            .collect();
+        let missing: Vec<String> = KINDS
+            .iter()
+            .zip(&served)
+            .filter(|(_, s)| s.is_none())
+            .map(|(k, _)| k.plural.to_owned())
+            .collect();
+        if !missing.is_empty() {
+            return Err(ServedError::Missing { plurals: missing });
         }
+        Ok(Self {
+            served: served.into_iter().flatten().collect(),
+        })
     }
 
     /// Whether any kind is spelled other than ours (a cluster taken over
@@ -149,18 +139,13 @@ impl ServedKinds {
         *self != Self::default()
     }
 
-    /// The served kind of `K` (one of our three resources; any other type's
-    /// own kind).
+    /// The served kind of `K` (one of our resources; any other type's own
+    /// kind).
     pub fn kind_of<K: Resource<DynamicType = ()>>(&self) -> Cow<'_, str> {
         let ours = K::kind(&());
-        if ours == KmsSecret::kind(&()) {
-            Cow::Borrowed(&self.kms_secret)
-        } else if ours == KmsPushSecret::kind(&()) {
-            Cow::Borrowed(&self.kms_push_secret)
-        } else if ours == KmsDynamicSecret::kind(&()) {
-            Cow::Borrowed(&self.kms_dynamic_secret)
-        } else {
-            ours
+        match KINDS.iter().position(|k| k.kind == ours) {
+            Some(i) => Cow::Borrowed(&self.served[i]),
+            None => ours,
         }
     }
 
@@ -197,6 +182,7 @@ impl ServedKinds {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::{KmsDynamicSecret, KmsPushSecret, KmsSecret};
 
     fn list(kinds: &[(&str, &str)]) -> APIResourceList {
         serde_json::from_value(json!({

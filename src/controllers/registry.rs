@@ -78,6 +78,17 @@ pub trait Kind: Send + Sync + 'static {
     /// Start its workers; the task ends once the queue is closed and the
     /// reconciles in flight are done.
     fn start(self: Arc<Self>, ctx: Arc<Context>) -> JoinHandle<()>;
+    /// The `Ready` condition of each of its resources in a namespace that
+    /// `owned` accepts (`kms_operator_resource_ready`); none for a kind
+    /// without resources of its own.
+    fn ready_rows(&self, _owned: &dyn Fn(&str) -> bool) -> Vec<super::readiness::Row> {
+        Vec::new()
+    }
+    /// Its kind and how many of its objects are cached, by shard (`None`:
+    /// a watch not split by shard), for `kms_operator_cached_objects`.
+    fn cached(&self) -> Option<(&'static str, std::collections::BTreeMap<Option<u32>, usize>)> {
+        None
+    }
 }
 
 /// What the wiring does with a queue, whatever its key.
@@ -159,7 +170,7 @@ where
     T::DynamicType: Hash + Eq + Clone,
 {
     controller: &'static str,
-    kind: String,
+    kind: &'static str,
     store: Scoped<T>,
     queue: Arc<Queue<ObjectKey>>,
     reconciler: Arc<R>,
@@ -170,16 +181,22 @@ where
     T: Resource + Clone + 'static,
     T::DynamicType: Default + Hash + Eq + Clone,
 {
-    /// Register `controller` over the cache `store`, fed into `queue`.
-    pub fn new(
-        controller: &'static str,
-        store: Scoped<T>,
-        queue: Arc<Queue<ObjectKey>>,
-        reconciler: R,
-    ) -> Self {
+    /// Register the controller of `T` (its line in
+    /// [`KINDS`](crate::api::kinds::KINDS)) over the
+    /// cache `store`, fed into `queue`.
+    ///
+    /// # Panics
+    ///
+    /// When `T` has no line in the table (a unit test there checks every
+    /// kind).
+    pub fn new(store: Scoped<T>, queue: Arc<Queue<ObjectKey>>, reconciler: R) -> Self {
+        let dynamic_type = T::DynamicType::default();
+        let kind = T::kind(&dynamic_type);
+        let info = crate::api::kinds::info(&kind)
+            .unwrap_or_else(|| panic!("{kind} has no line in api::kinds::KINDS"));
         Self {
-            controller,
-            kind: T::kind(&T::DynamicType::default()).into_owned(),
+            controller: info.controller,
+            kind: info.kind,
             store,
             queue,
             reconciler: Arc::new(reconciler),
@@ -197,6 +214,7 @@ impl<T, R> Kind for Resources<T, R>
 where
     T: Resource
         + HostApi
+        + super::force_sync::Forceable
         + Clone
         + Debug
         + DeserializeOwned
@@ -212,7 +230,7 @@ where
     }
 
     fn resource_kind(&self) -> Option<&str> {
-        Some(&self.kind)
+        Some(self.kind)
     }
 
     fn enqueue(&self, namespace: &str, name: &str, gate: &dyn Ownership) {
@@ -263,6 +281,23 @@ where
 
     fn start(self: Arc<Self>, ctx: Arc<Context>) -> JoinHandle<()> {
         spawn_workers(ctx, &self.queue, self.controller, &self.reconciler)
+    }
+
+    fn ready_rows(&self, owned: &dyn Fn(&str) -> bool) -> Vec<super::readiness::Row> {
+        let all = self.store.all();
+        all.iter()
+            .filter_map(|o| {
+                let ns = o.meta().namespace.as_deref().unwrap_or_default();
+                owned(ns).then(|| {
+                    let name = o.meta().name.as_deref().unwrap_or_default();
+                    super::readiness::Row::of(self.kind, ns, name, o.conditions())
+                })
+            })
+            .collect()
+    }
+
+    fn cached(&self) -> Option<(&'static str, std::collections::BTreeMap<Option<u32>, usize>)> {
+        Some((self.kind, self.store.counts()))
     }
 }
 

@@ -22,9 +22,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::events::Reporter;
 use kube::{Client, ResourceExt};
 
-use crate::api::common::Condition;
 use crate::api::kms_dynamic_secret::KmsDynamicSecret;
-use crate::api::kms_push_secret::KmsPushSecret;
 use crate::api::kms_secret::KmsSecret;
 use crate::api::served::ServedKinds;
 use crate::cli::{RunArgs, WatchScope};
@@ -105,10 +103,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         ctx.settings.namespaces.clone(),
         cache.clone(),
     )));
-    let resources = (wired.kms_secrets.clone(), wired.push, wired.dynamic.clone());
     tasks.push(tokio::spawn(report_readiness(
         ctx.clone(),
-        resources,
+        registry.clone(),
         args.metrics_per_resource,
     )));
     tasks.push(tokio::spawn(report_queue(
@@ -455,12 +452,11 @@ struct Wired {
     global_store: Scoped<ConfigMap>,
     /// Dynamic secrets (the held-leases gauge).
     dynamic: Scoped<KmsDynamicSecret>,
-    /// Push secrets (the readiness gauge).
-    push: Scoped<KmsPushSecret>,
     /// The rollout budget, shared among live replicas.
     reload_budget: Arc<Limiter>,
-    /// The caches of the kinds a replica may split by shard, by kind (for
-    /// `kms_operator_cached_objects`).
+    /// The caches of managed objects, by kind (for
+    /// `kms_operator_cached_objects`; the kinds' own caches are counted
+    /// through the registry).
     cached: Vec<(&'static str, Box<dyn Cache>)>,
 }
 
@@ -551,7 +547,6 @@ fn wire(
     let (dynamic, d) = kms_dynamic_secret::watch(watching(&dynamic_queue));
     drivers.extend(d);
     let dynamic_resources = dynamic.resources.clone();
-    let push_resources = push.resources.clone();
     let referenced = Arc::new(SecretReads::new(secrets.clone()));
     drivers.extend(watches::referenced_secrets(
         client,
@@ -569,14 +564,8 @@ fn wire(
     let registry = routes.registry.clone();
     registry.set(vec![
         kms_secret_kind,
+        Arc::new(Resources::new(push.resources.clone(), push_queue, push)),
         Arc::new(Resources::new(
-            kms_push_secret::CONTROLLER,
-            push.resources.clone(),
-            push_queue,
-            push,
-        )),
-        Arc::new(Resources::new(
-            kms_dynamic_secret::CONTROLLER,
             dynamic.resources.clone(),
             dynamic_queue,
             dynamic,
@@ -614,9 +603,6 @@ fn wire(
         served,
     });
     let cached: Vec<(&'static str, Box<dyn Cache>)> = vec![
-        ("KmsSecret", Box::new(kms_secrets.clone())),
-        ("KmsPushSecret", Box::new(push_resources.clone())),
-        ("KmsDynamicSecret", Box::new(dynamic_resources.clone())),
         ("Secret", Box::new(secrets.clone())),
         ("ConfigMap", Box::new(config_maps.clone())),
     ];
@@ -628,7 +614,6 @@ fn wire(
         caches: vec![Box::new(secrets), Box::new(config_maps)],
         global_store,
         dynamic: dynamic_resources,
-        push: push_resources,
         reload_budget,
         cached,
     })
@@ -657,12 +642,7 @@ fn kms_secret_kind(
     let (resources, drivers) = kms_secret::watch::watch(watching, written.clone());
     let controller =
         kms_secret::Controller::new(kms, gate.clone(), resources.clone(), queue.clone(), written);
-    let kind = Arc::new(Resources::new(
-        kms_secret::CONTROLLER,
-        resources.clone(),
-        queue,
-        controller,
-    ));
+    let kind = Arc::new(Resources::new(resources.clone(), queue, controller));
     (kind, resources, drivers)
 }
 
@@ -863,54 +843,18 @@ fn open_cache(args: &RunArgs) -> anyhow::Result<Option<storage::Store>> {
 /// dynamic leases per controller and shard, every 5 s.
 /// Every 5 s, the resources this replica owns by their Ready condition
 /// (`kms_operator_resource_ready`, see `controllers::readiness`).
-async fn report_readiness(
-    ctx: Arc<Context>,
-    (secrets, push, dynamic): (
-        Scoped<KmsSecret>,
-        Scoped<KmsPushSecret>,
-        Scoped<KmsDynamicSecret>,
-    ),
-    per_resource: bool,
-) {
-    use crate::controllers::readiness::{self, Row};
+async fn report_readiness(ctx: Arc<Context>, registry: Registry, per_resource: bool) {
+    use crate::controllers::readiness;
     let mut tick = tokio::time::interval(Duration::from_secs(5));
     let mut last = readiness::Published::default();
     loop {
         tick.tick().await;
         let owned = |ns: &str| ctx.gate.owns(ctx.gate.shard_of(ns));
-        let mut rows = Vec::new();
-        let row = |kind, o: &kube::api::ObjectMeta, c: Option<&[Condition]>| {
-            let ns = o.namespace.as_deref().unwrap_or_default();
-            owned(ns).then(|| {
-                Row::of(
-                    kind,
-                    ns,
-                    o.name.as_deref().unwrap_or_default(),
-                    c.unwrap_or(&[]),
-                )
-            })
-        };
-        rows.extend(secrets.all().iter().filter_map(|o| {
-            row(
-                "KmsSecret",
-                &o.metadata,
-                o.status.as_ref().map(|s| s.conditions.as_slice()),
-            )
-        }));
-        rows.extend(push.all().iter().filter_map(|o| {
-            row(
-                "KmsPushSecret",
-                &o.metadata,
-                o.status.as_ref().map(|s| s.conditions.as_slice()),
-            )
-        }));
-        rows.extend(dynamic.all().iter().filter_map(|o| {
-            row(
-                "KmsDynamicSecret",
-                &o.metadata,
-                o.status.as_ref().map(|s| s.conditions.as_slice()),
-            )
-        }));
+        let rows: Vec<_> = registry
+            .kinds()
+            .iter()
+            .flat_map(|k| k.ready_rows(&owned))
+            .collect();
         readiness::publish(&ctx.metrics, &rows, per_resource, &mut last);
     }
 }
@@ -924,8 +868,9 @@ async fn report_queue(
     let mut tick = tokio::time::interval(Duration::from_secs(5));
     loop {
         tick.tick().await;
-        for (kind, cache) in &cached {
-            let counts = cache.counts();
+        let of_kinds = registry.kinds().iter().filter_map(|k| k.cached());
+        let of_caches = cached.iter().map(|(kind, cache)| (*kind, cache.counts()));
+        for (kind, counts) in of_kinds.chain(of_caches) {
             let whole = counts.get(&None).copied();
             let gauge = |shard: &str, n: usize| {
                 ctx.metrics

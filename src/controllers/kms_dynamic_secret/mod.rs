@@ -67,8 +67,6 @@ use crate::api::kms_dynamic_secret::{
 use crate::kms::leases::{LeaseTarget, renewal_refused};
 use crate::kms::{Identity, KmsError, SecretItem, SecretMap};
 
-/// The controller's metric label.
-pub const CONTROLLER: &str = "kmsdynamicsecret";
 /// The finalizer that guards lease revocation.
 pub const FINALIZER: &str = "dynamicsecret.secrets.hanzo.ai/finalizer";
 pub use self::status::RETIRE_GRACE;

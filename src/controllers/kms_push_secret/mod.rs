@@ -73,9 +73,6 @@ use crate::kms::push::{Folder, StoredSecret};
 use crate::kms::{Identity, KmsError};
 use crate::sharding::Ownership;
 
-/// The controller's metric label.
-pub const CONTROLLER: &str = "kmspushsecret";
-
 /// The controller's watched state.
 pub struct Controller {
     /// Watched resources.

@@ -56,9 +56,6 @@ use crate::api::kms_secret::{KmsSecret, KmsSecretStatus};
 use crate::kms::Kms;
 use crate::sharding::Ownership;
 
-/// The controller's metric label.
-pub const CONTROLLER: &str = "kmssecret";
-
 /// `KmsSecret/<ns>/<name>`.
 pub fn owner_id(ns: &str, name: &str) -> String {
     format!("KmsSecret/{ns}/{name}")
