@@ -40,6 +40,59 @@ pub fn info(kind: &str) -> Option<&'static KindInfo> {
     KINDS.iter().find(|k| k.kind == kind)
 }
 
+/// One of our resources whose status records the force-sync value handled
+/// (`secrets.hanzo.ai/force-sync`) and its conditions.
+pub trait Forceable: kube::Resource {
+    /// `status.forceSync`.
+    fn handled(&self) -> Option<&str>;
+    /// `status.conditions`.
+    fn conditions(&self) -> &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition];
+}
+
+/// One of our resources, which may name its own KMS (`spec.hostAPI`) and CA
+/// (`spec.tls.caRef`) or follow the global configuration, field by field.
+pub trait HostApi {
+    /// Its own `hostAPI`, if set.
+    fn host_api(&self) -> Option<&str>;
+    /// Its own `tls.caRef` secret name, if set.
+    fn ca_secret(&self) -> Option<&str>;
+    /// Whether any field of its endpoint falls back to the global
+    /// configuration.
+    fn uses_global_config(&self) -> bool {
+        self.host_api().is_none_or(|h| h.trim().is_empty())
+            || self.ca_secret().is_none_or(|n| n.trim().is_empty())
+    }
+}
+
+/// Gives one of our API types the views every resource has ([`Forceable`],
+/// [`HostApi`]); each type's file names itself once.
+macro_rules! our_resource {
+    ($kind:ty) => {
+        impl $crate::api::kinds::Forceable for $kind {
+            fn handled(&self) -> Option<&str> {
+                self.status.as_ref()?.force_sync.as_deref()
+            }
+            fn conditions(&self) -> &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition] {
+                self.status.as_ref().map_or(&[], |s| &s.conditions)
+            }
+        }
+
+        impl $crate::api::kinds::HostApi for $kind {
+            fn host_api(&self) -> Option<&str> {
+                self.spec.host_api.as_deref()
+            }
+            fn ca_secret(&self) -> Option<&str> {
+                self.spec
+                    .tls
+                    .as_ref()
+                    .and_then(|t| t.ca_ref.as_ref())
+                    .map(|r| r.secret_name.as_str())
+            }
+        }
+    };
+}
+pub(crate) use our_resource;
+
 #[cfg(test)]
 mod tests {
     use super::*;

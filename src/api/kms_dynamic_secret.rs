@@ -179,3 +179,5 @@ pub struct KmsDynamicSecretStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub force_sync: Option<String>,
 }
+
+super::kinds::our_resource!(KmsDynamicSecret);

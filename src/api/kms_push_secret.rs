@@ -246,3 +246,5 @@ pub struct GeneratedSecret {
     /// When the value was generated.
     pub generated_at: Time,
 }
+
+super::kinds::our_resource!(KmsPushSecret);

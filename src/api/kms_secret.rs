@@ -366,3 +366,5 @@ pub struct KmsSecretStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub force_sync: Option<String>,
 }
+
+super::kinds::our_resource!(KmsSecret);

@@ -8,37 +8,11 @@
 //! condition says that the forced sync waits for the KMS.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::Resource;
-
-use crate::api::kms_dynamic_secret::KmsDynamicSecret;
-use crate::api::kms_push_secret::KmsPushSecret;
-use crate::api::kms_secret::KmsSecret;
 
 /// The annotation that asks for a sync now (any new value).
 pub const ANNOTATION: &str = "secrets.hanzo.ai/force-sync";
 
-/// A kind whose status records the force-sync value handled.
-pub trait Forceable: Resource {
-    /// `status.forceSync`.
-    fn handled(&self) -> Option<&str>;
-    /// `status.conditions`.
-    fn conditions(&self) -> &[Condition];
-}
-
-macro_rules! forceable {
-    ($($kind:ty),*) => {$(
-        impl Forceable for $kind {
-            fn handled(&self) -> Option<&str> {
-                self.status.as_ref()?.force_sync.as_deref()
-            }
-            fn conditions(&self) -> &[Condition] {
-                self.status.as_ref().map_or(&[], |s| &s.conditions)
-            }
-        }
-    )*};
-}
-
-forceable!(KmsSecret, KmsPushSecret, KmsDynamicSecret);
+pub use crate::api::kinds::Forceable;
 
 /// The force-sync value not handled yet, if any (an empty value asks for
 /// nothing).
@@ -79,6 +53,7 @@ pub fn waiting(value: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::KmsSecret;
 
     fn secret(asked: Option<&str>, handled: Option<&str>) -> KmsSecret {
         serde_json::from_value(serde_json::json!({

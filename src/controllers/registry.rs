@@ -17,7 +17,6 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use kube::{Resource, ResourceExt};
-use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
 
 use super::context::Context;
@@ -25,9 +24,6 @@ use super::key::ObjectKey;
 use super::queue::Queue;
 use super::stores::Scoped;
 use super::workers::{Reconciler, spawn_workers};
-use crate::api::kms_dynamic_secret::KmsDynamicSecret;
-use crate::api::kms_push_secret::KmsPushSecret;
-use crate::api::kms_secret::KmsSecret;
 use crate::sharding::Ownership;
 
 /// What a kind's watch starts with: the shared watches, the shard gate, the
@@ -42,6 +38,55 @@ pub struct Watching<'a> {
     /// Secret references, by resource.
     pub refs: Arc<super::refs::RefIndex>,
 }
+
+/// One of our custom resources, as the registry handles it.
+pub trait Ours: Resource<DynamicType = ()> + HostApi + Forceable + Object {}
+
+impl<T: Resource<DynamicType = ()> + HostApi + Forceable + Object> Ours for T {}
+
+/// What every kind is registered with: the shared watches, the shard gate,
+/// the index of the Secrets resources read, and the KMS client. Each kind
+/// makes its own queue ([`Wiring::watching`]).
+pub struct Wiring<'a> {
+    /// The watches (by shard, or of the namespaces).
+    pub watches: &'a super::stores::Watches,
+    /// Which shards this replica owns.
+    pub gate: Arc<dyn Ownership>,
+    /// Secret references, by resource.
+    pub refs: Arc<super::refs::RefIndex>,
+    /// The KMS client.
+    pub kms: Arc<crate::kms::Kms>,
+}
+
+impl<'a> Wiring<'a> {
+    /// Register a custom resource's kind: a queue of its own, its watch
+    /// (`watch` gives its controller and the futures that drive the watch)
+    /// and the controller over its cache (`store`).
+    pub fn register<T, R>(
+        &self,
+        watch: impl FnOnce(Watching<'a>) -> (R, Vec<BoxFuture<'static, ()>>),
+        store: impl FnOnce(&R) -> Scoped<T>,
+    ) -> Registered
+    where
+        T: Ours,
+        R: Reconciler<ObjectKey>,
+    {
+        let queue = Arc::new(Queue::new());
+        let watching = Watching {
+            watches: self.watches,
+            gate: self.gate.clone(),
+            queue: queue.clone(),
+            refs: self.refs.clone(),
+        };
+        let (controller, drivers) = watch(watching);
+        let store = store(&controller);
+        (Arc::new(Resources::new(store, queue, controller)), drivers)
+    }
+}
+
+/// A kind's registration: what the registry holds, and the futures that
+/// drive its watches.
+pub type Registered = (Arc<dyn Kind>, Vec<BoxFuture<'static, ()>>);
 
 /// One kind of work, as the operator wires it.
 pub trait Kind: Send + Sync + 'static {
@@ -89,6 +134,8 @@ pub trait Kind: Send + Sync + 'static {
     fn cached(&self) -> Option<(&'static str, std::collections::BTreeMap<Option<u32>, usize>)> {
         None
     }
+    /// Publish its own gauges (every 5 s, with the queue's).
+    fn report(&self, _ctx: &Context) {}
 }
 
 /// What the wiring does with a queue, whatever its key.
@@ -129,39 +176,9 @@ impl<K: Clone + Eq + Hash + Ord + Send + Sync> WorkQueue for Queue<K> {
     }
 }
 
-/// A custom resource that may name its own KMS (`spec.hostAPI`) and CA
-/// (`spec.tls.caRef`) or follow the global configuration, field by field.
-pub trait HostApi {
-    /// Its own `hostAPI`, if set.
-    fn host_api(&self) -> Option<&str>;
-    /// Its own `tls.caRef` secret name, if set.
-    fn ca_secret(&self) -> Option<&str>;
-    /// Whether any field of its endpoint falls back to the global
-    /// configuration.
-    fn uses_global_config(&self) -> bool {
-        self.host_api().is_none_or(|h| h.trim().is_empty())
-            || self.ca_secret().is_none_or(|n| n.trim().is_empty())
-    }
-}
-
-macro_rules! host_api {
-    ($($kind:ty),*) => {$(
-        impl HostApi for $kind {
-            fn host_api(&self) -> Option<&str> {
-                self.spec.host_api.as_deref()
-            }
-            fn ca_secret(&self) -> Option<&str> {
-                self.spec
-                    .tls
-                    .as_ref()
-                    .and_then(|t| t.ca_ref.as_ref())
-                    .map(|r| r.secret_name.as_str())
-            }
-        }
-    )*};
-}
-
-host_api!(KmsSecret, KmsPushSecret, KmsDynamicSecret);
+use super::stores::Object;
+use crate::api::kinds::Forceable;
+pub use crate::api::kinds::HostApi;
 
 /// A custom resource's controller: its cache, queue and reconciler.
 pub struct Resources<T, R>
@@ -210,21 +227,7 @@ where
     }
 }
 
-impl<T, R> Kind for Resources<T, R>
-where
-    T: Resource
-        + HostApi
-        + super::force_sync::Forceable
-        + Clone
-        + Debug
-        + DeserializeOwned
-        + serde::Serialize
-        + Send
-        + Sync
-        + 'static,
-    T::DynamicType: Default + Hash + Eq + Clone + Send + Sync,
-    R: Reconciler<ObjectKey>,
-{
+impl<T: Ours, R: Reconciler<ObjectKey>> Kind for Resources<T, R> {
     fn controller(&self) -> &'static str {
         self.controller
     }
@@ -298,6 +301,10 @@ where
 
     fn cached(&self) -> Option<(&'static str, std::collections::BTreeMap<Option<u32>, usize>)> {
         Some((self.kind, self.store.counts()))
+    }
+
+    fn report(&self, ctx: &Context) {
+        self.reconciler.report(ctx);
     }
 }
 
@@ -431,6 +438,7 @@ impl<'a> OwnerId<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::KmsSecret;
 
     #[test]
     fn a_resource_follows_the_global_config_for_any_field_it_leaves_out() {

@@ -61,6 +61,9 @@ pub trait Reconciler<K>: Send + Sync + 'static {
     /// `shard` is being given up: drop what is kept for its resources
     /// beyond the queue (which the wiring drains).
     fn shard_lost(&self, _shard: u32) {}
+
+    /// Publish the kind's own gauges (every 5 s).
+    fn report(&self, _ctx: &Context) {}
 }
 
 /// [`run_workers`] as a task of its own.

@@ -19,10 +19,9 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Client;
 use kube::runtime::events::Reporter;
-use kube::{Client, ResourceExt};
 
-use crate::api::kms_dynamic_secret::KmsDynamicSecret;
 use crate::api::kms_secret::KmsSecret;
 use crate::api::served::ServedKinds;
 use crate::cli::{RunArgs, WatchScope};
@@ -32,7 +31,7 @@ use crate::controllers::events::Recorder;
 use crate::controllers::queue::Queue;
 use crate::controllers::refs::RefIndex;
 use crate::controllers::refs::{GlobalConfig, SecretReads};
-use crate::controllers::registry::{Kind, Registry, Resources, Watching};
+use crate::controllers::registry::{Kind, Registry, Wiring};
 use crate::controllers::reload::ConsumerIndex;
 use crate::controllers::reload::runtime::{self as reload, Reloader};
 use crate::controllers::stores::{self, Scoped};
@@ -95,7 +94,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let (mut tasks, labeler) = start_watches(wired.drivers, &client, &scopes, &gate, &ctx);
     wait_for_caches(&wired.caches, &registry, &wired.global_store, &args).await;
     tracing::info!(
-        objects = wired.kms_secrets.counts().values().sum::<usize>(),
+        objects = registry
+            .kinds()
+            .iter()
+            .filter_map(|k| k.cached())
+            .map(|(_, counts)| counts.values().sum::<usize>())
+            .sum::<usize>(),
         "caches synced; starting workers"
     );
     tasks.push(tokio::spawn(prune_cache(
@@ -111,7 +115,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     tasks.push(tokio::spawn(report_queue(
         ctx.clone(),
         registry.clone(),
-        wired.dynamic,
         wired.cached,
     )));
     let workers: Vec<_> = registry
@@ -440,8 +443,6 @@ const GLOBAL_CONFIG_WAIT: Duration = Duration::from_secs(5);
 /// What [`wire`] puts together; nothing runs until the drivers are spawned.
 struct Wired {
     ctx: Arc<Context>,
-    /// The KmsSecrets (for the cache pruning at start).
-    kms_secrets: Scoped<KmsSecret>,
     registry: Registry,
     /// The futures that drive every watch.
     drivers: Vec<futures::future::BoxFuture<'static, ()>>,
@@ -450,8 +451,6 @@ struct Wired {
     /// The global configuration's watch: waited for briefly, never
     /// required (see [`GLOBAL_CONFIG_WAIT`]).
     global_store: Scoped<ConfigMap>,
-    /// Dynamic secrets (the held-leases gauge).
-    dynamic: Scoped<KmsDynamicSecret>,
     /// The rollout budget, shared among live replicas.
     reload_budget: Arc<Limiter>,
     /// The caches of managed objects, by kind (for
@@ -527,26 +526,29 @@ fn wire(
         debounce: args.reload_debounce,
     };
     let index = Arc::new(RefIndex::default());
-    let (kms_secret_kind, kms_secrets, mut drivers) =
-        kms_secret_kind(&by_shard, &gate, &index, kms.clone());
+    // The table of kinds: one line each.
+    let wiring = Wiring {
+        watches: &by_shard,
+        gate: gate.clone(),
+        refs: index.clone(),
+        kms: kms.clone(),
+    };
+    let mut drivers = Vec::new();
+    let mut kinds: Vec<Arc<dyn Kind>> = Vec::new();
+    for register in [
+        kms_secret::watch::kind,
+        kms_push_secret::kind,
+        kms_dynamic_secret::kind,
+    ] {
+        let (kind, d) = register(&wiring);
+        kinds.push(kind);
+        drivers.extend(d);
+    }
     let (secrets, config_maps, d) = watches::managed_objects(&by_shard, &routes, index.clone());
     drivers.extend(d);
     let (workloads, d) =
         watches::workloads(&all, &routes, (&secrets, &config_maps), args.argo_rollouts);
     drivers.extend(d);
-    let watching = |queue: &Arc<Queue<crate::controllers::key::ObjectKey>>| Watching {
-        watches: &by_shard,
-        gate: gate.clone(),
-        queue: queue.clone(),
-        refs: index.clone(),
-    };
-    let push_queue = Arc::new(Queue::new());
-    let (push, d) = kms_push_secret::watch(watching(&push_queue));
-    drivers.extend(d);
-    let dynamic_queue = Arc::new(Queue::new());
-    let (dynamic, d) = kms_dynamic_secret::watch(watching(&dynamic_queue));
-    drivers.extend(d);
-    let dynamic_resources = dynamic.resources.clone();
     let referenced = Arc::new(SecretReads::new(secrets.clone()));
     drivers.extend(watches::referenced_secrets(
         client,
@@ -562,25 +564,17 @@ fn wire(
     // The one list of kinds: routing, readiness, the global configuration,
     // full passes, drains, metrics, workers and shutdown all loop over it.
     let registry = routes.registry.clone();
-    registry.set(vec![
-        kms_secret_kind,
-        Arc::new(Resources::new(push.resources.clone(), push_queue, push)),
-        Arc::new(Resources::new(
-            dynamic.resources.clone(),
-            dynamic_queue,
-            dynamic,
-        )),
-        Arc::new(reload::Registration {
-            reloader: Arc::new(Reloader {
-                workloads,
-                index: routes.consumers.clone(),
-                budget: reload_budget.clone(),
-                debounce: args.reload_debounce,
-                registry: routes.registry.clone(),
-            }),
-            queue: routes.reload_queue.clone(),
+    kinds.push(Arc::new(reload::Registration {
+        reloader: Arc::new(Reloader {
+            workloads,
+            index: routes.consumers.clone(),
+            budget: reload_budget.clone(),
+            debounce: args.reload_debounce,
+            registry: routes.registry.clone(),
         }),
-    ]);
+        queue: routes.reload_queue.clone(),
+    }));
+    registry.set(kinds);
     let settings = settings(args, namespaces)?;
     let ctx = Arc::new(Context {
         client: client.clone(),
@@ -608,42 +602,13 @@ fn wire(
     ];
     Ok(Wired {
         ctx,
-        kms_secrets,
         registry,
         drivers,
         caches: vec![Box::new(secrets), Box::new(config_maps)],
         global_store,
-        dynamic: dynamic_resources,
         reload_budget,
         cached,
     })
-}
-
-/// The KmsSecret kind: its watch (the drivers), its cache, and its
-/// registration (queue and controller).
-fn kms_secret_kind(
-    by_shard: &stores::Watches,
-    gate: &Arc<dyn Ownership>,
-    index: &Arc<RefIndex>,
-    kms: Arc<Kms>,
-) -> (
-    Arc<dyn Kind>,
-    Scoped<KmsSecret>,
-    Vec<futures::future::BoxFuture<'static, ()>>,
-) {
-    let queue = Arc::new(Queue::new());
-    let written = Arc::new(crate::controllers::written::WrittenStatus::default());
-    let watching = Watching {
-        watches: by_shard,
-        gate: gate.clone(),
-        queue: queue.clone(),
-        refs: index.clone(),
-    };
-    let (resources, drivers) = kms_secret::watch::watch(watching, written.clone());
-    let controller =
-        kms_secret::Controller::new(kms, gate.clone(), resources.clone(), queue.clone(), written);
-    let kind = Arc::new(Resources::new(resources.clone(), queue, controller));
-    (kind, resources, drivers)
 }
 
 /// The global configuration (`kms-config`), its change count, its watch's
@@ -862,7 +827,6 @@ async fn report_readiness(ctx: Arc<Context>, registry: Registry, per_resource: b
 async fn report_queue(
     ctx: Arc<Context>,
     registry: Registry,
-    dynamic: Scoped<KmsDynamicSecret>,
     cached: Vec<(&'static str, Box<dyn Cache>)>,
 ) {
     let mut tick = tokio::time::interval(Duration::from_secs(5));
@@ -890,26 +854,8 @@ async fn report_queue(
                 }
             }
         }
-        let mut held: HashMap<u32, i64> = HashMap::new();
-        for o in dynamic.all() {
-            if o.status.as_ref().is_some_and(|st| st.lease.is_some()) {
-                *held
-                    .entry(ctx.gate.shard_of(&o.namespace().unwrap_or_default()))
-                    .or_default() += 1;
-            }
-        }
-        for shard in 0..ctx.gate.shard_count() {
-            let n = if ctx.gate.owns(shard) {
-                held.get(&shard).copied().unwrap_or(0)
-            } else {
-                0
-            };
-            ctx.metrics
-                .dynamic_leases
-                .with_label_values(&[&shard.to_string()])
-                .set(n);
-        }
         for kind in registry.kinds() {
+            kind.report(&ctx);
             let Some(namespaces) = kind.resource_namespaces() else {
                 continue;
             };

@@ -51,7 +51,7 @@ use super::error::SyncError;
 use super::force_sync;
 use super::key::ObjectKey;
 use super::refs::written_ref;
-use super::registry::{Watching, queue_on_change};
+use super::registry::{Registered, Watching, Wiring, queue_on_change};
 use super::stores::Scoped;
 use super::target::Target;
 use super::target::{
@@ -102,6 +102,12 @@ fn referenced(o: &KmsDynamicSecret) -> Vec<(String, String)> {
     out
 }
 
+/// The KmsDynamicSecret kind, registered: its queue, watches and
+/// controller.
+pub fn kind(w: &Wiring<'_>) -> Registered {
+    w.register(watch, |c| c.resources.clone())
+}
+
 /// Start watching the resources: a new resource, a spec, label, annotation,
 /// finalizer or deletion change queues it (our own status writes do not).
 pub fn watch(w: Watching<'_>) -> (Controller, Vec<BoxFuture<'static, ()>>) {
@@ -141,6 +147,30 @@ pub fn watch(w: Watching<'_>) -> (Controller, Vec<BoxFuture<'static, ()>>) {
 impl Reconciler<ObjectKey> for Controller {
     async fn reconcile(&self, job: Job<'_, ObjectKey>) -> Result<Action, SyncError> {
         self.run(job).await
+    }
+
+    /// `kms_operator_dynamic_leases`: the resources holding a lease, per
+    /// shard this replica owns (0 for the others).
+    fn report(&self, ctx: &Context) {
+        let mut held: HashMap<u32, i64> = HashMap::new();
+        for o in self.resources.all() {
+            if o.status.as_ref().is_some_and(|st| st.lease.is_some()) {
+                *held
+                    .entry(ctx.gate.shard_of(&o.namespace().unwrap_or_default()))
+                    .or_default() += 1;
+            }
+        }
+        for shard in 0..ctx.gate.shard_count() {
+            let n = if ctx.gate.owns(shard) {
+                held.get(&shard).copied().unwrap_or(0)
+            } else {
+                0
+            };
+            ctx.metrics
+                .dynamic_leases
+                .with_label_values(&[&shard.to_string()])
+                .set(n);
+        }
     }
 }
 

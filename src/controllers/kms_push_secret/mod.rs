@@ -60,7 +60,7 @@ use super::key::ObjectKey;
 use super::packed::Packed;
 use super::queue::Queue;
 use super::refs::RefIndex;
-use super::registry::{OwnerId, Watching, queue_on_change};
+use super::registry::{OwnerId, Registered, Watching, Wiring, queue_on_change};
 use super::stores::{self, Scoped};
 use super::workers::{Action, Job, Reconciler};
 use super::written::WrittenStatus;
@@ -101,6 +101,11 @@ type Fingerprint = (Option<i64>, BTreeMap<String, String>, bool);
 
 fn has_finalizer(cr: &KmsPushSecret) -> bool {
     cr.finalizers().iter().any(|f| f == FINALIZER)
+}
+
+/// The KmsPushSecret kind, registered: its queue, watches and controller.
+pub fn kind(w: &Wiring<'_>) -> Registered {
+    w.register(watch, |c| c.resources.clone())
 }
 
 /// Start watching the resources and the ClusterGenerators. A resource is

@@ -14,7 +14,7 @@ use super::{owner_id, plan};
 use crate::api::kms_secret::{KmsSecret, KmsSecretStatus};
 use crate::controllers::key::ObjectKey;
 use crate::controllers::refs::written_ref;
-use crate::controllers::registry::{Watching, queue_on_change};
+use crate::controllers::registry::{Registered, Watching, Wiring, queue_on_change};
 use crate::controllers::stores::Scoped;
 use crate::controllers::written::WrittenStatus;
 
@@ -33,6 +33,21 @@ fn fingerprint(o: &KmsSecret) -> Fingerprint {
         o.labels().clone(),
         o.annotations().clone(),
         o.metadata.deletion_timestamp.is_some(),
+    )
+}
+
+/// The KmsSecret kind, registered: its queue, watches and controller.
+pub fn kind(w: &Wiring<'_>) -> Registered {
+    let kms = w.kms.clone();
+    w.register(
+        |watching| {
+            let (gate, queue) = (watching.gate.clone(), watching.queue.clone());
+            let written = Arc::new(WrittenStatus::default());
+            let (store, drivers) = watch(watching, written.clone());
+            let controller = super::Controller::new(kms, gate, store, queue, written);
+            (controller, drivers)
+        },
+        |c| c.store.clone(),
     )
 }
 
