@@ -64,7 +64,14 @@ async fn states(client: &Client) -> BTreeMap<&'static str, State> {
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let mut out = BTreeMap::new();
-    for name in NAMES {
+    // Read from the last Deployment to the first: one that has rolled was
+    // let through when the one before it was complete, and that one is
+    // still complete when it is read afterwards. Read first to last, the
+    // one before can complete, and the next roll, between the two reads:
+    // a snapshot that seems out of order while the order held (CI12 saw
+    // g-2 mid-rollout and g-3 already rolled).
+    for name in NAMES.iter().rev() {
+        let name = *name;
         let Ok(d) = deployments.get(name).await else {
             continue;
         };
