@@ -128,6 +128,8 @@ pub struct Metrics {
     pub kms_logins: IntCounterVec,
     /// `kms_operator_kms_throttled_total`.
     pub kms_throttled: IntCounter,
+    /// `kms_operator_kms_refused_served_total`.
+    pub kms_refused_served: IntCounter,
     /// `kms_operator_kms_answer_waits_total`.
     pub kms_answer_waits: IntCounter,
     /// `kms_operator_kms_budget_rate`.
@@ -264,6 +266,10 @@ impl Metrics {
             kms_throttled: r.counter(
                 "kms_operator_kms_throttled_total",
                 "KMS requests delayed by the request budget or a 429.",
+            ),
+            kms_refused_served: r.counter(
+                "kms_operator_kms_refused_served_total",
+                "KMS reads refused by a 429 (or its pause) and served from the folder's latest answer this replica kept.",
             ),
             renders_stopped: r.counter(
                 "kms_operator_template_renders_stopped_total",
@@ -460,6 +466,7 @@ mod tests {
             "kms_operator_kms_request_duration_seconds",
             "kms_operator_kms_logins_total",
             "kms_operator_kms_throttled_total",
+            "kms_operator_kms_refused_served_total",
             "kms_operator_kms_answer_waits_total",
             "kms_operator_kms_budget_rate",
             "kms_operator_template_renders_stopped_total",

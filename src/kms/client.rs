@@ -35,6 +35,13 @@ const GET_ONE: &str = "GET /api/v3/secrets/raw/:secretName";
 /// How long an answer is kept for sharing with later requests.
 const SHARE_KEPT: Duration = Duration::from_secs(10);
 
+/// How long an answer is kept while the KMS rate-limits this replica (from
+/// a `429` until this long after its pause ends), and the oldest answer a
+/// request the budget refuses may take instead of waiting (see
+/// [`Kms::fetch`]): a window of a hosted KMS's per-minute limit, plus the
+/// few seconds its refused requests come back after it.
+pub const LIMITED_KEPT: Duration = Duration::from_secs(90);
+
 /// The longest 429 pause a request waits out in its worker; a longer one
 /// ends the request with [`KmsError::RateLimited`] at once.
 const LONGEST_INLINE_WAIT: Duration = Duration::from_secs(1);
@@ -177,6 +184,9 @@ pub struct Kms {
     tokens: TokenCache,
     fetches: SingleFlight<FetchKey, Result<Arc<Fetch>, KmsError>>,
     recent: Mutex<std::collections::HashMap<(IdentityKey, Scope), Recent>>,
+    /// Until when answers are kept for [`LIMITED_KEPT`] (the KMS answered
+    /// `429` lately), not [`SHARE_KEPT`].
+    limited_until: Mutex<Option<Instant>>,
     /// Persistent token cache (only when it encrypts tokens).
     token_store: Option<storage::Store>,
     /// Project ids of service tokens.
@@ -209,6 +219,7 @@ impl Kms {
             tokens: TokenCache::default(),
             fetches: SingleFlight::default(),
             recent: Mutex::new(std::collections::HashMap::new()),
+            limited_until: Mutex::new(None),
             token_store: None,
             token_projects: Mutex::new(std::collections::HashMap::new()),
             metrics,
@@ -309,7 +320,8 @@ impl Kms {
         }
         self.metrics.kms_answer_waits.inc();
         loop {
-            self.forget_old_answers();
+            // Memory comes first: only the sharing window's answers stay.
+            self.forget_answers_older_than(SHARE_KEPT);
             match tokio::time::timeout(Duration::from_secs(1), self.budget.hold(bytes as u64)).await
             {
                 Ok(held) => return held,
@@ -320,10 +332,19 @@ impl Kms {
 
     /// Let go of answers kept for sharing past their window.
     fn forget_old_answers(&self) {
+        let limited = self
+            .limited_until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|until| until > Instant::now());
+        self.forget_answers_older_than(if limited { LIMITED_KEPT } else { SHARE_KEPT });
+    }
+
+    fn forget_answers_older_than(&self, kept: Duration) {
         self.recent
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .retain(|_, r| r.at.elapsed() <= SHARE_KEPT);
+            .retain(|_, r| r.at.elapsed() <= kept);
     }
 
     fn jitter(&self, d: Duration) -> Duration {
@@ -409,6 +430,10 @@ impl Kms {
                 Ok(r) if r.status == StatusCode::TOO_MANY_REQUESTS => {
                     let wait = retry_after(&r.headers, &r.body);
                     self.limiter.pause(&endpoint.origin, wait);
+                    let until = Instant::now() + wait + LIMITED_KEPT;
+                    let mut limited = self.limited_until.lock().unwrap_or_else(|e| e.into_inner());
+                    *limited = Some(limited.map_or(until, |u| u.max(until)));
+                    drop(limited);
                     self.metrics.kms_throttled.inc();
                     // One line a 429 (the resources that then wait for the
                     // pause say nothing more: waiting is no failure).
@@ -657,12 +682,21 @@ impl Kms {
     /// started then or later is joined (a caller whose ETag an answer proved
     /// current gets `NotModified`). A caller that must see every change made
     /// before an instant (an event heard then) passes that instant.
+    ///
+    /// When the KMS's budget refuses the request (a `429`, or its pause),
+    /// the latest answer kept for the scope serves instead if it started at
+    /// or after `refused_from` and differs from what the caller holds (its
+    /// `etag`): the folder's other resources already show it, and waiting
+    /// for the KMS's next window would only spend a request of that window
+    /// on an answer this replica already has. A caller the kept answer
+    /// brings nothing new gets the refusal, and waits.
     pub async fn fetch(
         &self,
         identity: &Identity,
         scope: &Scope,
         etag: Option<&str>,
         not_before: Instant,
+        refused_from: Instant,
     ) -> Result<Arc<Fetch>, KmsError> {
         let scope_key = (identity.key(), scope.clone());
         {
@@ -714,7 +748,32 @@ impl Kms {
                             .and_then(|r| r.secrets.clone()),
                     },
                 };
-                recent.insert(scope_key, entry);
+                recent.insert(scope_key.clone(), entry);
+            }
+        }
+        if let Err(KmsError::RateLimited { .. }) = &outcome.value {
+            let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+            tracing::debug!(
+                path = %scope.path,
+                kept_age = ?recent.get(&scope_key).map(|r| r.at.elapsed()),
+                kept_secrets = recent.get(&scope_key).is_some_and(|r| r.secrets.is_some()),
+                same_etag = recent.get(&scope_key).is_some_and(|r| etag.is_some() && r.etag.as_deref() == etag),
+                "read refused by the KMS's budget"
+            );
+            let kept = recent
+                .get(&scope_key)
+                .filter(|r| r.at >= refused_from && (etag.is_none() || r.etag.as_deref() != etag));
+            if let Some(Recent {
+                secrets: Some(secrets),
+                etag: kept_etag,
+                ..
+            }) = kept
+            {
+                self.metrics.kms_refused_served.inc();
+                return Ok(Arc::new(Fetch::Secrets {
+                    secrets: secrets.clone(),
+                    etag: kept_etag.clone(),
+                }));
             }
         }
         outcome.value

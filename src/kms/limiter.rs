@@ -66,6 +66,13 @@ struct Bucket {
 }
 
 impl Bucket {
+    /// Urgent work was refused by a pause that ends at `pause_end`: routine
+    /// requests stand back until [`URGENT_AFTER_PAUSE`] after it.
+    fn park_routine(&mut self, pause_end: Instant) {
+        let until = pause_end + URGENT_AFTER_PAUSE;
+        self.urgent_parked_until = Some(self.urgent_parked_until.map_or(until, |u| u.max(until)));
+    }
+
     fn new(tokens: f64, now: Instant) -> Self {
         Self {
             tokens,
@@ -205,6 +212,20 @@ impl Limiter {
     /// Wait until a request to `host` may be sent (urgent requests first:
     /// see [`Urgency`]).
     pub async fn acquire(&self, host: &str) -> Acquired {
+        match self.acquire_within(host, None).await {
+            Ok(acquired) | Err((acquired, _)) => acquired,
+        }
+    }
+
+    /// [`Limiter::acquire`], except that a pause with more than
+    /// `longest_wait` left, met at any time while waiting (a `429` that
+    /// came while this request waited for a token), is not waited out:
+    /// `Err` says how long it lasts.
+    async fn acquire_within(
+        &self,
+        host: &str,
+        longest_wait: Option<Duration>,
+    ) -> Result<Acquired, (Acquired, Duration)> {
         let urgent = current_urgency() == Urgency::Urgent;
         let mut waited = false;
         // Counted among the urgent waiters from its first wait to its token.
@@ -222,7 +243,14 @@ impl Limiter {
                     .or_insert_with(|| Bucket::new(1.0_f64.min(burst), now));
                 let wait = if let Some(until) = b.paused_until {
                     if until > now {
-                        Some(until - now)
+                        let left = until - now;
+                        if longest_wait.is_some_and(|longest| left > longest) {
+                            if urgent {
+                                b.park_routine(now + left);
+                            }
+                            return Err((Acquired::AfterWaiting, left));
+                        }
+                        Some(left)
                     } else {
                         b.paused_until = None;
                         None
@@ -269,11 +297,11 @@ impl Limiter {
             };
             match wait {
                 None => {
-                    return if waited {
+                    return Ok(if waited {
                         Acquired::AfterWaiting
                     } else {
                         Acquired::Immediately
-                    };
+                    });
                 }
                 Some(d) => {
                     waited = true;
@@ -310,9 +338,7 @@ impl Limiter {
                     .filter(|left| *left > longest_wait);
                 if let Some(left) = left {
                     if urgent {
-                        let until = now + left + URGENT_AFTER_PAUSE;
-                        b.urgent_parked_until =
-                            Some(b.urgent_parked_until.map_or(until, |u| u.max(until)));
+                        b.park_routine(now + left);
                     }
                     return Err(left);
                 }
@@ -323,7 +349,9 @@ impl Limiter {
                 }
             }
         }
-        Ok(self.acquire(key).await)
+        self.acquire_within(key, Some(longest_wait))
+            .await
+            .map_err(|(_, left)| left)
     }
 
     /// Stop sending to `host` for `for_how_long` (after a 429).
@@ -451,6 +479,40 @@ mod tests {
                 .await
                 .is_ok()
         );
+    }
+
+    /// A `429` that comes while requests wait for a token of the budget
+    /// refuses them too: they give their workers back instead of holding
+    /// them for the whole pause (with every worker so held, the queue's
+    /// other resources waited a whole window of a hosted KMS's limit).
+    #[tokio::test(start_paused = true)]
+    async fn a_pause_that_starts_while_a_request_waits_refuses_it() {
+        let l = std::sync::Arc::new(Limiter::new(1.0));
+        assert_eq!(
+            l.acquire_unless_paused("http://a:1", Duration::from_secs(1))
+                .await,
+            Ok(Acquired::Immediately)
+        );
+        let waiting = {
+            let l = l.clone();
+            tokio::spawn(async move {
+                let start = Instant::now();
+                let r = l
+                    .acquire_unless_paused("http://a:1", Duration::from_secs(1))
+                    .await;
+                (r, start.elapsed())
+            })
+        };
+        tokio::time::advance(Duration::from_millis(300)).await;
+        l.pause("http://a:1", Duration::from_secs(60));
+        let (r, waited) = waiting.await.unwrap();
+        let left = r.unwrap_err();
+        assert!(left > Duration::from_secs(58), "{left:?}");
+        assert!(waited <= Duration::from_millis(1400), "held {waited:?}");
+        // Plain acquire still waits the pause out.
+        let start = Instant::now();
+        l.acquire("http://a:1").await;
+        assert!(start.elapsed() >= Duration::from_secs(58));
     }
 
     #[tokio::test(start_paused = true)]

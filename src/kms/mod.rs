@@ -35,7 +35,7 @@ pub mod push;
 pub mod share;
 
 pub use auth::{Credentials, Identity, IdentityKey};
-pub use client::{Fetch, Fetched, Kms, KmsConfig, ProjectRef, Scope};
+pub use client::{Fetch, Fetched, Kms, KmsConfig, LIMITED_KEPT, ProjectRef, Scope};
 pub use endpoint::{DEFAULT_HOST_API, Endpoint};
 pub use error::KmsError;
 pub use model::{SecretItem, SecretMap};

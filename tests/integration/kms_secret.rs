@@ -566,6 +566,75 @@ async fn waiting_for_the_kms_budget_writes_the_status_once_and_warns_nothing() {
     }
 }
 
+/// Under a KMS's per-minute limit, a resource refused a read takes the
+/// answer its replica got for the same folder moments before (for a
+/// sibling resource) instead of waiting for the KMS's next window: one
+/// list per minute serves three resources of one folder at once.
+#[tokio::test]
+async fn a_refused_read_takes_the_folders_kept_answer() {
+    let client = harness::client().await;
+    let ns = TestNamespace::new(&client, "ks-429-kept").await;
+    let kms = DevServer::start(&seed(&[("A", "1")])).await;
+    create_credentials(&client, &ns.name, "kms-credentials").await;
+    kms.fault(json!({"route": LIST, "rateLimitPerMinute": 1}))
+        .await;
+    let _op = Operator::start(&ns.name, &[&ns.name], &[]).await;
+    apply_cr(
+        &client,
+        &ns.name,
+        kms_secret("k0", &kms.api(), "k0-out", "1h"),
+    )
+    .await;
+    wait_data(
+        &client,
+        &ns.name,
+        "k0-out",
+        &expect(&[("A", "1")]),
+        Duration::from_secs(30),
+    )
+    .await;
+    // Past the sharing window of an answer (2 s): the siblings' reads go
+    // to the KMS, which refuses them until its window ends.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for i in 1..3 {
+        apply_cr(
+            &client,
+            &ns.name,
+            kms_secret(&format!("k{i}"), &kms.api(), &format!("k{i}-out"), "1h"),
+        )
+        .await;
+    }
+    for i in 1..3 {
+        wait_data(
+            &client,
+            &ns.name,
+            &format!("k{i}-out"),
+            &expect(&[("A", "1")]),
+            Duration::from_secs(15),
+        )
+        .await;
+        wait_condition(
+            &client,
+            &ns.name,
+            &format!("k{i}"),
+            "Ready",
+            "True",
+            Duration::from_secs(10),
+        )
+        .await;
+    }
+    let (served, refused) = (
+        kms.count(LIST, Some("200")).await,
+        kms.count(LIST, Some("429")).await,
+    );
+    assert_eq!(served, 1, "one list a minute: {served} served");
+    assert!(
+        refused >= 1,
+        "no read was refused ({refused}): the test did not test the limit"
+    );
+    kms.clear_faults().await;
+}
+
 #[tokio::test]
 async fn one_login_per_identity_and_one_list_per_scope() {
     let client = harness::client().await;

@@ -230,13 +230,20 @@ impl Controller {
         // An answer up to SHARE_WINDOW old serves; with instant updates, only
         // one that started after the stream's last event (this resource's own,
         // or one it joined the stream too late to hear).
-        let not_before = if req.fresh {
-            tokio::time::Instant::now()
+        // When the KMS's budget refuses the request, an answer up to
+        // LIMITED_KEPT old serves instead (never one from before an event
+        // heard, never for a forced sync).
+        let (not_before, refused_from) = if req.fresh {
+            let now = tokio::time::Instant::now();
+            (now, now)
         } else {
-            self.instant.not_before(req.key, SHARE_WINDOW)
+            (
+                self.instant.not_before(req.key, SHARE_WINDOW),
+                self.instant.not_before(req.key, crate::kms::LIMITED_KEPT),
+            )
         };
         let result = tokio::select! {
-            r = ctx.kms.fetch(identity, scope, req.etag, not_before) => r,
+            r = ctx.kms.fetch(identity, scope, req.etag, not_before, refused_from) => r,
             () = cancel.cancelled() => return Err(SyncError::NotOwner),
         };
         let result = match result {
