@@ -176,7 +176,7 @@ impl Context {
 
 /// The ownership gate of [`Context::test`]: one shard, always owned.
 #[cfg(test)]
-struct OwnsAll;
+pub(crate) struct OwnsAll;
 
 #[cfg(test)]
 impl Ownership for OwnsAll {

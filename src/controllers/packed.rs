@@ -380,6 +380,26 @@ where
             .collect()
     }
 
+    /// `f` of every object whose [`Head`] passes `pick`, its JSON decoded
+    /// as `T` (a view of the few fields wanted, not a whole `K`), one
+    /// object at a time: a scan of every object never holds them all
+    /// decoded at once.
+    pub fn view_where<T: DeserializeOwned, R>(
+        &self,
+        mut pick: impl FnMut(Head<'_>) -> bool,
+        mut f: impl FnMut(Head<'_>, T) -> R,
+    ) -> Vec<R> {
+        self.read()
+            .objects
+            .iter()
+            .filter(|(k, e)| pick(head(k, e)))
+            .filter_map(|(k, e)| {
+                let view = serde_json::from_slice::<T>(&e.json).ok()?;
+                Some(f(head(k, e), view))
+            })
+            .collect()
+    }
+
     /// The objects whose owner annotation is `owner` and whose [`Head`]
     /// passes `pick`, decoded (found by the index, not a scan).
     pub fn owned_by(&self, owner: &str, mut pick: impl FnMut(Head<'_>) -> bool) -> Vec<Arc<K>> {

@@ -30,17 +30,67 @@ pub struct Row {
     pub reason: String,
 }
 
+/// The part of a resource the readiness gauge reads: its conditions'
+/// type, status and reason, decoded from the cached JSON without the rest
+/// of the resource.
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct ReadyView {
+    #[serde(default)]
+    status: Option<StatusView>,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+struct StatusView {
+    #[serde(default)]
+    conditions: Vec<ConditionView>,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+struct ConditionView {
+    #[serde(rename = "type", default)]
+    type_: String,
+    #[serde(default)]
+    status: String,
+    #[serde(default)]
+    reason: String,
+}
+
 impl Row {
+    /// The row of a resource from its [`ReadyView`].
+    pub fn of_view(kind: &'static str, namespace: &str, name: &str, view: &ReadyView) -> Row {
+        let ready = view
+            .status
+            .iter()
+            .flat_map(|s| &s.conditions)
+            .find(|c| c.type_ == "Ready")
+            .map(|c| (c.status.as_str(), c.reason.as_str()));
+        Row::of_ready(kind, namespace, name, ready)
+    }
+
     /// The row of a resource with these conditions.
     pub fn of(kind: &'static str, namespace: &str, name: &str, conditions: &[Condition]) -> Row {
-        let ready = conditions.iter().find(|c| c.type_ == "Ready");
+        let ready = conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .map(|c| (c.status.as_str(), c.reason.as_str()));
+        Row::of_ready(kind, namespace, name, ready)
+    }
+
+    /// The row of a resource whose Ready condition has this status and
+    /// reason (`None`: no Ready condition yet).
+    fn of_ready(
+        kind: &'static str,
+        namespace: &str,
+        name: &str,
+        ready: Option<(&str, &str)>,
+    ) -> Row {
         Row {
             kind,
             namespace: namespace.to_owned(),
             name: name.to_owned(),
-            status: ready.map_or("Unknown", |c| c.status.as_str()).to_owned(),
+            status: ready.map_or("Unknown", |(status, _)| status).to_owned(),
             reason: ready
-                .map(|c| c.reason.as_str())
+                .map(|(_, reason)| reason)
                 .filter(|r| !r.is_empty())
                 .unwrap_or("Pending")
                 .to_owned(),
@@ -114,6 +164,49 @@ mod tests {
             "message": "m", "lastTransitionTime": "2026-01-01T00:00:00Z"}),
         )
         .unwrap()
+    }
+
+    /// The gauge reads a resource's cached JSON through the view: the same
+    /// row as from the decoded conditions, and `Unknown`/`Pending` without
+    /// a status.
+    #[test]
+    fn the_view_reads_the_ready_condition_from_the_json() {
+        let json = serde_json::json!({
+            "apiVersion": "secrets.hanzo.ai/v1alpha1", "kind": "KmsSecret",
+            "metadata": {"name": "x", "namespace": "a", "labels": {"l": "v"}},
+            "spec": {"resyncInterval": "1m"},
+            "status": {"observedGeneration": 2, "conditions": [
+                {"type": "secrets.hanzo.ai/ReadyToSyncSecrets", "status": "False", "reason": "KMSRateLimited",
+                 "message": "m", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+                {"type": "Ready", "status": "False", "reason": "FolderNotFound",
+                 "message": "m", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+        });
+        let view: ReadyView = serde_json::from_value(json).unwrap();
+        let row = Row::of_view("KmsSecret", "a", "x", &view);
+        assert_eq!(
+            (row.status.as_str(), row.reason.as_str()),
+            ("False", "FolderNotFound")
+        );
+        assert_eq!(
+            row,
+            Row::of(
+                "KmsSecret",
+                "a",
+                "x",
+                &[{
+                    let mut c = condition("False", "FolderNotFound");
+                    c.message.clear();
+                    c
+                }]
+            )
+        );
+        let bare: ReadyView =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "y"}})).unwrap();
+        let row = Row::of_view("KmsSecret", "a", "y", &bare);
+        assert_eq!(
+            (row.status.as_str(), row.reason.as_str()),
+            ("Unknown", "Pending")
+        );
     }
 
     #[test]

@@ -287,16 +287,21 @@ impl<T: Ours, R: Reconciler<ObjectKey>> Kind for Resources<T, R> {
     }
 
     fn ready_rows(&self, owned: &dyn Fn(&str) -> bool) -> Vec<super::readiness::Row> {
-        let all = self.store.all();
-        all.iter()
-            .filter_map(|o| {
-                let ns = o.meta().namespace.as_deref().unwrap_or_default();
-                owned(ns).then(|| {
-                    let name = o.meta().name.as_deref().unwrap_or_default();
-                    super::readiness::Row::of(self.kind, ns, name, o.conditions())
-                })
-            })
-            .collect()
+        // Every 5 s over every resource: only the conditions are decoded,
+        // one resource at a time (decoding them all whole held the whole
+        // cache decoded at once, and the memory it took stayed with the
+        // process).
+        self.store.view_where(
+            |h| owned(h.namespace.unwrap_or_default()),
+            |h, view: super::readiness::ReadyView| {
+                super::readiness::Row::of_view(
+                    self.kind,
+                    h.namespace.unwrap_or_default(),
+                    h.name,
+                    &view,
+                )
+            },
+        )
     }
 
     fn cached(&self) -> Option<(&'static str, std::collections::BTreeMap<Option<u32>, usize>)> {
@@ -312,8 +317,9 @@ impl<T: Ours, R: Reconciler<ObjectKey>> Kind for Resources<T, R> {
 /// a resource is queued when it is first listed, created or deleted, or when
 /// its `fingerprint` (what makes it worth reconciling: generation,
 /// annotations, deletion mark, …; never the status the operator writes)
-/// changes, or when `observe` asks for it; in the lane of changes when a
-/// new `force-sync` value asks for a sync now. `observe` sees every applied
+/// changes, or when `observe` asks for it; in the lane of changes when
+/// someone created, edited or deleted it while the watch ran, or a new
+/// `force-sync` value asks for a sync now. `observe` sees every applied
 /// or deleted resource first (`true` when deleted), to index what it reads.
 pub fn queue_on_change<K, FP>(
     gate: Arc<dyn Ownership>,
@@ -347,8 +353,12 @@ where
         let uid = o.uid().unwrap_or_default();
         let asked = observe(o, &key, deleted);
         let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
-        if deleted {
+        // Someone created, edited or deleted the resource while the watch
+        // ran (not the first list, not the operator's own status writes,
+        // not a Secret it reads): someone waits for it.
+        let edited = if deleted {
             seen.remove(&uid);
+            true
         } else {
             let fp = digest(o);
             let changed = seen.get(&uid) != Some(&fp);
@@ -356,7 +366,8 @@ where
             if !changed && !initial && !asked {
                 return;
             }
-        }
+            changed && !initial
+        };
         let shard = gate.shard_of(&key.namespace);
         // The first list of a shard not worked on yet (not owned, or its
         // caches still listing) is queued by the full pass once it is, in
@@ -364,8 +375,11 @@ where
         if initial && !asked && !gate.owns(shard) {
             return;
         }
-        // A sync asked for by hand goes ahead of the scheduled ones.
-        if !deleted && super::force_sync::pending(o).is_some() {
+        // A sync asked for by hand, and a resource someone just created,
+        // edited or deleted, go ahead of the crowd: the lane of changes is
+        // served before the resyncs and the full passes of gained shards,
+        // so a new resource is not queued behind thousands of them.
+        if edited || (!deleted && super::force_sync::pending(o).is_some()) {
             queue.add_change(key, shard);
         } else {
             queue.add(key, shard);
@@ -439,6 +453,7 @@ impl<'a> OwnerId<'a> {
 mod tests {
     use super::*;
     use crate::api::KmsSecret;
+    use crate::controllers::queue::Mark;
 
     #[test]
     fn a_resource_follows_the_global_config_for_any_field_it_leaves_out() {
@@ -472,6 +487,67 @@ mod tests {
         assert!(
             !with(serde_json::json!({"hostAPI": "https://own", "tls": ca})).uses_global_config()
         );
+    }
+
+    /// What the watch of a kind queues, and in which lane: the first list
+    /// joins the line; a resource someone creates, edits or deletes while
+    /// the watch runs takes the lane of changes, ahead of every resync and
+    /// full pass waiting; the operator's own status writes queue nothing.
+    #[tokio::test]
+    async fn a_resource_someone_creates_or_edits_goes_ahead_of_the_crowd() {
+        use kube::runtime::watcher::Event;
+        let queue = Arc::new(Queue::<ObjectKey>::new());
+        let gate: Arc<dyn Ownership> = Arc::new(crate::controllers::context::OwnsAll);
+        let handle = queue_on_change::<KmsSecret, _>(
+            gate,
+            queue.clone(),
+            |o| o.metadata.generation,
+            |_, _, _| false,
+        );
+        let ks = |name: &str, uid: &str, generation: i64, status: bool| -> KmsSecret {
+            let mut v = serde_json::json!({
+                "apiVersion": "secrets.hanzo.ai/v1alpha1", "kind": "KmsSecret",
+                "metadata": {"name": name, "namespace": "ns", "uid": uid, "generation": generation},
+                "spec": {"managedKubeSecretReferences": [{"secretName": "out"}]}
+            });
+            if status {
+                v["status"] = serde_json::json!({"observedGeneration": generation});
+            }
+            serde_json::from_value(v).unwrap()
+        };
+        // The first list: a thousand resources in line.
+        for i in 0..1000 {
+            handle(&Event::InitApply(ks(
+                &format!("old-{i}"),
+                &format!("u{i}"),
+                1,
+                false,
+            )));
+        }
+        // The operator's status write of one: nothing more queued.
+        handle(&Event::Apply(ks("old-0", "u0", 1, true)));
+        // Created now, and an edit of one in line: both served first.
+        handle(&Event::Apply(ks("new", "u-new", 1, false)));
+        handle(&Event::Apply(ks("old-999", "u999", 2, false)));
+        let next = || async {
+            let (key, _, mark) = queue.next_entry(|_| true, |_| true).await.unwrap();
+            queue.done(&key);
+            (key.name, mark)
+        };
+        assert_eq!(next().await, ("new".to_owned(), Mark::Change));
+        assert_eq!(next().await, ("old-999".to_owned(), Mark::Change));
+        assert_eq!(next().await, ("old-0".to_owned(), Mark::Added));
+        let mut rest = 0;
+        while !queue.is_empty() {
+            let (name, mark) = next().await;
+            assert_eq!(mark, Mark::Added, "{name}");
+            rest += 1;
+        }
+        assert_eq!(rest, 998, "the status write queued the resource again");
+        // Deleted while the watch runs: first too.
+        handle(&Event::InitApply(ks("old-1", "u1", 1, false)));
+        handle(&Event::Delete(ks("old-2", "u2", 1, false)));
+        assert_eq!(next().await, ("old-2".to_owned(), Mark::Change));
     }
 
     #[test]

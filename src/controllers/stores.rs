@@ -195,6 +195,16 @@ where
             .collect()
     }
 
+    /// `f` of every cached object whose [`Head`] passes `pick`, decoded as
+    /// the view `T` one at a time (once per object, as in [`Scoped::all`]).
+    pub fn view_where<T: serde::de::DeserializeOwned, R>(
+        &self,
+        mut pick: impl FnMut(Head<'_>) -> bool,
+        mut f: impl FnMut(Head<'_>, T) -> R,
+    ) -> Vec<R> {
+        self.each_part(|p, here| p.store.view_where(|h| here(&h) && pick(h), &mut f))
+    }
+
     /// The cached objects a managed object's owner annotation names
     /// (`Kind/namespace/name`), decoded.
     pub fn owned_by(&self, owner: &str) -> Vec<Arc<K>> {
