@@ -607,7 +607,19 @@ impl Seed {
         let seed: Seed = if blank {
             Seed::default()
         } else {
-            serde_saphyr::from_str(text).map_err(|e| Error::Seed(e.to_string()))?
+            // A seed is written by whoever runs the server, and a large one
+            // (10,000 identities and folders for a benchmark) holds more
+            // nodes and events than the parser's default budget allows: the
+            // budget grows with the text (a node or an event takes at
+            // least a byte of it).
+            let options = serde_saphyr::options! {
+                budget: serde_saphyr::budget! {
+                    max_nodes: text.len().max(250_000),
+                    max_events: text.len().max(1_000_000),
+                },
+            };
+            serde_saphyr::from_str_with_options(text, options)
+                .map_err(|e| Error::Seed(e.to_string()))?
         };
         seed.validate()?;
         Ok(seed)
