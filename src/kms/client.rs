@@ -753,21 +753,19 @@ impl Kms {
         }
         if let Err(KmsError::RateLimited { .. }) = &outcome.value {
             let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+            let kept = recent.get(&scope_key);
             tracing::debug!(
                 path = %scope.path,
-                kept_age = ?recent.get(&scope_key).map(|r| r.at.elapsed()),
-                kept_secrets = recent.get(&scope_key).is_some_and(|r| r.secrets.is_some()),
-                same_etag = recent.get(&scope_key).is_some_and(|r| etag.is_some() && r.etag.as_deref() == etag),
+                kept_age = ?kept.map(|r| r.at.elapsed()),
                 "read refused by the KMS's budget"
             );
-            let kept = recent
-                .get(&scope_key)
-                .filter(|r| r.at >= refused_from && (etag.is_none() || r.etag.as_deref() != etag));
             if let Some(Recent {
                 secrets: Some(secrets),
                 etag: kept_etag,
-                ..
+                at,
             }) = kept
+                && *at >= refused_from
+                && (etag.is_none() || kept_etag.as_deref() != etag)
             {
                 self.metrics.kms_refused_served.inc();
                 return Ok(Arc::new(Fetch::Secrets {
