@@ -457,6 +457,8 @@ struct Driver {
     held: BTreeMap<u32, HeldShard>,
     backoff: BTreeMap<u32, Instant>,
     member_due: Instant,
+    /// When the last member Lease write that succeeded was sent.
+    member_renewed_at: Option<Instant>,
     synced: bool,
     stopping: bool,
     drained_tx: mpsc::UnboundedSender<(u32, u64, bool)>,
@@ -477,6 +479,7 @@ impl Driver {
             held: BTreeMap::new(),
             backoff: BTreeMap::new(),
             member_due: Instant::now(),
+            member_renewed_at: None,
             synced: false,
             stopping: false,
             drained_tx,
@@ -493,6 +496,21 @@ impl Driver {
 
     fn request_timeout(&self) -> Duration {
         self.config().retry_period
+    }
+
+    /// How long `action`'s write may wait for its answer. A renewal (of a
+    /// shard, or of the member Lease) waits until its renew deadline: an API
+    /// server that answers late but within it keeps the shard, as client-go's
+    /// leader election does, instead of losing it to two slow answers in a
+    /// row. Every other write waits one retry period.
+    fn request_limit(&self, action: Action, now: Instant) -> Duration {
+        let config = self.config();
+        let renewed_at = match action {
+            Action::Renew(shard) => self.held.get(&shard).map(|h| h.held.renewed_at),
+            Action::Member => self.member_renewed_at,
+            _ => None,
+        };
+        renewal_limit(renewed_at, now, config.renew_deadline, config.retry_period)
     }
 
     async fn run(mut self) {
@@ -789,10 +807,11 @@ impl Driver {
             return false;
         }
         let api = self.api.clone();
-        let limit = self.request_timeout();
+        let now = Instant::now();
         let outcomes =
             futures::future::join_all(requests.into_iter().map(|(action, create, body)| {
                 let api = api.clone();
+                let limit = self.request_limit(action, now);
                 async move {
                     let sent = Instant::now();
                     let name = body.metadata.name.clone().unwrap_or_default();
@@ -901,7 +920,10 @@ impl Driver {
         self.store.apply(lease, now);
         let next = sent + retry;
         match action {
-            Action::Member => self.member_due = next,
+            Action::Member => {
+                self.member_due = next;
+                self.member_renewed_at = Some(sent);
+            }
             Action::Acquire(shard) => {
                 let token = CancellationToken::new();
                 self.epochs += 1;
@@ -1005,5 +1027,44 @@ impl Driver {
             }
             Err(_) => warn!(name, "deleting the member Lease timed out; it will expire"),
         }
+    }
+}
+
+/// How long a renewal may wait for its answer: until the renew deadline of
+/// the last renewal that succeeded (sent at `renewed_at`), and never less
+/// than one retry period (a first write, or one sent close to its deadline).
+fn renewal_limit(
+    renewed_at: Option<Instant>,
+    now: Instant,
+    renew_deadline: Duration,
+    retry_period: Duration,
+) -> Duration {
+    renewed_at
+        .map(|at| (at + renew_deadline).saturating_duration_since(now))
+        .unwrap_or_default()
+        .max(retry_period)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_renewal_may_wait_until_its_deadline_and_never_less_than_a_retry() {
+        let (deadline, retry) = (Duration::from_secs(7), Duration::from_secs(2));
+        let t0 = Instant::now();
+        // The usual renewal, one retry period after the last: 5 s left.
+        let at = t0 + Duration::from_secs(2);
+        assert_eq!(
+            renewal_limit(Some(t0), at, deadline, retry),
+            Duration::from_secs(5)
+        );
+        // Close to the deadline, or past it: one retry period.
+        let late = t0 + Duration::from_secs(6);
+        assert_eq!(renewal_limit(Some(t0), late, deadline, retry), retry);
+        let past = t0 + Duration::from_secs(9);
+        assert_eq!(renewal_limit(Some(t0), past, deadline, retry), retry);
+        // Nothing renewed yet (an acquisition, a first member write).
+        assert_eq!(renewal_limit(None, at, deadline, retry), retry);
     }
 }

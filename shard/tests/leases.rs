@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
-use shard::{Coordinator, Event, LossReason};
+use shard::{Config, Coordinator, Event, LossReason};
 use support::{Monitor, balanced, config, owned, owners, wait_until};
 use tokio::time::Instant;
 
@@ -482,6 +482,52 @@ async fn stalled_replica_is_fenced_before_anyone_takes_over() {
         x.shutdown().await;
     }
     monitor.finish(LEASE).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_api_server_that_answers_within_the_renew_deadline_keeps_the_shards() {
+    let client = support::client().await;
+    let ns = support::namespace(&client, "shard-slow").await;
+    let monitor = Monitor::start(&client, &ns, S);
+    let proxy = support::StallProxy::start().await;
+    // Renew deadline 8 s, retry 1 s: a renewal sent a retry period after the
+    // last one may wait 7 s for its answer (a new connection through the
+    // slowed relay takes three delays: two of the TLS handshake, one of the
+    // request).
+    let lease = Duration::from_secs(10);
+    let config = Config {
+        lease_duration: lease,
+        renew_deadline: Duration::from_secs(8),
+        ..support::config(&ns, "kms-0", S)
+    };
+    let a = Coordinator::start(proxy.client().await, config).expect("start");
+    monitor.add(&a);
+    settle(&monitor, "one replica").await;
+    let before = owned(&a);
+    let mut events = a.events();
+
+    // Every request reaches the API server 1.5 s late for 10 s: later than a
+    // retry period (each write waited one retry period before), well within
+    // the renew deadline.
+    proxy.slow(Duration::from_millis(1500));
+    let t0 = Instant::now();
+    let mut dropped = None;
+    while t0.elapsed() < Duration::from_secs(10) {
+        if owned(&a) != before {
+            dropped = Some((t0.elapsed(), owned(&a)));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    proxy.slow(Duration::ZERO);
+    let seen: Vec<Event> = std::iter::from_fn(|| events.try_recv().ok()).collect();
+    assert_eq!(dropped, None, "shards dropped while slow; events {seen:?}");
+    assert!(
+        !seen.iter().any(|e| matches!(e, Event::Lost { .. })),
+        "{seen:?}"
+    );
+    a.shutdown().await;
+    monitor.finish(lease).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

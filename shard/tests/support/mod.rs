@@ -297,9 +297,11 @@ impl Monitor {
 
 /// A TCP relay to the API server that can be paused, so that one
 /// coordinator's requests hang as if its process were stopped (SIGSTOP)
-/// while the others carry on.
+/// while the others carry on, or slowed, so that every request reaches the
+/// API server late (its answers and watch events are not held).
 pub struct StallProxy {
     paused: tokio::sync::watch::Sender<bool>,
+    delay: tokio::sync::watch::Sender<Duration>,
     port: u16,
     task: JoinHandle<()>,
 }
@@ -319,6 +321,7 @@ impl StallProxy {
             .expect("bind");
         let port = listener.local_addr().expect("addr").port();
         let (paused, watch_paused) = tokio::sync::watch::channel(false);
+        let (delay, watch_delay) = tokio::sync::watch::channel(Duration::ZERO);
         let task = tokio::spawn(async move {
             while let Ok((inbound, _)) = listener.accept().await {
                 let Ok(outbound) = tokio::net::TcpStream::connect(&upstream).await else {
@@ -326,8 +329,27 @@ impl StallProxy {
                 };
                 let (ri, wi) = inbound.into_split();
                 let (ro, wo) = outbound.into_split();
-                for (mut from, mut to) in [(ri, wo), (ro, wi)] {
+                for (upward, mut from, mut to) in [(true, ri, wo), (false, ro, wi)] {
                     let mut gate = watch_paused.clone();
+                    let delay = watch_delay.clone();
+                    // A delay line: each chunk leaves `delay` after it came,
+                    // in order, so a slowed request is late by the delay
+                    // and not by the delay times its chunks.
+                    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
+                    tokio::spawn(async move {
+                        while let Some((came, chunk)) = rx.recv().await {
+                            if upward {
+                                let wait = *delay.borrow();
+                                tokio::time::sleep_until(came + wait).await;
+                            }
+                            if gate.wait_for(|p| !*p).await.is_err() {
+                                break;
+                            }
+                            if to.write_all(&chunk).await.is_err() {
+                                break;
+                            }
+                        }
+                    });
                     tokio::spawn(async move {
                         let mut buf = vec![0u8; 16 * 1024];
                         loop {
@@ -335,10 +357,7 @@ impl StallProxy {
                                 Ok(0) | Err(_) => break,
                                 Ok(n) => n,
                             };
-                            if gate.wait_for(|p| !*p).await.is_err() {
-                                break;
-                            }
-                            if to.write_all(&buf[..n]).await.is_err() {
+                            if tx.send((Instant::now(), buf[..n].to_vec())).is_err() {
                                 break;
                             }
                         }
@@ -346,12 +365,22 @@ impl StallProxy {
                 }
             }
         });
-        Self { paused, port, task }
+        Self {
+            paused,
+            delay,
+            port,
+            task,
+        }
     }
 
     /// Hold (or resume) all traffic.
     pub fn pause(&self, on: bool) {
         self.paused.send_replace(on);
+    }
+
+    /// Make every request reach the API server `by` late (zero: on time).
+    pub fn slow(&self, by: Duration) {
+        self.delay.send_replace(by);
     }
 
     /// A client that talks through the relay.
