@@ -257,7 +257,9 @@ pub struct RunArgs {
     pub kms_rate_limit: f64,
     /// Resources each controller of a replica reconciles at once. Most of a
     /// reconcile waits (for the KMS or the API server), so this is not the
-    /// CPU count; the KMS budget and the API server bound the pace.
+    /// CPU count; the KMS budget and the API server bound the pace. While
+    /// the replicas have work of different sizes, each runs between half
+    /// and twice this, by its part of the work.
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=1024), env = "KMS_OPERATOR_WORKERS")]
     pub workers: u16,
     /// The most secrets one KMS answer may hold (a scope with its imports

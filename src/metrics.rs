@@ -138,6 +138,8 @@ pub struct Metrics {
     pub renders_stopped: IntCounter,
     /// `kms_operator_demand`.
     pub demand: Gauge,
+    /// `kms_operator_worker_scale`.
+    pub worker_scale: Gauge,
     /// `kms_operator_cache_hits_total{shard}`.
     pub cache_hits: IntCounterVec,
     /// `kms_operator_cache_misses_total{shard}`.
@@ -287,6 +289,10 @@ impl Metrics {
                 "kms_operator_demand",
                 "The demand this replica publishes: KMS work of its shards added as due, waiting or in progress.",
             ),
+            worker_scale: r.gauge(
+                "kms_operator_worker_scale",
+                "The multiple of --workers each controller of this replica reconciles at once: its part of the replicas' demand (0.5 to 2; 1 with none).",
+            ),
             cache_hits: r.counter_vec(
                 "kms_operator_cache_hits_total",
                 "Persistent cache hits.",
@@ -335,6 +341,8 @@ impl Metrics {
     }
 
     fn touch_known_series(&self, shards: u32) {
+        // Until the first share: `--workers` as configured.
+        self.worker_scale.set(1.0);
         for shard in 0..shards {
             let s = shard.to_string();
             let s = s.as_str();
@@ -471,6 +479,7 @@ mod tests {
             "kms_operator_kms_budget_rate",
             "kms_operator_template_renders_stopped_total",
             "kms_operator_demand",
+            "kms_operator_worker_scale",
             "kms_operator_cache_hits_total",
             "kms_operator_cache_misses_total",
             "kms_operator_cache_errors_total",

@@ -102,6 +102,10 @@ pub struct Context {
     pub global_epoch: Arc<std::sync::atomic::AtomicU64>,
     /// The kind spellings the cluster serves (what every write carries).
     pub served: crate::api::served::ServedKinds,
+    /// The multiple of `--workers` each controller reconciles at once
+    /// (`workers::worker_scale`: this replica's part of the replicas'
+    /// work), set every second with the KMS budget's shares.
+    pub worker_scale: tokio::sync::watch::Sender<f64>,
 }
 
 impl Context {
@@ -247,6 +251,7 @@ impl Context {
             global: Arc::default(),
             global_epoch: Arc::default(),
             served: crate::api::served::ServedKinds::default(),
+            worker_scale: tokio::sync::watch::Sender::new(1.0),
         }
     }
 }

@@ -2,10 +2,15 @@
 //! replica owns from its queue, reconcile them under the shard's
 //! cancellation token, and requeue them (at the due time the reconcile asks
 //! for; after an error, with backoff or at the resync interval, by kind of
-//! error).
+//! error). How many of them reconcile at once follows this replica's part of
+//! the replicas' work ([`worker_scale`], [`Slots`]).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
+
+use tokio::sync::Notify;
 
 use tokio_util::sync::CancellationToken;
 
@@ -95,14 +100,37 @@ pub async fn run_workers<K, R>(
     K: Clone + Eq + std::hash::Hash + Ord + std::fmt::Display + Send + Sync + 'static,
     R: Reconciler<K>,
 {
+    let base = ctx.settings.workers.max(1);
+    let slots = Arc::new(Slots::new(slots_for(base, 1.0)));
+    let follow = {
+        let (slots, mut scale) = (slots.clone(), ctx.worker_scale.subscribe());
+        tokio::spawn(async move {
+            loop {
+                let now = *scale.borrow_and_update();
+                slots.set_limit(slots_for(base, now));
+                if scale.changed().await.is_err() {
+                    break;
+                }
+            }
+        })
+    };
     let mut tasks = Vec::new();
-    for _ in 0..ctx.settings.workers.max(1) {
-        let (ctx, queue, reconciler) = (ctx.clone(), queue.clone(), reconciler.clone());
+    for _ in 0..slots_for(base, MAX_SCALE) {
+        let (ctx, queue, reconciler, slots) = (
+            ctx.clone(),
+            queue.clone(),
+            reconciler.clone(),
+            slots.clone(),
+        );
         tasks.push(tokio::spawn(async move {
-            while let Some((key, shard, mark)) = queue
-                .next_entry(|s| ctx.gate.owns(s), |s| ctx.gate.holds(s))
-                .await
-            {
+            loop {
+                let slot = slots.take().await;
+                let Some((key, shard, mark)) = queue
+                    .next_entry(|s| ctx.gate.owns(s), |s| ctx.gate.holds(s))
+                    .await
+                else {
+                    break;
+                };
                 let cancel = ctx.gate.cancellation(shard);
                 let started = tokio::time::Instant::now();
                 let urgency = urgency(mark, || reconciler.in_step(&ctx, &key));
@@ -171,12 +199,110 @@ pub async fn run_workers<K, R>(
                 // thread in such a loop, nothing else runs — not the shard
                 // Lease renewals, which then miss their deadline, lose the
                 // shards and, re-acquired, start the next full pass.
+                drop(slot);
                 tokio::task::yield_now().await;
             }
         }));
     }
     for t in tasks {
         let _ = t.await;
+    }
+    follow.abort();
+}
+
+/// The most a replica's workers may reconcile at once, as a multiple of
+/// `--workers`, when it has more of the replicas' work than its equal part.
+pub const MAX_SCALE: f64 = 2.0;
+
+/// The least, when it has less.
+pub const MIN_SCALE: f64 = 0.5;
+
+/// The multiple of `--workers` this replica reconciles at once: its part of
+/// the demand every live replica published (`live`, by member; `me` is this
+/// replica, whose own figure is `own`, fresher than the published one) times
+/// the number of live replicas, between [`MIN_SCALE`] and [`MAX_SCALE`]; 1
+/// when no replica has work or this one has none.
+///
+/// A first sync's reconciles mostly wait on the API server, which serves the
+/// replicas' requests in flight alike: with equal worker counts each replica
+/// converges at the same rate, so the replica holding 6 of 16 shards (against
+/// 5 and 5) finished last and alone. With the workers following the work, as
+/// the KMS budget does, the replicas finish together.
+pub fn worker_scale(own: u32, me: &str, live: &BTreeMap<String, f64>) -> f64 {
+    let own = f64::from(own);
+    let others: f64 = live
+        .iter()
+        .filter(|(member, _)| member.as_str() != me)
+        .map(|(_, d)| d.max(0.0))
+        .sum();
+    let members = live.keys().filter(|m| m.as_str() != me).count() + 1;
+    let total = own + others;
+    if own <= 0.0 || total <= 0.0 {
+        return 1.0;
+    }
+    (own / total * members as f64).clamp(MIN_SCALE, MAX_SCALE)
+}
+
+/// How many of `base` workers reconcile at once at `scale` (at least one).
+fn slots_for(base: usize, scale: f64) -> usize {
+    ((base as f64 * scale).round() as usize).max(1)
+}
+
+/// A limit on the reconciles in flight that can change while workers wait
+/// (a semaphore whose size follows [`worker_scale`]).
+struct Slots {
+    limit: AtomicUsize,
+    busy: AtomicUsize,
+    freed: Notify,
+}
+
+/// One reconcile's place; given back when dropped.
+struct Slot(Arc<Slots>);
+
+impl Slots {
+    fn new(limit: usize) -> Self {
+        Self {
+            limit: AtomicUsize::new(limit),
+            busy: AtomicUsize::new(0),
+            freed: Notify::new(),
+        }
+    }
+
+    /// Wait for a place under the limit.
+    async fn take(self: &Arc<Self>) -> Slot {
+        loop {
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            let busy = self.busy.load(Ordering::Acquire);
+            if busy < self.limit.load(Ordering::Acquire) {
+                if self
+                    .busy
+                    .compare_exchange(busy, busy + 1, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    return Slot(self.clone());
+                }
+                continue;
+            }
+            freed.await;
+        }
+    }
+
+    /// Change the limit: places taken above a lower one are given back as
+    /// their reconciles finish; a higher one lets waiting workers in at once.
+    fn set_limit(&self, limit: usize) {
+        let before = self.limit.swap(limit.max(1), Ordering::AcqRel);
+        if limit > before {
+            self.freed.notify_waiters();
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.busy.fetch_sub(1, Ordering::AcqRel);
+        self.0.freed.notify_one();
     }
 }
 
@@ -235,6 +361,80 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_workers_follow_the_replicas_part_of_the_work() {
+        let live = |d: &[(&str, f64)]| -> BTreeMap<String, f64> {
+            d.iter().map(|(m, v)| ((*m).to_owned(), *v)).collect()
+        };
+        // 6 of 16 shards against 5 and 5 (the 10k converge's 3,830 of
+        // 10,000): 15 % more workers than the others.
+        let three = live(&[("a", 3830.0), ("b", 3030.0), ("c", 3140.0)]);
+        let a = worker_scale(3830, "a", &three);
+        assert!((a - 1.149).abs() < 1e-9, "{a}");
+        let b = worker_scale(3030, "b", &three);
+        assert!((b - 0.909).abs() < 1e-9, "{b}");
+        // Its own figure counts, not the one it published a moment ago.
+        assert!(
+            (worker_scale(
+                3830,
+                "a",
+                &live(&[("a", 0.0), ("b", 3030.0), ("c", 3140.0)])
+            ) - a)
+                .abs()
+                < 1e-9
+        );
+        // The others done: as many as allowed; this one done, or nobody
+        // with work, or alone: as configured.
+        assert_eq!(
+            worker_scale(500, "a", &live(&[("a", 500.0), ("b", 0.0), ("c", 0.0)])),
+            MAX_SCALE
+        );
+        assert_eq!(worker_scale(0, "a", &three), 1.0);
+        assert_eq!(worker_scale(0, "a", &live(&[("b", 0.0)])), 1.0);
+        assert_eq!(worker_scale(40, "a", &BTreeMap::new()), 1.0);
+        // Little work against a lot: never below half.
+        assert_eq!(worker_scale(1, "a", &live(&[("b", 1000.0)])), MIN_SCALE);
+        assert_eq!(slots_for(32, a), 37);
+        assert_eq!(slots_for(32, MAX_SCALE), 64);
+        assert_eq!(slots_for(1, MIN_SCALE), 1);
+    }
+
+    #[tokio::test]
+    async fn slots_hold_reconciles_to_a_limit_that_can_change_while_they_wait() {
+        let slots = Arc::new(Slots::new(2));
+        let (one, two) = (slots.take().await, slots.take().await);
+        let third = tokio::spawn({
+            let slots = slots.clone();
+            async move { slots.take().await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!third.is_finished(), "a third place under a limit of 2");
+        // A higher limit lets the waiting one in at once.
+        slots.set_limit(3);
+        let three = tokio::time::timeout(Duration::from_secs(1), third)
+            .await
+            .expect("let in")
+            .expect("task");
+        // A lower one: places come back as reconciles finish, and none is
+        // given until fewer than the limit are taken.
+        slots.set_limit(1);
+        drop(one);
+        let fourth = tokio::spawn({
+            let slots = slots.clone();
+            async move { slots.take().await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!fourth.is_finished(), "2 taken under a limit of 1");
+        drop(two);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!fourth.is_finished(), "1 taken under a limit of 1");
+        drop(three);
+        tokio::time::timeout(Duration::from_secs(1), fourth)
+            .await
+            .expect("a place once all were given back")
+            .expect("task");
+    }
 
     #[test]
     fn only_a_scheduled_resync_in_step_is_routine() {

@@ -595,6 +595,7 @@ fn wire(
         global,
         global_epoch,
         served,
+        worker_scale: tokio::sync::watch::Sender::new(1.0),
     });
     let cached: Vec<(&'static str, Box<dyn Cache>)> = vec![
         ("Secret", Box::new(secrets.clone())),

@@ -17,6 +17,7 @@ use tokio::task::JoinHandle;
 use crate::controllers::context::Context;
 use crate::controllers::registry::Registry;
 use crate::controllers::stores::ShardScopes;
+use crate::controllers::workers::worker_scale;
 use crate::kms::limiter::Limiter;
 use crate::sharding::Ownership;
 
@@ -413,7 +414,8 @@ const SHARE_EVERY: Duration = Duration::from_secs(1);
 /// Publish this replica's demand (the KMS-bound work of its shards added as
 /// due, waiting or in progress; see `Queue::demand`) on its member Lease,
 /// and take its part of the KMS budget in proportion to what every live
-/// replica published.
+/// replica published; its workers follow the same part
+/// (`workers::worker_scale`).
 pub fn share_kms_budget(registry: Registry, ctx: Arc<Context>) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(SHARE_EVERY);
@@ -437,7 +439,16 @@ pub fn share_kms_budget(registry: Registry, ctx: Arc<Context>) -> JoinHandle<()>
                 ctx.kms
                     .set_weights(gate.identity(), &live, &gate.member_leases());
             }
+            let scale = worker_scale(demand, gate.identity(), &live);
+            ctx.worker_scale.send_if_modified(|now| {
+                let changed = (*now - scale).abs() > 0.01;
+                if changed {
+                    *now = scale;
+                }
+                changed
+            });
             ctx.metrics.demand.set(f64::from(demand));
+            ctx.metrics.worker_scale.set(scale);
             ctx.metrics.kms_budget_rate.set(ctx.kms.rate());
         }
     })
