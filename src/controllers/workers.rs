@@ -375,15 +375,9 @@ mod tests {
         let b = worker_scale(3030, "b", &three);
         assert!((b - 0.909).abs() < 1e-9, "{b}");
         // Its own figure counts, not the one it published a moment ago.
-        assert!(
-            (worker_scale(
-                3830,
-                "a",
-                &live(&[("a", 0.0), ("b", 3030.0), ("c", 3140.0)])
-            ) - a)
-                .abs()
-                < 1e-9
-        );
+        let stale = live(&[("a", 0.0), ("b", 3030.0), ("c", 3140.0)]);
+        let fresh = worker_scale(3830, "a", &stale);
+        assert!((fresh - a).abs() < 1e-9, "{fresh}");
         // The others done: as many as allowed; this one done, or nobody
         // with work, or alone: as configured.
         assert_eq!(
