@@ -8,7 +8,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::PostParams;
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use crate::harness::{self, TestNamespace, holds_for, wait_for};
@@ -96,10 +96,24 @@ async fn a_restart_costs_the_kms_nothing() {
     setup(&client, &ns.name, &kms, N, "40s").await;
     let before = synced(&client, &ns.name, N).await;
     op.stop();
+    let resources_before: BTreeMap<String, String> = {
+        let ar = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("secrets.hanzo.ai", "v1alpha1", "KmsSecret"),
+            "kmssecrets",
+        );
+        Api::<DynamicObject>::namespaced_with(client.clone(), &ns.name, &ar)
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .map(|o| (o.name_any(), o.resource_version().unwrap_or_default()))
+            .collect()
+    };
 
     // Restart: nothing is due, so nothing is asked of the KMS.
     kms.reset_stats().await;
-    let _op = Operator::start(&ns.name, &[&ns.name], &flags).await;
+    let op = Operator::start(&ns.name, &[&ns.name], &flags).await;
     let held = holds_for(Duration::from_secs(10), || async {
         kms.count(LOGIN, None).await == 0 && kms.count(LIST, None).await == 0
     })
@@ -117,22 +131,23 @@ async fn a_restart_costs_the_kms_nothing() {
     );
 
     // When they are due: conditional GETs answered 304 (resources due at
-    // about the same time share one), with the persisted token (no login).
-    let restarted = k8s_openapi::jiff::Timestamp::now();
+    // about the same time share one), with the persisted token (no login),
+    // and nothing written: no Secret, no status (not even `lastSyncTime`).
     let ar = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("secrets.hanzo.ai", "v1alpha1", "KmsSecret"),
         "kmssecrets",
     );
     let crs: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns.name, &ar);
     let due = wait_for(Duration::from_secs(50), || async {
-        let list = crs.list(&Default::default()).await.ok()?;
-        list.items
-            .iter()
-            .all(|o| {
-                o.data["status"]["lastSyncTime"]
-                    .as_str()
-                    .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
-                    .is_some_and(|t| t > restarted)
+        let log = op.output.text();
+        (0..N)
+            .all(|i| {
+                let me = format!("\"resource\":\"KmsSecret/{}/cr{i}\"", ns.name);
+                log.lines().any(|l| {
+                    l.contains("KMS steps of a sync timed")
+                        && l.contains(&me)
+                        && l.contains("\"decision\":\"Conditional\"")
+                })
             })
             .then_some(())
     })
@@ -142,6 +157,27 @@ async fn a_restart_costs_the_kms_nothing() {
         "not every resource resynced: {}",
         kms.stats().await
     );
+    // The last check's status write, if any, would show within this.
+    let statuses = || async {
+        crs.list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .map(|o| (o.name_any(), o.resource_version().unwrap_or_default()))
+            .collect::<BTreeMap<String, String>>()
+    };
+    if let Err(when) = holds_for(Duration::from_secs(3), || async {
+        statuses().await == resources_before
+    })
+    .await
+    {
+        panic!(
+            "a resync that found nothing new wrote the status, {when}: {:?} -> {:?}",
+            resources_before,
+            statuses().await
+        );
+    }
     assert!(
         kms.count(LIST, Some("304")).await >= 1,
         "no 304: {}",

@@ -331,12 +331,21 @@ pub fn next_status(
         status.managed_secrets = Some(a.managed.clone()).filter(|m| !m.is_empty());
         status.generated_secrets = Some(a.generated.clone()).filter(|m| !m.is_empty());
         status.synced_keys = report.synced();
-        if reconcile_ok {
-            status.last_sync_time = Some(now.clone());
-        }
     }
     status.observed_generation = generation;
     status.shard = Some(i32::try_from(shard).unwrap_or(i32::MAX));
+    // `lastSyncTime` moves with a reconcile that changed something: a key
+    // written to the KMS, a folder created, or the status itself. One that
+    // finds the KMS in step writes nothing.
+    if let Some(a) = &report.applied
+        && reconcile_ok
+        && (a.written.values().any(|n| *n > 0)
+            || !report.created_folders.is_empty()
+            || old.last_sync_time.is_none()
+            || !unchanged(old, &status))
+    {
+        status.last_sync_time = Some(now.clone());
+    }
     status
 }
 
@@ -497,6 +506,38 @@ mod tests {
             Action::Done,
             "no resyncInterval: event-driven only"
         );
+    }
+
+    #[test]
+    fn a_resync_that_finds_the_kms_in_step_writes_no_status() {
+        let report = |updated: usize| {
+            let mut applied = Applied {
+                in_step: 2 - updated,
+                ..Applied::default()
+            };
+            if updated > 0 {
+                applied.written.insert(op_key(Op::Update), updated);
+            }
+            Report {
+                strategy: Some("UNIVERSAL_MACHINE_IDENTITY"),
+                applied: Some(applied),
+                wanted: 2,
+                ..Report::default()
+            }
+        };
+        let first = next_status(
+            &KmsPushSecretStatus::default(),
+            &report(0),
+            Some(3),
+            0,
+            &t(),
+        );
+        let later = Time(k8s_openapi::jiff::Timestamp::from_second(5_000).unwrap());
+        let again = next_status(&first, &report(0), Some(3), 0, &later);
+        assert!(unchanged(&first, &again), "{again:?}");
+        // A key written moves the time.
+        let pushed = next_status(&first, &report(1), Some(3), 0, &later);
+        assert_eq!(pushed.last_sync_time, Some(later));
     }
 
     #[test]

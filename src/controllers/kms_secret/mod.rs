@@ -199,6 +199,7 @@ impl Controller {
         );
         Ok(Synced {
             last_sync,
+            wrote,
             next_due,
             synced_keys,
             targets: targets.len(),

@@ -19,6 +19,9 @@ use crate::controllers::reload::Reloads;
 pub(super) struct Synced {
     /// When the KMS was last checked successfully, if known.
     pub(super) last_sync: Option<SystemTime>,
+    /// A target was written (created, or its data, labels or annotations
+    /// changed).
+    pub(super) wrote: bool,
     pub(super) next_due: SystemTime,
     pub(super) synced_keys: Option<i64>,
     pub(super) targets: usize,
@@ -73,7 +76,8 @@ pub(super) fn next_status(
 ) -> KmsSecretStatus {
     let generation = cr.metadata.generation;
     let auth_method = auth_method_name(cr);
-    let mut status = cr.status.clone().unwrap_or_default();
+    let old = cr.status.clone().unwrap_or_default();
+    let mut status = old.clone();
     let c = &mut status.conditions;
     // A login that worked is reported whatever happened after it (a
     // template error, a KMS refusal of the folder).
@@ -106,11 +110,6 @@ pub(super) fn next_status(
                 generation,
                 now,
             );
-            if let Some(t) = s.last_sync {
-                status.last_sync_time = Some(whole_seconds(
-                    k8s_openapi::jiff::Timestamp::try_from(t).unwrap_or(now.0),
-                ));
-            }
             status.synced_keys = s.synced_keys.or(status.synced_keys);
             instant_updates_condition(c, s.stream.as_ref(), generation, now);
         }
@@ -172,7 +171,20 @@ pub(super) fn next_status(
         &mut status.conditions,
         ct::READY_TO_SYNC_SECRETS,
     );
-
+    // `lastSyncTime` moves with a sync that changed something: a target, or
+    // the status itself. A check that finds everything in step writes
+    // nothing, so a steady state costs the API server no write.
+    if let Ok(Synced {
+        last_sync: Some(t),
+        wrote,
+        ..
+    }) = outcome
+        && (*wrote || old.last_sync_time.is_none() || !status_unchanged(&old, &status))
+    {
+        status.last_sync_time = Some(whole_seconds(
+            k8s_openapi::jiff::Timestamp::try_from(*t).unwrap_or(now.0),
+        ));
+    }
     status
 }
 
@@ -389,6 +401,7 @@ mod tests {
         let now = now_time();
         let synced = |stream| Synced {
             last_sync: Some(SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000)),
+            wrote: true,
             next_due: SystemTime::now(),
             synced_keys: Some(3),
             targets: 1,
@@ -445,6 +458,7 @@ mod tests {
         let now = now_time();
         let synced = Synced {
             last_sync: Some(SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000)),
+            wrote: true,
             next_due: SystemTime::now(),
             synced_keys: Some(3),
             targets: 1,
@@ -579,6 +593,41 @@ mod tests {
             "{after_failure:?}"
         );
         assert_eq!(condition(&after_failure, ct::READY).1, "KMSRateLimited");
+    }
+
+    #[test]
+    fn a_check_that_changes_nothing_leaves_the_status_as_it_was() {
+        let first = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let synced = |at: u64, wrote: bool| Synced {
+            last_sync: Some(first + Duration::from_secs(at)),
+            wrote,
+            next_due: SystemTime::now(),
+            synced_keys: Some(3),
+            targets: 1,
+            stream: None,
+        };
+        let progress = Progress::default();
+        let status_after = |cr: &KmsSecret, s: Synced| {
+            next_status(cr, 5, &Ok(s), &progress, &0.into(), &now_time())
+        };
+        let ok = status_after(&kms_secret(None), synced(0, true));
+        let second = |s: &KmsSecretStatus| s.last_sync_time.as_ref().map(|t| t.0.as_second());
+        assert_eq!(second(&ok), Some(1_800_000_000));
+        // A resync a minute later that finds the targets in step (a `304`,
+        // or the same data): nothing to write, not even the time.
+        let checked = status_after(&kms_secret(Some(ok.clone())), synced(60, false));
+        assert!(status_unchanged(&ok, &checked), "{checked:?}");
+        // A sync that wrote a target moves it.
+        let wrote = status_after(&kms_secret(Some(ok.clone())), synced(120, true));
+        assert_eq!(second(&wrote), Some(1_800_000_120));
+        // So does one whose status changes anyway (a new generation).
+        let mut edited = kms_secret(Some(ok.clone()));
+        edited.metadata.generation = Some(3);
+        let regenerated = status_after(&edited, synced(180, false));
+        assert_eq!(second(&regenerated), Some(1_800_000_180));
+        // And a first sync that found its targets already in step.
+        let adopted = status_after(&kms_secret(None), synced(240, false));
+        assert_eq!(second(&adopted), Some(1_800_000_240));
     }
 
     #[test]
