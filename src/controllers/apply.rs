@@ -143,8 +143,11 @@ pub async fn write(
                 ..Secret::default()
             };
             let api = Api::<Secret>::namespaced(ctx.client.clone(), ns);
-            let written = put(&api, &secret, observed.is_some(), what).await?;
-            Ok(Observed::from_secret(&written))
+            let written =
+                Observed::from_secret(&put(&api, &secret, observed.is_some(), what).await?);
+            ctx.own_writes
+                .wrote(desired.kind, ns, name, &written.resource_version);
+            Ok(written)
         }
         TargetKind::ConfigMap => {
             let data: BTreeMap<String, String> = desired
@@ -158,8 +161,11 @@ pub async fn write(
                 ..ConfigMap::default()
             };
             let api = Api::<ConfigMap>::namespaced(ctx.client.clone(), ns);
-            let written = put(&api, &cm, observed.is_some(), what).await?;
-            Ok(Observed::from_config_map(&written))
+            let written =
+                Observed::from_config_map(&put(&api, &cm, observed.is_some(), what).await?);
+            ctx.own_writes
+                .wrote(desired.kind, ns, name, &written.resource_version);
+            Ok(written)
         }
     }
 }

@@ -106,6 +106,9 @@ pub struct Context {
     /// (`workers::worker_scale`: this replica's part of the replicas'
     /// work), set every second with the KMS budget's shares.
     pub worker_scale: tokio::sync::watch::Sender<f64>,
+    /// The targets this replica wrote whose watch events have not come
+    /// back yet (shared with the watch of managed objects).
+    pub own_writes: Arc<super::written::OwnWrites>,
 }
 
 impl Context {
@@ -252,6 +255,7 @@ impl Context {
             global_epoch: Arc::default(),
             served: crate::api::served::ServedKinds::default(),
             worker_scale: tokio::sync::watch::Sender::new(1.0),
+            own_writes: Arc::default(),
         }
     }
 }

@@ -7,9 +7,16 @@
 //! newer version, the cached copy is used as it is, and the entry is
 //! dropped ([`WrittenStatus::seen`]): at any time it holds only the writes
 //! the watch has not delivered yet, not a copy of every resource's status.
+//!
+//! [`OwnWrites`] does the same for the targets (Secrets, ConfigMaps) a
+//! replica writes: the watch event of its own write is not a change to
+//! react to, so it does not send the owner round again.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use super::target::TargetKind;
 
 /// Statuses written, by resource UID: `(resourceVersion written over,
 /// status)`.
@@ -73,6 +80,75 @@ impl<S: Clone> WrittenStatus<S> {
     }
 }
 
+/// The targets this replica wrote, by kind, namespace and name: the
+/// resourceVersion each write made, until the watch delivers it. The
+/// owner's reconcile that wrote a target needs no second reconcile for the
+/// watch event of its own write (at a first sync of 100,000 resources that
+/// was 100,000 reconciles that decided nothing); a version anyone else
+/// made still sends the owner round.
+#[derive(Default)]
+pub struct OwnWrites {
+    inner: Mutex<HashMap<TargetId, (String, Instant)>>,
+}
+
+/// A target: kind, namespace, name.
+type TargetId = (TargetKind, String, String);
+
+/// Past this many entries a write drops those older than [`STALE`] (a
+/// write whose event never came: its shard was lost, or a relist showed a
+/// later version).
+const PRUNE_ABOVE: usize = 4096;
+const STALE: Duration = Duration::from_secs(120);
+
+impl OwnWrites {
+    /// This replica's write of the target made `resource_version`.
+    pub fn wrote(&self, kind: TargetKind, ns: &str, name: &str, resource_version: &str) {
+        let now = Instant::now();
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if inner.len() >= PRUNE_ABOVE {
+            inner.retain(|_, (_, at)| now.duration_since(*at) < STALE);
+        }
+        inner.insert(
+            (kind, ns.to_owned(), name.to_owned()),
+            (resource_version.to_owned(), now),
+        );
+    }
+
+    /// The watch delivered the target at `resource_version`: whether that
+    /// is this replica's last write of it (the entry is then dropped).
+    pub fn delivered(
+        &self,
+        kind: TargetKind,
+        ns: &str,
+        name: &str,
+        resource_version: &str,
+    ) -> bool {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (kind, ns.to_owned(), name.to_owned());
+        let own = inner
+            .get(&key)
+            .is_some_and(|(written, _)| written == resource_version);
+        if own {
+            inner.remove(&key);
+        }
+        own
+    }
+
+    /// The target was deleted.
+    pub fn forget(&self, kind: TargetKind, ns: &str, name: &str) {
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&(kind, ns.to_owned(), name.to_owned()));
+    }
+
+    /// Writes the watch has not delivered yet.
+    #[cfg(test)]
+    pub fn pending(&self) -> usize {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,5 +182,44 @@ mod tests {
         w.seen("unknown", "1");
         assert_eq!((w.pending(), w.freshest("a", "5")), (1, None));
         assert_eq!(w.freshest("b", "7"), Some("Ready"));
+    }
+
+    #[test]
+    fn only_the_event_of_a_replicas_own_last_write_is_its_own() {
+        let w = OwnWrites::default();
+        let secret = TargetKind::Secret;
+        w.wrote(secret, "ns", "out", "7");
+        // Someone else's version (an edit before or after ours) is a change.
+        assert!(!w.delivered(secret, "ns", "out", "6"));
+        assert!(!w.delivered(TargetKind::ConfigMap, "ns", "out", "7"));
+        assert!(!w.delivered(secret, "other", "out", "7"));
+        // Ours, once; the next event of that version (a relist) is not.
+        assert!(w.delivered(secret, "ns", "out", "7"));
+        assert!(!w.delivered(secret, "ns", "out", "7"));
+        assert_eq!(w.pending(), 0);
+        // A deleted target leaves nothing behind.
+        w.wrote(secret, "ns", "gone", "9");
+        w.forget(secret, "ns", "gone");
+        assert_eq!(w.pending(), 0);
+    }
+
+    #[test]
+    fn writes_whose_event_never_comes_are_dropped_in_time() {
+        let w = OwnWrites::default();
+        for i in 0..PRUNE_ABOVE {
+            w.wrote(TargetKind::Secret, "ns", &format!("s{i}"), "1");
+        }
+        // All recent: kept.
+        w.wrote(TargetKind::Secret, "ns", "next", "1");
+        assert_eq!(w.pending(), PRUNE_ABOVE + 1);
+        let long_ago = Instant::now()
+            .checked_sub(STALE + Duration::from_secs(1))
+            .expect("the clock is past the stale age");
+        for v in w.inner.lock().unwrap().values_mut() {
+            v.1 = long_ago;
+        }
+        w.wrote(TargetKind::Secret, "ns", "last", "1");
+        assert_eq!(w.pending(), 1);
+        assert!(w.delivered(TargetKind::Secret, "ns", "last", "1"));
     }
 }

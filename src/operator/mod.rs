@@ -524,6 +524,7 @@ fn wire(
         reload_queue: Arc::new(Queue::new()),
         consumers: Arc::new(ConsumerIndex::default()),
         debounce: args.reload_debounce,
+        own_writes: Arc::default(),
     };
     let index = Arc::new(RefIndex::default());
     // The table of kinds: one line each.
@@ -596,6 +597,7 @@ fn wire(
         global_epoch,
         served,
         worker_scale: tokio::sync::watch::Sender::new(1.0),
+        own_writes: routes.own_writes.clone(),
     });
     let cached: Vec<(&'static str, Box<dyn Cache>)> = vec![
         ("Secret", Box::new(secrets.clone())),

@@ -28,7 +28,8 @@ use crate::controllers::reload::{
 use crate::controllers::stores::{
     NAMESPACE_SHARD_LABEL, Namespaced, SHARD_LABEL, Scoped, Undecodable, Watches,
 };
-use crate::controllers::target::{MANAGED_LABEL, OWNER_ANNOTATION, VERSION_ANNOTATION};
+use crate::controllers::target::{MANAGED_LABEL, OWNER_ANNOTATION, TargetKind, VERSION_ANNOTATION};
+use crate::controllers::written::OwnWrites;
 use crate::sharding::Ownership;
 
 /// Where the watches send work.
@@ -44,6 +45,9 @@ pub struct Routes {
     pub consumers: Arc<ConsumerIndex>,
     /// Delay between a data change and the rollouts it causes.
     pub debounce: Duration,
+    /// The targets this replica wrote: the watch event of its own write
+    /// does not send the owner round again.
+    pub own_writes: Arc<OwnWrites>,
 }
 
 impl Routes {
@@ -85,6 +89,10 @@ where
     K: Namespaced,
 {
     let routes = routes.clone();
+    let kind = match source {
+        Source::Secret => TargetKind::Secret,
+        Source::ConfigMap => TargetKind::ConfigMap,
+    };
     let versions: Mutex<HashMap<(String, String), String>> = Mutex::new(HashMap::new());
     let config = watcher::Config::default().labels(&format!("{MANAGED_LABEL}=true"));
     // Split by shard: the objects its shards' resources manage, and those
@@ -98,7 +106,16 @@ where
             Event::Init | Event::InitDone => return,
         };
         let (ns, name) = (o.namespace().unwrap_or_default(), o.name_any());
-        routes.owner_of(o.annotations());
+        let own = if deleted {
+            routes.own_writes.forget(kind, &ns, &name);
+            false
+        } else {
+            let version = o.resource_version().unwrap_or_default();
+            routes.own_writes.delivered(kind, &ns, &name, &version)
+        };
+        if !own {
+            routes.owner_of(o.annotations());
+        }
         for reader in readers.iter().flat_map(|i| i.dependents(&ns, &name)) {
             routes.registry.owner(&reader, routes.gate.as_ref());
         }
