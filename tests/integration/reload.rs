@@ -1116,6 +1116,7 @@ async fn a_gradual_reload_rolls_one_workload_at_a_time_and_holds_at_a_failure() 
         "no RolloutFailed Event on c"
     );
     let out = std::process::Command::new(crate::support::binary())
+        .env("KUBECONFIG", crate::harness::kubeconfig())
         .args(["status", "-n", &ns.name])
         .output()
         .unwrap();
@@ -1125,7 +1126,8 @@ async fn a_gradual_reload_rolls_one_workload_at_a_time_and_holds_at_a_failure() 
             "held reload: KmsSecret {}/app: gradual reload held",
             ns.name
         )),
-        "kms-operator status does not show the held reload:\n{text}"
+        "kms-operator status does not show the held reload:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
     );
 
     // Fixed in the KMS: a new version starts over from c, and rolls all.
