@@ -8,7 +8,8 @@
 //! updates), `failover` (SIGTERM and SIGKILL of a replica → its shards moved
 //! and a change applied), `devserver` (the dev KMS's own list latency and
 //! throughput), `floor` (the least API work N resources need, no operator:
-//! what a converge is compared with), `simulate` (no cluster: the shard
+//! what a converge is compared with), `steady` (a converged session left
+//! alone: what a window with nothing changing costs), `simulate` (no cluster: the shard
 //! assignment and the shared KMS budget for 1 to 20 replicas), or `all`. It prints a table and writes JSON with `--out`.
 //!
 //! ```text
@@ -33,6 +34,7 @@ mod replicas;
 mod scenarios;
 mod simulate;
 mod stats;
+mod steady;
 mod workload;
 
 use scenarios::{Env, Session, entry};
@@ -43,7 +45,8 @@ use workload::{Crd, SyncMode};
 // `--version` names the peer CRD's version, so clap's own version flag is off.
 #[command(name = "kms-bench", disable_version_flag = true)]
 struct Args {
-    /// Scenarios: converge, restart, change, failover, devserver, floor, all.
+    /// Scenarios: converge, restart, change, failover, devserver, floor,
+    /// steady, simulate, all (every one but steady).
     #[arg(required = true, value_delimiter = ',')]
     scenarios: Vec<String>,
     /// Write the results as JSON here.
@@ -111,6 +114,14 @@ struct Args {
     /// `change`: modes, `poll` (resync only) and/or `instant`.
     #[arg(long, value_delimiter = ',', default_value = "poll,instant")]
     change_modes: Vec<String>,
+    /// `steady`: seconds left alone after convergence, measured (the
+    /// sizes and replicas are `converge`'s).
+    #[arg(long, default_value_t = 1800)]
+    steady_seconds: u64,
+    /// `steady`: seconds waited after convergence before the window opens
+    /// (the last first-sync status writes land).
+    #[arg(long, default_value_t = 30)]
+    steady_settle_seconds: u64,
     /// `failover`: resources (3 replicas, instant updates on).
     #[arg(long, default_value_t = 1000)]
     failover_size: usize,
@@ -239,6 +250,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 "devserver",
                 "floor",
                 "simulate",
+                "steady",
                 "all"
             ]
             .contains(&s.as_str()),
@@ -386,6 +398,34 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 results.push(("converge-summary".to_owned(), summary));
             }
             flush(&results, &notes)?;
+        }
+    }
+
+    // Not part of `all`: its window is half an hour per size.
+    if args.scenarios.iter().any(|x| x == "steady") {
+        for &n in &args.sizes {
+            for &r in &args.replicas {
+                let label = format!("steady-{n}-r{r}");
+                let outcome = async {
+                    let (mut s, c) =
+                        Session::converge(&env, &label, n, r, default_sync.clone()).await?;
+                    results.push(entry("converge", &c));
+                    let st = s
+                        .steady(
+                            Duration::from_secs(args.steady_settle_seconds),
+                            Duration::from_secs(args.steady_seconds),
+                        )
+                        .await;
+                    s.stop();
+                    results.push(entry("steady", &st?));
+                    anyhow::Ok(())
+                }
+                .await;
+                if let Err(e) = outcome {
+                    notes.push(format!("{label} failed: {e:#}"));
+                }
+                flush(&results, &notes)?;
+            }
         }
     }
 

@@ -1,8 +1,8 @@
 //! The scenarios. A session is a fresh control plane, a fresh dev server
 //! seeded for N resources, the resources created while no operator runs,
 //! then R replicas started: that start is the `converge` measurement. The
-//! other cluster scenarios (`restart`, `change`, `failover`) continue a
-//! converged session; `devserver` needs no cluster. `floor` is the same
+//! other cluster scenarios (`restart`, `change`, `failover`, `steady`)
+//! continue a converged session; `devserver` needs no cluster. `floor` is the same
 //! start without an operator: a plain client does the least API work the
 //! resources need (each Secret written, each status applied), with the
 //! concurrency of the replicas' workers — the time any operator needs at
@@ -294,6 +294,68 @@ impl Session {
             result.seconds, result.kms.total
         );
         Ok((s, result))
+    }
+
+    /// Leave the converged session alone: wait `settle`, then count what a
+    /// `window` with nothing changing costs (see [`crate::steady`]).
+    pub async fn steady(
+        &mut self,
+        settle: Duration,
+        window: Duration,
+    ) -> anyhow::Result<crate::steady::Steady> {
+        use crate::steady;
+        tokio::time::sleep(settle).await;
+        let load = load();
+        self.kms.reset_stats().await?;
+        let api_before = cluster::apiserver_requests(&self.client).await?;
+        let usage_before = self.replicas.usage();
+        let t0 = Instant::now();
+        eprintln!("[{}] steady for {} s", self.label, window.as_secs());
+        while t0.elapsed() < window {
+            let left = window.saturating_sub(t0.elapsed());
+            tokio::time::sleep(left.min(Duration::from_secs(300))).await;
+            let so_far = self.kms.counts().await?;
+            eprintln!(
+                "[{}]   {:.0} s: KMS {} ({} fetches, {} × 304)",
+                self.label,
+                t0.elapsed().as_secs_f64(),
+                so_far.total,
+                so_far.fetches,
+                so_far.fetches_not_modified
+            );
+        }
+        let took = t0.elapsed();
+        let kms = self.kms.counts().await?;
+        let api = cluster::apiserver_requests(&self.client)
+            .await?
+            .since(&api_before);
+        let usage = self.replicas.usage();
+        let writes = steady::writes(&api.by_request);
+        let minutes = took.as_secs_f64() / 60.0;
+        let interval = steady::resync_interval(&self.sync);
+        Ok(steady::Steady {
+            n: self.n,
+            folders: self.namespaces.len(),
+            replicas: self.replicas.set.len(),
+            sync: self.sync.clone(),
+            load,
+            settle_seconds: secs(settle),
+            window_seconds: secs(took),
+            fetches_per_minute: kms.fetches as f64 / minutes,
+            folders_due_per_minute: self.namespaces.len() as f64 * 60.0 / interval.as_secs_f64(),
+            kms,
+            apiserver_requests: api.total,
+            lease_writes_per_second: writes.get("leases").copied().unwrap_or(0.0)
+                / took.as_secs_f64(),
+            lease_writes_per_second_model: steady::lease_writes_model(
+                self.env.shards,
+                self.replicas.set.len(),
+            ),
+            apiserver_by_request: api.by_request,
+            writes,
+            cpu_percent: steady::cpu_percent(&usage_before, &usage, took),
+            usage,
+        })
     }
 
     /// Stop everything of the session.
@@ -896,6 +958,21 @@ pub fn table_rows(results: &[(String, Value)]) -> Vec<[String; 3]> {
                         v["kms"]["fetches"],
                         f(&v["apiserver_requests"]),
                         mib(&v["usage"]),
+                        ld(v)
+                    ),
+                ),
+                "steady" => (
+                    format!("N={} R={} window={} s", v["n"], v["replicas"], v["window_seconds"]),
+                    format!(
+                        "KMS fetches {}/min (folders due {}/min; {} × 304), logins {}; writes {}; Lease writes {}/s (model {}/s); CPU % of a core {}; {}",
+                        f(&v["fetches_per_minute"]),
+                        f(&v["folders_due_per_minute"]),
+                        v["kms"]["fetches_not_modified"],
+                        v["kms"]["logins"],
+                        v["writes"],
+                        f(&v["lease_writes_per_second"]),
+                        f(&v["lease_writes_per_second_model"]),
+                        v["cpu_percent"],
                         ld(v)
                     ),
                 ),
