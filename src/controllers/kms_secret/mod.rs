@@ -178,7 +178,8 @@ impl Controller {
             .as_ref()
             .map(|s| s.len() as i64)
             .or_else(|| asked.record.as_ref().map(|r| r.synced_keys));
-        let (last_sync, next_due) = asked.times(interval, stream.as_ref(), wrote, fastrand::f64());
+        let (last_sync, next_due) =
+            asked.times(interval, stream.as_ref(), wrote, plan::phase_of(cr));
         let target_hashes = targets
             .iter()
             .zip(&desired_all)

@@ -191,7 +191,7 @@ impl Controller {
             generation,
             etag: None,
             last_sync: last,
-            next_due: last + crate::controllers::queue::jittered(interval, fastrand::f64()),
+            next_due: plan::on_grid(last, interval, plan::phase_of(cr)),
             synced_keys: status.synced_keys.unwrap_or(0),
             target_hashes: Default::default(),
         })

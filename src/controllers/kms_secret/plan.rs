@@ -18,7 +18,7 @@ use crate::controllers::auth::machine_method;
 use crate::controllers::error::SyncError;
 use crate::controllers::instant::{Nudge, StreamState};
 use crate::controllers::key::ObjectKey;
-use crate::controllers::queue::{JITTER_LOW, jittered};
+use crate::controllers::queue::JITTER_LOW;
 use crate::controllers::refs::namespace_of;
 use crate::controllers::registry::OwnerId;
 use crate::controllers::target::{
@@ -302,23 +302,67 @@ pub fn decide(
     }
 }
 
+/// Where in its schedule a resource's folder falls (pure): a number in
+/// `[0, 1)` from a stable hash of the namespace, the KMS host and the
+/// authentication block (the identity and the folder it reads). The
+/// resources of one namespace reading one folder with one identity have the
+/// same phase, so [`on_grid`] makes them due at the same moment, and they
+/// share one request; different folders are spread evenly.
+pub fn phase_of(cr: &KmsSecret) -> f64 {
+    let auth = serde_json::to_vec(&cr.spec.authentication).unwrap_or_default();
+    let key = [
+        cr.namespace().unwrap_or_default().as_bytes(),
+        b"\0",
+        cr.spec.host_api.as_deref().unwrap_or_default().as_bytes(),
+        b"\0",
+        &auth,
+    ]
+    .concat();
+    (shard::hash64(&key) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// The next check after one at `from` (pure): the first point at least 0.9
+/// × `interval` later on a grid of points a fifth of the interval apart,
+/// offset by `phase` (see [`phase_of`]). So it comes 0.9–1.1 intervals
+/// after `from`, the ±10 % of [`jittered`](crate::controllers::queue::jittered); resources of one folder
+/// checked within a tenth of an interval of each other come due together
+/// (and share one request); and a resource checked on the grid stays on
+/// it, one interval apart.
+pub fn on_grid(from: SystemTime, interval: Duration, phase: f64) -> SystemTime {
+    let step = interval.as_nanos() / 5;
+    if step == 0 {
+        return from + interval;
+    }
+    let earliest = from + interval.mul_f64(JITTER_LOW);
+    let e = earliest
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    let offset = ((phase.clamp(0.0, 1.0) * step as f64) as u128).min(step - 1);
+    let mut t = e - e % step + offset;
+    if t < e {
+        t += step;
+    }
+    SystemTime::UNIX_EPOCH + Duration::from_nanos(u64::try_from(t).unwrap_or(u64::MAX))
+}
+
 /// When the KMS was last checked and when the next check is due, after a
 /// sync that decided `decision` at `now` (pure). `polling`: instant
 /// updates are asked for but their stream is not open, so the resource
-/// polls at least as often as without them. `r` is a uniform number in
-/// `[0, 1)` for the jitter.
+/// polls at least as often as without them. `phase` is the folder's place
+/// in the schedule ([`phase_of`], [`on_grid`]).
 pub fn next_times(
     decision: Decision,
     record: Option<&SyncRecord>,
     interval: Duration,
     polling: bool,
     now: SystemTime,
-    r: f64,
+    phase: f64,
 ) -> (Option<SystemTime>, SystemTime) {
     let (last_sync, mut next_due) = match (decision, record) {
         (Decision::NotDue, Some(rec)) => (Some(rec.last_sync), rec.next_due),
         (Decision::NotDue, None) => (None, now + interval),
-        _ => (Some(now), now + jittered(interval, r)),
+        _ => (Some(now), on_grid(now, interval, phase)),
     };
     if polling {
         next_due = next_due.min(last_sync.unwrap_or(now) + interval.min(DEFAULT_RESYNC));
@@ -359,17 +403,17 @@ pub fn times_after_check(
     open: bool,
     polling: bool,
     now: SystemTime,
-    r: f64,
+    phase: f64,
 ) -> (SystemTime, SystemTime) {
     let mut due = record.next_due;
     if open && due < earliest_resync(record, interval) {
-        due = record.last_sync + jittered(interval, r);
+        due = on_grid(record.last_sync, interval, phase);
     }
     if polling {
         let poll = interval.min(DEFAULT_RESYNC);
         due = due
             .min(record.last_sync + poll)
-            .max(now + jittered(poll, r));
+            .max(on_grid(now, poll, phase));
     }
     (record.last_sync, due)
 }
@@ -405,7 +449,7 @@ impl Asked {
         interval: Duration,
         stream: Option<&StreamState>,
         wrote: bool,
-        roll: f64,
+        phase: f64,
     ) -> (Option<SystemTime>, SystemTime) {
         let polling = stream.is_some_and(|s| *s != StreamState::Open);
         let open = stream == Some(&StreamState::Open);
@@ -416,7 +460,7 @@ impl Asked {
                     && !wrote
                     && !check_was_due(r, interval, open, self.now) =>
             {
-                let (last, due) = times_after_check(r, interval, open, polling, self.now, roll);
+                let (last, due) = times_after_check(r, interval, open, polling, self.now, phase);
                 (Some(last), due)
             }
             _ => next_times(
@@ -425,7 +469,7 @@ impl Asked {
                 interval,
                 polling,
                 self.now,
-                roll,
+                phase,
             ),
         }
     }
@@ -635,14 +679,14 @@ mod tests {
             next_times(Decision::NotDue, Some(&known), hour, false, now, 0.5),
             (Some(known.last_sync), known.next_due)
         );
-        // Checked now: the interval from now (±10 %; 0.5 is the middle).
+        // Checked now: the interval from now, on the folder's grid.
         assert_eq!(
             next_times(Decision::Conditional, Some(&known), hour, false, now, 0.5),
-            (Some(now), now + hour)
+            (Some(now), on_grid(now, hour, 0.5))
         );
         assert_eq!(
             next_times(Decision::Full, None, hour, false, now, 0.0),
-            (Some(now), now + hour.mul_f64(0.9))
+            (Some(now), on_grid(now, hour, 0.0))
         );
         // Instant updates without an open stream: polled at the default.
         assert_eq!(
@@ -671,7 +715,7 @@ mod tests {
         // Its times: the last sync stands, the due time moves to the interval.
         let (last, due) = times_after_check(&polled, hour, true, false, now, 0.5);
         assert_eq!(last, polled.last_sync);
-        assert_eq!(due, polled.last_sync + hour);
+        assert_eq!(due, on_grid(polled.last_sync, hour, 0.5));
         // A due time already on the interval's schedule stays.
         let mut scheduled = record(3, now + 30 * minute);
         scheduled.last_sync = now - 30 * minute;
@@ -682,11 +726,63 @@ mod tests {
         // Still polling (the stream not open): the next poll a poll
         // interval from now at the soonest, not in the past.
         let (_, due) = times_after_check(&polled, hour, false, true, now, 0.5);
-        assert_eq!(due, now + DEFAULT_RESYNC);
+        assert_eq!(due, on_grid(now, DEFAULT_RESYNC, 0.5));
         let mut recent = record(3, now + 50 * minute);
         recent.last_sync = now - Duration::from_secs(10);
         let (_, due) = times_after_check(&recent, hour, false, true, now, 0.5);
-        assert_eq!(due, now + DEFAULT_RESYNC);
+        assert_eq!(due, on_grid(now, DEFAULT_RESYNC, 0.5));
+    }
+
+    #[test]
+    fn a_folders_resources_come_due_together_and_folders_spread() {
+        let minute = Duration::from_secs(60);
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_764_000_000);
+        for phase in [0.0, 0.3, 0.999] {
+            for offset in 0..120 {
+                let from = t0 + Duration::from_millis(offset * 517);
+                let due = on_grid(from, minute, phase);
+                // The ±10 % of the interval, as before.
+                let after = due.duration_since(from).unwrap();
+                assert!(after >= minute.mul_f64(0.9), "{after:?}");
+                assert!(after < minute.mul_f64(1.1), "{after:?}");
+                // On the grid, it stays there: one interval apart.
+                assert_eq!(on_grid(due, minute, phase), due + minute);
+            }
+        }
+        // Resources of one folder synced a few seconds apart (their
+        // shared answer reached them one after the other): one due time.
+        let due = on_grid(t0, minute, 0.4);
+        for late in [1, 3, 5] {
+            assert_eq!(
+                on_grid(due + Duration::from_secs(late), minute, 0.4),
+                due + minute
+            );
+        }
+        // Different folders fall at different moments.
+        let cr = |ns: &str, path: &str| -> KmsSecret {
+            let mut cr: KmsSecret = serde_json::from_value(serde_json::json!({
+                "apiVersion": "secrets.hanzo.ai/v1alpha1", "kind": "KmsSecret",
+                "metadata": {"name": "a", "namespace": ns},
+                "spec": {
+                    "authentication": {"universalAuth": {
+                        "credentialsRef": {"secretName": "creds"},
+                        "secretsScope": {"projectSlug": "p", "envSlug": "dev", "secretsPath": path}
+                    }},
+                    "managedKubeSecretReferences": [{"secretName": "out"}]
+                }
+            }))
+            .unwrap();
+            cr.metadata.name = Some(format!("{ns}{path}"));
+            cr
+        };
+        assert_eq!(phase_of(&cr("a", "/x")), phase_of(&cr("a", "/x")));
+        let phases: Vec<f64> = (0..200)
+            .map(|i| phase_of(&cr(&format!("ns{i}"), "/x")))
+            .collect();
+        assert!(phases.iter().all(|p| (0.0..1.0).contains(p)));
+        let low = phases.iter().filter(|p| **p < 0.5).count();
+        assert!((70..=130).contains(&low), "{low} of 200 below one half");
+        assert_ne!(phase_of(&cr("a", "/x")), phase_of(&cr("a", "/y")));
     }
 
     use crate::kms::SecretItem;
@@ -829,7 +925,7 @@ mod tests {
             .is_err()
         );
         for _ in 0..100 {
-            let j = jittered(Duration::from_secs(100), fastrand::f64());
+            let j = crate::controllers::queue::jittered(Duration::from_secs(100), fastrand::f64());
             assert!(j >= Duration::from_secs(90) && j <= Duration::from_secs(110));
         }
     }
