@@ -29,6 +29,7 @@ use serde_json::{Value, json};
 
 mod cluster;
 mod kms;
+mod newcomers;
 mod peer;
 mod replicas;
 mod scenarios;
@@ -114,6 +115,15 @@ struct Args {
     /// `change`: modes, `poll` (resync only) and/or `instant`.
     #[arg(long, value_delimiter = ',', default_value = "poll,instant")]
     change_modes: Vec<String>,
+    /// `converge` (and the converges of other scenarios): resources created
+    /// one at a time, each in a fresh namespace, while it runs; each is
+    /// timed from its create to Ready.
+    #[arg(long, default_value_t = 0)]
+    newcomers: usize,
+    /// Seconds between newcomers (the first comes this long after the
+    /// replicas start).
+    #[arg(long, default_value_t = 15)]
+    newcomer_every: u64,
     /// `steady`: seconds left alone after convergence, measured (the
     /// sizes and replicas are `converge`'s).
     #[arg(long, default_value_t = 1800)]
@@ -307,6 +317,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         keys: args.keys,
         converge_timeout: Duration::from_secs(args.converge_timeout),
         replica_cpu: args.replica_cpu,
+        newcomers: (args.newcomers, Duration::from_secs(args.newcomer_every)),
         kms_limits: match args.kms_limits.as_str() {
             "none" => None,
             "infisical" => Some(json!({"secrets": 40, "read": 60, "write": 200})),

@@ -58,6 +58,9 @@ pub struct Env {
     pub kms_limits: Option<serde_json::Value>,
     /// CPU limit of every replica in cores (a cgroup each), `None` for none.
     pub replica_cpu: Option<f64>,
+    /// Newcomers created while a converge runs (`crate::newcomers`), and
+    /// how far apart.
+    pub newcomers: (usize, Duration),
 }
 
 impl Env {
@@ -173,6 +176,9 @@ pub struct Converge {
     pub usage: Vec<Usage>,
     /// Seconds spent creating the resources (before the replicas started).
     pub create_seconds: f64,
+    /// Resources created in fresh namespaces while it ran, timed to Ready.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub newcomers: Option<crate::newcomers::NewcomerTimes>,
 }
 
 impl Session {
@@ -189,10 +195,12 @@ impl Session {
         cluster::create_namespace(&client, &env.pod_namespace).await?;
         let namespaces = workload::namespaces(n);
         eprintln!("[{label}] dev server ({} folders)", namespaces.len());
+        let (newcomers, newcomer_every) = env.newcomers;
+        let seeded = [namespaces.clone(), workload::newcomer_namespaces(newcomers)].concat();
         let kms = DevServer::start(
             &env.devserver_bin,
             &dir.join("kms"),
-            &kms::seed(&namespaces, env.keys),
+            &kms::seed(&seeded, env.keys),
         )?;
         if let Some(limits) = &env.kms_limits {
             kms.admin(reqwest::Method::POST, "ratelimit", Some(limits.clone()))
@@ -245,6 +253,16 @@ impl Session {
         eprintln!("[{label}] starting {r} replica(s), load {:?}", load.loadavg);
         let t0 = Instant::now();
         s.replicas.start_all()?;
+        let arrivals = (newcomers > 0).then(|| {
+            crate::newcomers::Newcomers::start(
+                &s.client,
+                &env.crd,
+                &s.kms.api(),
+                &sync,
+                newcomers,
+                newcomer_every,
+            )
+        });
         let took = s
             .tracker
             .wait_converged(n, t0, env.converge_timeout, |done| {
@@ -259,6 +277,10 @@ impl Session {
         let api = cluster::apiserver_requests(&s.client)
             .await?
             .since(&api_before);
+        let newcomers = match arrivals {
+            Some(a) => Some(a.finish(&s.tracker, t0, Duration::from_secs(60)).await),
+            None => None,
+        };
         // Every resource said Ready; now check that their Secrets exist
         // (one list, not timed, not counted) and watch them for what
         // follows.
@@ -288,6 +310,7 @@ impl Session {
             apiserver_by_request: api.by_request,
             usage,
             create_seconds,
+            newcomers,
         };
         eprintln!(
             "[{label}] converged: {:?} s, KMS {} requests",
@@ -949,7 +972,7 @@ pub fn table_rows(results: &[(String, Value)]) -> Vec<[String; 3]> {
                         v["n"], v["replicas"], v["namespaces"], v["sync"]["resync"], v["sync"]["instant"]
                     ),
                     format!(
-                        "{} s ({}/{} ready); KMS {} (login {}, fetch {}); apiserver {}; {}; {}",
+                        "{} s ({}/{} ready); KMS {} (login {}, fetch {}); apiserver {}; {}{}; {}",
                         f(&v["seconds"]),
                         v["converged"],
                         v["n"],
@@ -958,6 +981,16 @@ pub fn table_rows(results: &[(String, Value)]) -> Vec<[String; 3]> {
                         v["kms"]["fetches"],
                         f(&v["apiserver_requests"]),
                         mib(&v["usage"]),
+                        match v.get("newcomers") {
+                            Some(nc) => format!(
+                                "; newcomers ready within 2 s: {}/{} (p50 {} s, max {} s)",
+                                nc["within_2s"],
+                                nc["trials"],
+                                f(&nc["summary"]["p50"]),
+                                f(&nc["summary"]["max"])
+                            ),
+                            None => String::new(),
+                        },
                         ld(v)
                     ),
                 ),

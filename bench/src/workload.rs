@@ -23,6 +23,9 @@ use crate::kms::{self, ENV, PROJECT};
 
 /// Resources per namespace.
 pub const PER_NAMESPACE: usize = 10;
+/// The namespaces of newcomers (`fresh-NN`): one resource each, created
+/// while the workload converges; not counted in it.
+pub const NEWCOMER_PREFIX: &str = "fresh-";
 /// The key whose changes are followed.
 pub const KEY: &str = "K0";
 
@@ -70,6 +73,40 @@ pub fn namespaces(n: usize) -> Vec<String> {
     (0..n.div_ceil(PER_NAMESPACE))
         .map(|i| format!("bench-{i:05}"))
         .collect()
+}
+
+/// The namespaces of `k` newcomers.
+pub fn newcomer_namespaces(k: usize) -> Vec<String> {
+    (0..k).map(|i| format!("{NEWCOMER_PREFIX}{i:02}")).collect()
+}
+
+/// The credentials Secret of namespace `ns` (its identity's).
+fn credentials(ns: &str) -> anyhow::Result<Secret> {
+    Ok(serde_json::from_value(json!({
+        "metadata": {"name": "kms-credentials"},
+        "stringData": {"clientId": kms::client_id(ns), "clientSecret": kms::client_secret(ns)}
+    }))?)
+}
+
+/// Create a newcomer: namespace `ns`, its credentials and one resource
+/// `s0`; the moment the resource was created.
+pub async fn create_newcomer(
+    client: &Client,
+    crd: &Crd,
+    ns: &str,
+    api: &str,
+    sync: &SyncMode,
+) -> anyhow::Result<Instant> {
+    cluster::create_namespace(client, ns).await?;
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &credentials(ns)?)
+        .await?;
+    let name = resource_name(0);
+    let obj: DynamicObject = serde_json::from_value(resource_body(crd, ns, &name, api, sync))?;
+    Api::<DynamicObject>::namespaced_with(client.clone(), ns, &crd.resource())
+        .create(&PostParams::default(), &obj)
+        .await?;
+    Ok(Instant::now())
 }
 
 /// Resource `i` of its namespace.
@@ -140,10 +177,7 @@ pub async fn create(
     let mut jobs = Vec::new();
     for (idx, ns) in nss.iter().enumerate() {
         let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
-        let creds: Secret = serde_json::from_value(json!({
-            "metadata": {"name": "kms-credentials"},
-            "stringData": {"clientId": kms::client_id(ns), "clientSecret": kms::client_secret(ns)}
-        }))?;
+        let creds = credentials(ns)?;
         jobs.push(futures::future::Either::Left(async move {
             create_ignoring_conflict(async {
                 secrets
@@ -178,8 +212,10 @@ type Key = (String, String);
 
 #[derive(Default)]
 struct State {
-    /// Resources whose ready condition is True.
+    /// Resources whose ready condition is True (newcomers aside).
     ready: HashSet<Key>,
+    /// When each newcomer was first seen ready.
+    newcomers_ready: HashMap<Key, Instant>,
     /// Managed Secrets present (by namespace and Secret name).
     secrets: HashSet<Key>,
     /// Every value of `KEY` each Secret showed, with when it was first seen.
@@ -230,7 +266,12 @@ impl Tracker {
                     match ev {
                         watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
                             if let Some(k) = key_of(&o.metadata) {
-                                if is_ready(&o, &cond) {
+                                let ready = is_ready(&o, &cond);
+                                if k.0.starts_with(NEWCOMER_PREFIX) {
+                                    if ready {
+                                        st.newcomers_ready.entry(k).or_insert_with(Instant::now);
+                                    }
+                                } else if ready {
                                     st.ready.insert(k);
                                 } else {
                                     st.ready.remove(&k);
@@ -340,7 +381,11 @@ impl Tracker {
     pub fn converged(&self) -> usize {
         let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if self.crd.ready_condition.is_empty() {
-            return st.secrets.len();
+            return st
+                .secrets
+                .iter()
+                .filter(|(ns, _)| !ns.starts_with(NEWCOMER_PREFIX))
+                .count();
         }
         if !self.secrets_watched {
             // Ready only; the Secrets are checked once listed.
@@ -350,6 +395,14 @@ impl Tracker {
             .iter()
             .filter(|(ns, name)| st.secrets.contains(&(ns.clone(), secret_of(name))))
             .count()
+    }
+
+    /// When newcomer `name` in `ns` was first seen ready.
+    pub fn newcomer_ready(&self, ns: &str, name: &str) -> Option<Instant> {
+        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.newcomers_ready
+            .get(&(ns.to_owned(), name.to_owned()))
+            .copied()
     }
 
     /// When Secret `name` in `ns` first showed `value` under `KEY`.
