@@ -149,12 +149,19 @@ async fn stamps(client: &Client, ns: &str, name: &str) -> (usize, usize) {
 }
 
 /// Bump the generation of a KmsSecret so it syncs right away.
+/// Sync `name` now with a fresh answer (a new `force-sync` value: a spec
+/// change alone may take the folder's answer of up to 2 s ago, from before
+/// the change the test just made), and set its resync interval.
 async fn poke(client: &Client, ns: &str, name: &str, interval: &str) {
+    let nonce = format!("{interval}-{}", fastrand::u64(..));
     kms_secrets(client, ns)
         .patch(
             name,
             &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"syncConfig": {"resyncInterval": interval}}})),
+            &Patch::Merge(json!({
+                "metadata": {"annotations": {"secrets.hanzo.ai/force-sync": nonce}},
+                "spec": {"syncConfig": {"resyncInterval": interval}}
+            })),
         )
         .await
         .unwrap();
