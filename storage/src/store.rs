@@ -31,7 +31,7 @@ use std::fs::{self, File};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
@@ -47,6 +47,8 @@ pub const DEFAULT_MAX_BYTES: u64 = 256 << 20;
 
 /// How often the engine writes dirty data in the background (milliseconds).
 const FLUSH_EVERY_MS: u64 = 500;
+/// How long a measured size on disk stands for the bound on new records.
+const MEASURE_EVERY: Duration = Duration::from_secs(1);
 
 const LOCK_FILE: &str = "LOCK";
 const DB_DIR: &str = "db";
@@ -78,6 +80,8 @@ pub struct Options {
     /// [`DEFAULT_MAX_BYTES`]; `None` for no bound). When the database is at
     /// or over it, writes that would add a record fail with
     /// [`StorageError::Full`]; replacing or removing records still works.
+    /// The size is measured at most once a second, so the bound may be
+    /// passed by the records added within that second.
     ///
     /// Refusing rather than evicting is deliberate: the engine is
     /// log-structured and gives space back only when it rewrites segments,
@@ -140,6 +144,8 @@ struct Inner {
     token: sled::Tree,
     keys: Keys,
     max_bytes: Option<u64>,
+    /// The size on disk last measured for the bound, and when.
+    measured: std::sync::Mutex<Option<(Instant, u64)>>,
     // Declared last: released only after the database above is closed.
     _lock: File,
 }
@@ -261,6 +267,7 @@ impl Store {
                 token: opened.token,
                 keys: opened.keys,
                 max_bytes: options.max_bytes,
+                measured: std::sync::Mutex::new(None),
                 _lock: lock,
             }),
         };
@@ -488,16 +495,41 @@ impl Store {
         tree.insert(key, value).map(drop).map_err(db_error)
     }
 
-    /// Refuses a record that would be new while the database is over its bound.
+    /// Refuses a record that would be new while the database is over its
+    /// bound. A replacement is never measured (a resync rewrites every
+    /// record once per interval); a new record takes the size measured at
+    /// most [`MEASURE_EVERY`] ago, because measuring walks the database's
+    /// files (at a first sync of thousands of resources, one walk a record
+    /// was most of the cost of a write).
     fn check_room(&self, tree: &sled::Tree, key: &[u8]) -> Result<(), StorageError> {
         let Some(limit) = self.inner.max_bytes else {
             return Ok(());
         };
-        let size = self.size_on_disk();
-        if size < limit || tree.contains_key(key).map_err(db_error)? {
+        if tree.contains_key(key).map_err(db_error)? {
+            return Ok(());
+        }
+        let size = self.recent_size();
+        if size < limit {
             return Ok(());
         }
         Err(StorageError::Full { size, limit })
+    }
+
+    /// [`Store::size_on_disk`] as measured at most [`MEASURE_EVERY`] ago.
+    fn recent_size(&self) -> u64 {
+        let mut measured = self
+            .inner
+            .measured
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match *measured {
+            Some((at, size)) if at.elapsed() < MEASURE_EVERY => size,
+            _ => {
+                let size = self.size_on_disk();
+                *measured = Some((Instant::now(), size));
+                size
+            }
+        }
     }
 
     fn remove_raw(&self, kind: RecordKind, key: &[u8]) -> Result<(), StorageError> {
