@@ -21,6 +21,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use kube::Resource;
@@ -82,6 +83,22 @@ fn head<'a>(key: &'a str, e: &'a Entry) -> Head<'a> {
         shard: e.shard.as_deref(),
         owner: e.owner.as_deref(),
     }
+}
+
+/// Changes to any store of this process (every write access counts, and a
+/// store added or removed): what a periodic scan of the stores compares to
+/// skip the scan when nothing changed since the last.
+static CHANGES: AtomicU64 = AtomicU64::new(0);
+
+/// The count of changes to the stores of this process so far (see
+/// [`CHANGES`]); equal counts mean no store changed in between.
+pub fn changes() -> u64 {
+    CHANGES.load(Ordering::Acquire)
+}
+
+/// Count one change to the stores (a store added or removed).
+pub(crate) fn note_change() {
+    CHANGES.fetch_add(1, Ordering::AcqRel);
 }
 
 /// Cached objects by [`key`], indexed by owner annotation.
@@ -216,7 +233,9 @@ where
     }
 
     fn write(&self) -> RwLockWriteGuard<'_, Inner> {
-        self.inner.write().unwrap_or_else(|e| e.into_inner())
+        let guard = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        note_change();
+        guard
     }
 
     fn pack(&self, o: &K) -> Option<(Box<str>, Entry)> {
@@ -362,6 +381,19 @@ where
         self.read().objects.get(key).and_then(Self::unpack)
     }
 
+    /// The object under [`key`]`(namespace, name)`, its JSON decoded as
+    /// the view `T` (the few fields wanted, not a whole `K`).
+    pub(crate) fn view_key<T: DeserializeOwned>(&self, key: &str) -> Option<T> {
+        let inner = self.read();
+        serde_json::from_slice(&inner.objects.get(key)?.json).ok()
+    }
+
+    /// The `resourceVersion` (as [`version_of`] reads it) of the object
+    /// under [`key`]`(namespace, name)`, nothing decoded.
+    pub(crate) fn version_key(&self, key: &str) -> Option<u64> {
+        self.read().objects.get(key).map(|e| e.version)
+    }
+
     /// Whether the object is cached (nothing decoded).
     pub fn contains(&self, namespace: Option<&str>, name: &str) -> bool {
         self.read()
@@ -460,6 +492,30 @@ mod tests {
     fn base64_of(s: &str) -> String {
         use base64::Engine;
         base64::engine::general_purpose::STANDARD.encode(s)
+    }
+
+    #[test]
+    fn every_change_to_a_store_is_counted() {
+        let store = Packed::<Secret>::new(SHARD_LABEL, OWNER_ANNOTATION);
+        let events = [
+            Event::Apply(secret("ns", "a", "v1")),
+            Event::Delete(secret("ns", "a", "v1")),
+            Event::Init,
+            Event::InitApply(secret("ns", "b", "v1")),
+            Event::InitDone,
+        ];
+        for event in &events {
+            // Other tests' stores count too: the count only grows.
+            let before = changes();
+            store.apply(event);
+            assert!(changes() > before, "{event:?} was not counted");
+        }
+        let before = changes();
+        store.merge_listed(&secret("ns", "c", "v1"), None);
+        assert!(changes() > before);
+        let before = changes();
+        store.retain(|_| true);
+        assert!(changes() > before);
     }
 
     #[test]

@@ -103,6 +103,24 @@ impl Row {
 pub struct Published {
     counts: BTreeSet<[String; 4]>,
     each: BTreeSet<[String; 5]>,
+    /// The count of store changes and the shards owned when the rows were
+    /// last gathered.
+    gathered: Option<(u64, Vec<u32>)>,
+}
+
+impl Published {
+    /// Whether the rows must be gathered again: a store changed
+    /// (`changes`, see [`crate::controllers::packed::changes`]) or the
+    /// shards owned are not those of the last gathering (the first time:
+    /// always). Records `changes` and `shards` as gathered.
+    pub fn stale(&mut self, changes: u64, shards: Vec<u32>) -> bool {
+        let now = Some((changes, shards));
+        if self.gathered == now {
+            return false;
+        }
+        self.gathered = now;
+        true
+    }
 }
 
 /// Publish `rows` (the resources this replica owns now): counts always,
@@ -157,6 +175,18 @@ pub fn publish(metrics: &Metrics, rows: &[Row], per_resource: bool, last: &mut P
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rows_are_gathered_again_only_when_a_store_or_the_shards_owned_changed() {
+        let mut last = Published::default();
+        assert!(last.stale(7, vec![1, 2]), "the first time");
+        assert!(!last.stale(7, vec![1, 2]), "nothing changed");
+        assert!(last.stale(8, vec![1, 2]), "a store changed");
+        assert!(!last.stale(8, vec![1, 2]));
+        assert!(last.stale(8, vec![1]), "a shard lost");
+        assert!(last.stale(8, vec![1, 3]), "a shard gained");
+        assert!(!last.stale(8, vec![1, 3]));
+    }
 
     fn condition(status: &str, reason: &str) -> Condition {
         serde_json::from_value(

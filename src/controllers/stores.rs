@@ -149,7 +149,9 @@ where
     }
 
     fn parts_mut(&self) -> std::sync::RwLockWriteGuard<'_, Vec<Part<K>>> {
-        self.parts.write().unwrap_or_else(|e| e.into_inner())
+        let guard = self.parts.write().unwrap_or_else(|e| e.into_inner());
+        super::packed::note_change();
+        guard
     }
 
     /// The cached object, if it exists and this replica watches it (its
@@ -161,6 +163,31 @@ where
             .iter()
             .filter(|p| p.namespace.is_none() || p.namespace.as_deref() == namespace)
             .find_map(|p| p.store.get_key(&key))
+    }
+
+    /// The cached object as [`Scoped::get`] finds it, its JSON decoded as
+    /// the view `T` (the few fields wanted, not a whole `K`).
+    pub fn view<T: serde::de::DeserializeOwned>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<T> {
+        let key = super::packed::key(namespace, name);
+        self.parts()
+            .iter()
+            .filter(|p| p.namespace.is_none() || p.namespace.as_deref() == namespace)
+            .find_map(|p| p.store.view_key(&key))
+    }
+
+    /// The cached object's `resourceVersion` as a number (see
+    /// [`super::packed::version_of`]), nothing decoded: equal numbers
+    /// mean the same copy.
+    pub fn version(&self, namespace: Option<&str>, name: &str) -> Option<u64> {
+        let key = super::packed::key(namespace, name);
+        self.parts()
+            .iter()
+            .filter(|p| p.namespace.is_none() || p.namespace.as_deref() == namespace)
+            .find_map(|p| p.store.version_key(&key))
     }
 
     /// Whether `namespace` is watched (by this replica or another).

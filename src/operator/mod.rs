@@ -817,6 +817,15 @@ async fn report_readiness(ctx: Arc<Context>, registry: Registry, per_resource: b
     let mut last = readiness::Published::default();
     loop {
         tick.tick().await;
+        // The rows come from the cached objects of the shards owned: with
+        // no store changed and the same shards owned they are those
+        // published last (a scan decodes every resource's conditions).
+        let shards: Vec<u32> = (0..ctx.gate.shard_count())
+            .filter(|s| ctx.gate.owns(*s))
+            .collect();
+        if !last.stale(crate::controllers::packed::changes(), shards) {
+            continue;
+        }
         let owned = |ns: &str| ctx.gate.owns(ctx.gate.shard_of(ns));
         let rows: Vec<_> = registry
             .kinds()
