@@ -38,6 +38,9 @@ pub struct Job<'a, K> {
     pub shard: u32,
     /// Fires when the shard is lost (or the operator stops).
     pub cancel: &'a CancellationToken,
+    /// How the key came to be handed out (a scheduled resync, an event, a
+    /// change heard from the KMS).
+    pub mark: Mark,
 }
 
 /// One controller's reconcile, as the worker pool calls it.
@@ -135,7 +138,7 @@ pub async fn run_workers<K, R>(
                 let started = tokio::time::Instant::now();
                 let urgency = urgency(mark, || reconciler.in_step(&ctx, &key));
                 let result = tokio::select! {
-                    r = with_urgency(urgency, reconciler.reconcile(Job { ctx: &ctx, key: &key, shard, cancel: &cancel })) => r,
+                    r = with_urgency(urgency, reconciler.reconcile(Job { ctx: &ctx, key: &key, shard, cancel: &cancel, mark })) => r,
                     () = cancel.cancelled() => Err(SyncError::NotOwner),
                     // The operator stops and the grace is over: dropped,
                     // as on a lost shard.

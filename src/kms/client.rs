@@ -341,10 +341,11 @@ impl Kms {
     }
 
     fn forget_answers_older_than(&self, kept: Duration) {
+        let now = Instant::now();
         self.recent
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .retain(|_, r| r.at.elapsed() <= kept);
+            .retain(|_, r| now.saturating_duration_since(r.at) <= kept);
     }
 
     fn jitter(&self, d: Duration) -> Duration {
@@ -690,6 +691,9 @@ impl Kms {
     /// for the KMS's next window would only spend a request of that window
     /// on an answer this replica already has. A caller the kept answer
     /// brings nothing new gets the refusal, and waits.
+    ///
+    /// With the answer comes when the request that gave it started: the
+    /// answer says how things stood at that instant.
     pub async fn fetch(
         &self,
         identity: &Identity,
@@ -697,19 +701,20 @@ impl Kms {
         etag: Option<&str>,
         not_before: Instant,
         refused_from: Instant,
-    ) -> Result<Arc<Fetch>, KmsError> {
+    ) -> Result<(Arc<Fetch>, Instant), KmsError> {
         let scope_key = (identity.key(), scope.clone());
         {
             let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(r) = recent.get(&scope_key).filter(|r| r.at >= not_before) {
                 if etag.is_some() && r.etag.as_deref() == etag {
-                    return Ok(Arc::new(Fetch::NotModified));
+                    return Ok((Arc::new(Fetch::NotModified), r.at));
                 }
                 if let Some(secrets) = &r.secrets {
-                    return Ok(Arc::new(Fetch::Secrets {
+                    let answer = Fetch::Secrets {
                         secrets: secrets.clone(),
                         etag: r.etag.clone(),
-                    }));
+                    };
+                    return Ok((Arc::new(answer), r.at));
                 }
             }
         }
@@ -768,13 +773,14 @@ impl Kms {
                 && (etag.is_none() || kept_etag.as_deref() != etag)
             {
                 self.metrics.kms_refused_served.inc();
-                return Ok(Arc::new(Fetch::Secrets {
+                let answer = Fetch::Secrets {
                     secrets: secrets.clone(),
                     etag: kept_etag.clone(),
-                }));
+                };
+                return Ok((Arc::new(answer), *at));
             }
         }
-        outcome.value
+        outcome.value.map(|answer| (answer, outcome.started))
     }
 
     async fn fetch_once(

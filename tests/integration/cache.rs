@@ -71,6 +71,37 @@ async fn synced(client: &Client, ns: &str, count: usize) -> BTreeMap<String, Str
     .expect("resources did not sync")
 }
 
+/// Wait until `count` KmsSecrets say `Ready` for their generation.
+async fn all_ready(client: &Client, ns: &str, count: usize) {
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("secrets.hanzo.ai", "v1alpha1", "KmsSecret"),
+        "kmssecrets",
+    );
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
+    let ready = wait_for(Duration::from_secs(60), || async {
+        let list = api.list(&Default::default()).await.ok()?;
+        let n = list
+            .items
+            .iter()
+            .filter(|o| {
+                let generation = o.metadata.generation;
+                o.data["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| {
+                        c["type"] == "Ready"
+                            && c["status"] == "True"
+                            && c["observedGeneration"].as_i64() == generation
+                    })
+            })
+            .count();
+        (n == count).then_some(())
+    })
+    .await;
+    assert!(ready.is_some(), "not every KmsSecret is Ready");
+}
+
 fn write_key(dir: &TempDir) -> std::path::PathBuf {
     let path = dir.0.join("cache.key");
     let key: Vec<u8> = (0..32).map(|_| fastrand::u8(..)).collect();
@@ -95,6 +126,9 @@ async fn a_restart_costs_the_kms_nothing() {
     let mut op = Operator::start(&ns.name, &[&ns.name], &flags).await;
     setup(&client, &ns.name, &kms, N, "40s").await;
     let before = synced(&client, &ns.name, N).await;
+    // Every status written too (a Secret is written before its status): a
+    // status still to write would be written after the restart.
+    all_ready(&client, &ns.name, N).await;
     op.stop();
     let resources_before: BTreeMap<String, String> = {
         let ar = ApiResource::from_gvk_with_plural(
@@ -172,10 +206,21 @@ async fn a_restart_costs_the_kms_nothing() {
     })
     .await
     {
+        let after = statuses().await;
+        let log = op.output.text();
+        for (name, rv) in &after {
+            if resources_before.get(name) != Some(rv) {
+                let me = format!("/{name}\"");
+                for l in log.lines().filter(|l| l.contains(&me)) {
+                    eprintln!("{name}: {l}");
+                }
+                let o = crs.get(name).await.unwrap();
+                eprintln!("{name} now: {}", o.data["status"]);
+            }
+        }
         panic!(
             "a resync that found nothing new wrote the status, {when}: {:?} -> {:?}",
-            resources_before,
-            statuses().await
+            resources_before, after
         );
     }
     assert!(
@@ -211,6 +256,129 @@ async fn a_restart_costs_the_kms_nothing() {
             );
         }
     }
+}
+
+/// The value of key `A` in each managed Secret `out*`.
+async fn values(client: &Client, ns: &str) -> BTreeMap<String, String> {
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|s| s.name_any().starts_with("out"))
+        .map(|s| {
+            let a = s.data.as_ref().and_then(|d| d.get("A"));
+            let v = a.map(|b| String::from_utf8_lossy(&b.0).into_owned());
+            (s.name_any(), v.unwrap_or_default())
+        })
+        .collect()
+}
+
+/// A scheduled resync of resources nothing touched since their last sync is
+/// their folder's conditional request alone, without a reconcile each (by
+/// ticket); what changes still reaches the targets: a new value in the KMS
+/// at the next resync, a target edited or deleted at once.
+#[tokio::test]
+async fn resources_left_alone_resync_by_their_folders_answer_alone() {
+    let client = harness::client().await;
+    let ns = TestNamespace::new(&client, "cache-ticket").await;
+    let kms = DevServer::start(&seed(&[("A", "v1")])).await;
+    let dir = TempDir::new("cache");
+    let cache = dir.0.join("cache");
+    let flags = [format!("--cache-dir={}", cache.display())];
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    const N: usize = 6;
+    let op = Operator::start(&ns.name, &[&ns.name], &flags).await;
+    setup(&client, &ns.name, &kms, N, "5s").await;
+    let before = synced(&client, &ns.name, N).await;
+
+    // The first sync writes, the first resync checks everything and
+    // leaves a ticket, the resyncs after it go by ticket.
+    let by_ticket = |log: &str, i: usize| {
+        let me = format!("\"resource\":\"{}/cr{i}\"", ns.name);
+        log.lines()
+            .filter(|l| l.contains("resync by ticket") && l.contains(&me))
+            .count()
+    };
+    let all = wait_for(Duration::from_secs(40), || async {
+        let log = op.output.text();
+        (0..N).all(|i| by_ticket(&log, i) >= 1).then_some(())
+    })
+    .await;
+    assert!(
+        all.is_some(),
+        "not every resource resynced by ticket: {}",
+        kms.stats().await
+    );
+
+    // Left alone: one conditional request per check of the folder (every
+    // 5 s; its resources come due together), no login, nothing written.
+    kms.reset_stats().await;
+    let log_before = op.output.text();
+    let rounds = wait_for(Duration::from_secs(20), || async {
+        let log = op.output.text();
+        (0..N)
+            .all(|i| by_ticket(&log, i) >= by_ticket(&log_before, i) + 2)
+            .then_some(())
+    })
+    .await;
+    assert!(
+        rounds.is_some(),
+        "two more resyncs by ticket did not come: {}",
+        kms.stats().await
+    );
+    let lists = kms.count(LIST, None).await;
+    assert!(
+        (2..=5).contains(&lists) && kms.count(LIST, Some("304")).await == lists,
+        "{lists} requests for about three checks of one folder: {}",
+        kms.stats().await
+    );
+    assert_eq!(kms.count(LOGIN, None).await, 0, "{}", kms.stats().await);
+    assert_eq!(
+        synced(&client, &ns.name, N).await,
+        before,
+        "Secrets were written"
+    );
+
+    // A new value in the KMS: the folder's answer has data, so the
+    // resyncs are whole again, and every Secret has it at the next one.
+    kms.set_secret("demo", "dev", "/", "A", "v2").await;
+    let all_v2 = |v: &BTreeMap<String, String>| v.len() == N && v.values().all(|x| x == "v2");
+    let changed = wait_for(Duration::from_secs(15), || async {
+        let v = values(&client, &ns.name).await;
+        all_v2(&v).then_some(v)
+    })
+    .await;
+    assert!(
+        changed.is_some(),
+        "the change did not reach every Secret: {:?}",
+        values(&client, &ns.name).await
+    );
+
+    // A target edited by hand is put back, a deleted one recreated (their
+    // events queue a whole reconcile; a ticket never hides them).
+    let secrets = Api::<Secret>::namespaced(client.clone(), &ns.name);
+    let mut edited = secrets.get("out0").await.unwrap();
+    edited.data.as_mut().unwrap().insert(
+        "A".to_owned(),
+        k8s_openapi::ByteString(b"tampered".to_vec()),
+    );
+    secrets
+        .replace("out0", &PostParams::default(), &edited)
+        .await
+        .unwrap();
+    secrets.delete("out1", &Default::default()).await.unwrap();
+    let restored = wait_for(Duration::from_secs(15), || async {
+        let v = values(&client, &ns.name).await;
+        all_v2(&v).then_some(())
+    })
+    .await;
+    assert!(
+        restored.is_some(),
+        "not restored: {:?}",
+        values(&client, &ns.name).await
+    );
 }
 
 #[tokio::test]

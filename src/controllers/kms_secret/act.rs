@@ -7,7 +7,7 @@ use super::plan::{KEPT, describe_scope, missing_environment, missing_folder, pro
 use super::status::Progress;
 use super::{Controller, plan};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
@@ -243,7 +243,7 @@ impl Controller {
             )
         };
         let result = tokio::select! {
-            r = ctx.kms.fetch(identity, scope, req.etag, not_before, refused_from) => r,
+            r = ctx.kms.fetch(identity, scope, req.etag, not_before, refused_from) => r.map(|(answer, _)| answer),
             () = cancel.cancelled() => return Err(SyncError::NotOwner),
         };
         let result = match result {
@@ -465,5 +465,83 @@ impl Controller {
             .await
             .map_err(|e| SyncError::kube("removing legacy finalizers", e))?;
         Ok(())
+    }
+}
+
+impl Controller {
+    /// A scheduled resync by ticket: when `key`'s ticket holds and its
+    /// folder answers `304` to the ETag it names, the next check is moved
+    /// on (in memory and in the persistent cache) and its time returned.
+    /// `None`: the whole reconcile is needed.
+    pub(super) async fn rearm(
+        &self,
+        ctx: &Context,
+        key: &ObjectKey,
+        shard: u32,
+        cancel: &CancellationToken,
+    ) -> Option<SystemTime> {
+        let ticket = self.tickets.get(key)?;
+        if !self.ticket_holds(ctx, key, &ticket) {
+            self.tickets.revoke(key);
+            return None;
+        }
+        let record = self
+            .record(&ticket.uid)
+            .filter(|r| r.etag.as_deref() == Some(&*ticket.etag))?;
+        // The persistent copy moves on too, or a restart would find every
+        // resource overdue.
+        let stored = match &ctx.cache {
+            None => None,
+            Some(cache) => match cache.get_sync(&ticket.uid) {
+                storage::Lookup::Hit(r) if r.etag.as_deref() == Some(&*ticket.etag) => Some(r),
+                _ => return None,
+            },
+        };
+        let folder = &ticket.folder;
+        let not_before = self.instant.not_before(key, SHARE_WINDOW);
+        // Another resource of the folder had its ETag confirmed within
+        // the window: that is this resource's answer too, without asking
+        // the KMS client (the folder's resources come due together).
+        if !folder.confirmed(&ticket.etag, not_before) {
+            tokio::select! {
+                r = ctx.kms.token(&folder.identity) => r.ok()?,
+                () = cancel.cancelled() => return None,
+            };
+            let refused_from = self.instant.not_before(key, crate::kms::LIMITED_KEPT);
+            let (answer, started) = tokio::select! {
+                r = ctx.kms.fetch(&folder.identity, &folder.scope, Some(&ticket.etag), not_before, refused_from) => r.ok()?,
+                () = cancel.cancelled() => return None,
+            };
+            if !matches!(*answer, Fetch::NotModified) {
+                return None;
+            }
+            folder.confirm(&ticket.etag, started);
+        }
+        let now = SystemTime::now();
+        let next_due = plan::on_grid(now, ticket.interval, ticket.phase);
+        if let Some(mut stored) = stored {
+            let ms = crate::kms::client::unix_ms;
+            stored.last_sync_unix_ms = ms(now);
+            stored.next_due_unix_ms = ms(next_due);
+            if let Some(cache) = &ctx.cache
+                && let Err(e) = cache.put_sync(&ticket.uid, &stored)
+            {
+                ctx.metrics
+                    .cache_errors
+                    .with_label_values(&[&shard.to_string()])
+                    .inc();
+                tracing::warn!(error = %e, "could not write a cache record");
+            }
+        }
+        self.keep_record(
+            &ticket.uid,
+            super::record::SyncRecord {
+                last_sync: now,
+                next_due,
+                ..record
+            },
+        );
+        tracing::debug!(resource = %key, "resync by ticket: the folder answered 304");
+        Some(next_due)
     }
 }

@@ -27,6 +27,7 @@
 pub mod act;
 pub mod observe;
 pub mod plan;
+pub mod rearm;
 pub mod record;
 pub mod report;
 pub mod status;
@@ -48,6 +49,7 @@ use super::context::Context;
 use super::error::SyncError;
 use super::instant::InstantUpdates;
 use super::key::ObjectKey;
+use super::queue::Mark;
 use super::queue::Queue;
 use super::stores::Scoped;
 use super::workers::{Action, Job, Reconciler};
@@ -76,12 +78,19 @@ pub struct Controller {
     /// The statuses it wrote that the watch does not show yet (the watch
     /// drops each as it delivers the write).
     written: Arc<WrittenStatus<KmsSecretStatus>>,
+    /// What lets a scheduled resync do without a reconcile.
+    tickets: rearm::Tickets,
 }
 
 impl Controller {
     /// Reconcile one KmsSecret.
     async fn run(&self, job: Job<'_, ObjectKey>) -> Result<Action, SyncError> {
         let (ctx, key, shard, cancel) = (job.ctx, job.key, job.shard, job.cancel);
+        if job.mark == Mark::Scheduled
+            && let Some(next_due) = self.rearm(ctx, key, shard, cancel).await
+        {
+            return Ok(Action::RequeueAt(next_due));
+        }
         let Some(cr) = self.store.get(Some(&key.namespace), &key.name) else {
             self.forget(ctx, key);
             return Ok(Action::Done);
@@ -93,8 +102,11 @@ impl Controller {
         }
         // Our last status write may not be in the cache yet (the target's
         // watch event came first): read the resource with it.
-        let mut cr = (*cr).clone();
-        cr.status = self.freshest_status(&cr);
+        // The store decoded this copy for this reconcile alone.
+        let mut cr = Arc::try_unwrap(cr).unwrap_or_else(|shared| (*shared).clone());
+        if let Some(written) = self.written_status(&cr) {
+            cr.status = Some(written);
+        }
         let mut progress = Progress::default();
         let outcome = self.sync(ctx, &cr, shard, cancel, &mut progress).await;
         if let (Some(why), true) = (progress.nudged, outcome.is_err()) {
@@ -106,8 +118,13 @@ impl Controller {
             return Err(SyncError::NotOwner);
         }
         ensure_owner(ctx, shard, cancel)?;
+        let ticket = progress.ticket.take();
         self.write_status(ctx, &cr, shard, &outcome, &progress)
             .await?;
+        match ticket {
+            Some(t) if outcome.is_ok() => self.tickets.issue(key, t),
+            _ => self.tickets.revoke(key),
+        }
         match outcome {
             Ok(s) => Ok(Action::RequeueAt(s.next_due)),
             Err(e) => Err(e),
@@ -170,6 +187,7 @@ impl Controller {
             targets: &targets,
             rendered: rendered.as_deref(),
         };
+        let seen_targets = self.targets_seen(ctx, &targets, &observed);
         let (desired_all, wrote) = self
             .write_planned(ctx, &plan, observed, shard, cancel)
             .await?;
@@ -178,13 +196,34 @@ impl Controller {
             .as_ref()
             .map(|s| s.len() as i64)
             .or_else(|| asked.record.as_ref().map(|r| r.synced_keys));
-        let (last_sync, next_due) =
-            asked.times(interval, stream.as_ref(), wrote, plan::phase_of(cr));
+        let phase = plan::phase_of(cr);
+        let (last_sync, next_due) = asked.times(interval, stream.as_ref(), wrote, phase);
         let target_hashes = targets
             .iter()
             .zip(&desired_all)
             .filter_map(|(t, d)| ctx.data_hash(&d.data).map(|h| (t.id(), h)))
             .collect();
+        // In step with nothing written: the next scheduled resync may do
+        // with the folder's answer alone (`rearm`).
+        progress.ticket = match (&login, &etag, seen_targets) {
+            (Some((identity, scope)), Some(etag), Some(targets))
+                if !wrote && !asked.instant && !asked.forced =>
+            {
+                Some(rearm::Ticket {
+                    uid: cr.uid().unwrap_or_default().into(),
+                    shard,
+                    version: super::packed::version_of(cr.metadata.resource_version.as_deref()),
+                    epoch: asked.epoch,
+                    folder: self.tickets.folder(identity, scope),
+                    etag: etag.as_str().into(),
+                    interval,
+                    phase,
+                    targets,
+                    expires: asked.now + interval * rearm::SERVES,
+                })
+            }
+            _ => None,
+        };
         self.set_record(
             ctx,
             &cr.uid().unwrap_or_default(),
@@ -225,6 +264,7 @@ impl Controller {
             records: Mutex::new(HashMap::new()),
             endpoint_epochs: Mutex::new(HashMap::new()),
             written,
+            tickets: rearm::Tickets::default(),
         }
     }
 
@@ -259,14 +299,12 @@ impl Controller {
     }
 
     /// The resource's status as last written by this replica when the
-    /// cached copy has not caught up with that write yet, else the cached
-    /// copy's.
-    fn freshest_status(&self, cr: &KmsSecret) -> Option<KmsSecretStatus> {
-        match (cr.uid(), cr.resource_version()) {
-            (Some(uid), Some(rv)) => self.written.freshest(&uid, &rv),
-            _ => None,
-        }
-        .or_else(|| cr.status.clone())
+    /// cached copy has not caught up with that write yet (else the cached
+    /// copy's status is the freshest).
+    fn written_status(&self, cr: &KmsSecret) -> Option<KmsSecretStatus> {
+        let meta = &cr.metadata;
+        self.written
+            .freshest(meta.uid.as_deref()?, meta.resource_version.as_deref()?)
     }
 
     /// The sync record of an object UID.
@@ -300,6 +338,47 @@ impl Controller {
             .insert(uid.to_owned(), record);
     }
 
+    /// Store the sync record of an object UID in memory only (the
+    /// persistent copy is the caller's).
+    fn keep_record(&self, uid: &str, record: SyncRecord) {
+        self.records
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(uid.to_owned(), record);
+    }
+
+    /// Each target's version as observed from the caches, when every one
+    /// was (a target outside the watched namespaces is read from the API:
+    /// nothing would tell of its changes, so no ticket).
+    fn targets_seen(
+        &self,
+        ctx: &Context,
+        targets: &[crate::controllers::target::Target],
+        observed: &[(
+            Option<crate::controllers::target::Observed>,
+            crate::controllers::target::Claim,
+        )],
+    ) -> Option<Box<[rearm::TargetSeen]>> {
+        use crate::controllers::target::TargetKind;
+        targets
+            .iter()
+            .zip(observed)
+            .map(|(t, (o, _))| {
+                let covered = match t.kind {
+                    TargetKind::Secret => ctx.secrets.covers(&t.namespace),
+                    TargetKind::ConfigMap => ctx.config_maps.covers(&t.namespace),
+                };
+                let version = super::packed::version_of(Some(&o.as_ref()?.resource_version));
+                (covered && version != 0).then(|| rearm::TargetSeen {
+                    kind: t.kind,
+                    namespace: t.namespace.as_str().into(),
+                    name: t.name.as_str().into(),
+                    version,
+                })
+            })
+            .collect()
+    }
+
     /// The persisted sync record of an object UID (counted as a cache hit,
     /// miss or error).
     fn cached_record(&self, ctx: &Context, uid: &str, shard: u32) -> Option<SyncRecord> {
@@ -325,6 +404,8 @@ impl Controller {
     /// Forget what is known of a deleted KmsSecret.
     fn forget(&self, ctx: &Context, key: &ObjectKey) {
         self.instant.unregister(key);
+        self.tickets.revoke(key);
+        self.tickets.retain(|_, _| true);
         self.queue.reset_backoff(key);
         let live = self.store.uids();
         self.records
@@ -345,6 +426,51 @@ impl Controller {
     }
 }
 
+/// What [`Controller::in_step`] reads of a cached KmsSecret (the few
+/// fields of its conditions it compares: no message, no time).
+#[derive(serde::Deserialize)]
+struct StepView {
+    metadata: StepMeta,
+    #[serde(default)]
+    status: Option<StepStatus>,
+}
+
+impl StepView {
+    /// [`conditions::ready_for`] of the cached status.
+    fn ready(&self) -> bool {
+        let generation = self.metadata.generation;
+        self.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == crate::api::conditions::READY)
+                .is_some_and(|c| c.status == "True" && c.observed_generation == generation)
+        })
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct StepStatus {
+    #[serde(default)]
+    conditions: Vec<StepCondition>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct StepCondition {
+    #[serde(rename = "type")]
+    type_: String,
+    status: String,
+    observed_generation: Option<i64>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct StepMeta {
+    uid: Option<String>,
+    resource_version: Option<String>,
+    generation: Option<i64>,
+}
+
 impl Reconciler<ObjectKey> for Controller {
     async fn reconcile(&self, job: Job<'_, ObjectKey>) -> Result<Action, SyncError> {
         self.run(job).await
@@ -355,16 +481,85 @@ impl Reconciler<ObjectKey> for Controller {
         plan::resync_interval(&cr.spec).ok()
     }
 
-    fn in_step(&self, _ctx: &Context, key: &ObjectKey) -> bool {
-        self.store
-            .get(Some(&key.namespace), &key.name)
-            .is_some_and(|cr| {
-                self.freshest_status(&cr)
-                    .is_some_and(|s| conditions::ready_for(&s.conditions, cr.metadata.generation))
-            })
+    fn in_step(&self, ctx: &Context, key: &ObjectKey) -> bool {
+        // Asked before every scheduled resync. A ticket that holds says it
+        // without decoding anything (it was issued by a sync that left the
+        // resource in step, and the resource has not changed since);
+        // otherwise only the fields it reads are decoded.
+        if self
+            .tickets
+            .get(key)
+            .is_some_and(|t| self.ticket_holds(ctx, key, &t))
+        {
+            return true;
+        }
+        let Some(v) = self.store.view::<StepView>(Some(&key.namespace), &key.name) else {
+            return false;
+        };
+        let generation = v.metadata.generation;
+        let written = match (&v.metadata.uid, &v.metadata.resource_version) {
+            (Some(uid), Some(rv)) => self.written.freshest(uid, rv),
+            _ => None,
+        };
+        match written {
+            Some(s) => conditions::ready_for(&s.conditions, generation),
+            None => v.ready(),
+        }
     }
 
     fn shard_lost(&self, shard: u32) {
         self.instant.drop_shard(shard);
+        self.tickets.retain(|_, t| t.shard != shard);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The view `in_step` decodes says what the whole resource's
+    /// conditions say.
+    #[test]
+    fn the_step_view_reads_ready_as_the_whole_resource_does() {
+        let ready = |status: &str, observed: i64| {
+            serde_json::json!({"type": "Ready", "status": status, "reason": "R",
+                "message": "m", "lastTransitionTime": "2026-12-05T05:43:20Z",
+                "observedGeneration": observed})
+        };
+        let other = serde_json::json!({"type": "secrets.hanzo.ai/AutoRedeployReady",
+            "status": "True", "reason": "R", "message": "m",
+            "lastTransitionTime": "2026-12-05T05:43:20Z", "observedGeneration": 2});
+        let cases = [
+            (Some(vec![ready("True", 2), other.clone()]), true),
+            (Some(vec![other.clone(), ready("True", 2)]), true),
+            (Some(vec![ready("True", 1)]), false),
+            (Some(vec![ready("False", 2)]), false),
+            (Some(vec![other]), false),
+            (Some(vec![]), false),
+            (None, false),
+        ];
+        for (conditions, expected) in cases {
+            let mut cr = serde_json::json!({
+                "apiVersion": "secrets.hanzo.ai/v1alpha1", "kind": "KmsSecret",
+                "metadata": {"name": "r", "namespace": "ns", "generation": 2, "uid": "u",
+                    "resourceVersion": "7"},
+                "spec": {"hostAPI": "https://kms.example/api",
+                    "authentication": {"universalAuth": {
+                        "credentialsRef": {"secretName": "c", "secretNamespace": "ns"},
+                        "secretsScope": {"projectSlug": "p", "envSlug": "dev", "secretsPath": "/"}}},
+                    "managedKubeSecretReferences": [{"secretName": "out", "secretNamespace": "ns"}]},
+            });
+            if let Some(c) = &conditions {
+                cr["status"] = serde_json::json!({"conditions": c, "syncedKeys": 3});
+            }
+            let whole: KmsSecret = serde_json::from_value(cr.clone()).unwrap();
+            let view: StepView = serde_json::from_value(cr).unwrap();
+            let by_whole = whole
+                .status
+                .as_ref()
+                .is_some_and(|s| conditions::ready_for(&s.conditions, whole.metadata.generation));
+            assert_eq!(by_whole, expected, "{conditions:?}");
+            assert_eq!(view.ready(), expected, "{conditions:?}");
+        }
     }
 }

@@ -3,6 +3,7 @@
 //! ([`super::plan::decide`]).
 
 use super::plan::{Asked, Seen};
+use super::rearm;
 use super::{Controller, plan};
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -244,5 +245,27 @@ impl Controller {
             generation,
             now,
         }
+    }
+}
+
+impl Controller {
+    /// Whether `key`'s ticket still holds (see [`rearm::holds`]).
+    pub(super) fn ticket_holds(
+        &self,
+        ctx: &Context,
+        key: &ObjectKey,
+        ticket: &rearm::Ticket,
+    ) -> bool {
+        let version = self.store.version(Some(&key.namespace), &key.name);
+        rearm::holds(
+            ticket,
+            SystemTime::now(),
+            version,
+            ctx.global_epoch(),
+            |t| match t.kind {
+                TargetKind::Secret => ctx.secrets.version(Some(&t.namespace), &t.name),
+                TargetKind::ConfigMap => ctx.config_maps.version(Some(&t.namespace), &t.name),
+            },
+        )
     }
 }

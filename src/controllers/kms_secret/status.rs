@@ -32,6 +32,9 @@ pub(super) struct Synced {
 /// What a sync got done before it ended (well or not).
 #[derive(Default)]
 pub(super) struct Progress {
+    /// What lets the next scheduled resync do without a reconcile, when
+    /// the sync left the resource in step ([`super::rearm`]).
+    pub(super) ticket: Option<super::rearm::Ticket>,
     /// The login method, when a token was obtained.
     pub(super) logged_in: Option<&'static str>,
     /// An instant-update event (or its stream's opening) made this sync
@@ -468,6 +471,7 @@ mod tests {
             logged_in: Some("universal"),
             nudged: None,
             endpoint: Some("hostAPI https://kms.example/api from spec; CA: system roots".into()),
+            ticket: None,
         };
         let ok = next_status(
             &kms_secret(None),
