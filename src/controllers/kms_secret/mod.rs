@@ -332,10 +332,7 @@ impl Controller {
             tracing::warn!(error = %e, "could not write a cache record");
         }
         record.target_hashes.clear();
-        self.records
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(uid.to_owned(), record);
+        self.keep_record(uid, record);
     }
 
     /// Store the sync record of an object UID in memory only (the
