@@ -41,6 +41,8 @@ const SHARE_KEPT: Duration = Duration::from_secs(10);
 /// [`Kms::fetch`]): a window of a hosted KMS's per-minute limit, plus the
 /// few seconds its refused requests come back after it.
 pub const LIMITED_KEPT: Duration = Duration::from_secs(90);
+/// How often answers past their window are let go after a fetch.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// The longest 429 pause a request waits out in its worker; a longer one
 /// ends the request with [`KmsError::RateLimited`] at once.
@@ -187,6 +189,8 @@ pub struct Kms {
     /// Until when answers are kept for [`LIMITED_KEPT`] (the KMS answered
     /// `429` lately), not [`SHARE_KEPT`].
     limited_until: Mutex<Option<Instant>>,
+    /// When answers past their window were last let go after a fetch.
+    swept: Mutex<Option<Instant>>,
     /// Persistent token cache (only when it encrypts tokens).
     token_store: Option<storage::Store>,
     /// Project ids of service tokens.
@@ -220,6 +224,7 @@ impl Kms {
             fetches: SingleFlight::default(),
             recent: Mutex::new(std::collections::HashMap::new()),
             limited_until: Mutex::new(None),
+            swept: Mutex::new(None),
             token_store: None,
             token_projects: Mutex::new(std::collections::HashMap::new()),
             metrics,
@@ -330,8 +335,19 @@ impl Kms {
         }
     }
 
-    /// Let go of answers kept for sharing past their window.
+    /// Let go of answers kept for sharing past their window, at most once
+    /// a second (a sweep visits every answer kept, and at 100,000 resources
+    /// a replica's folders answer dozens of times a second; an answer past
+    /// its window is never served, whether it is gone yet or not).
     fn forget_old_answers(&self) {
+        {
+            let mut swept = self.swept.lock().unwrap_or_else(|e| e.into_inner());
+            let now = Instant::now();
+            if swept.is_some_and(|at| now.saturating_duration_since(at) < SWEEP_EVERY) {
+                return;
+            }
+            *swept = Some(now);
+        }
         let limited = self
             .limited_until
             .lock()

@@ -107,6 +107,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         ctx.settings.namespaces.clone(),
         cache.clone(),
     )));
+    tasks.push(tokio::spawn(write_touched_times(cache.clone())));
     tasks.push(tokio::spawn(report_readiness(
         ctx.clone(),
         registry.clone(),
@@ -705,6 +706,28 @@ fn kms_client(args: &RunArgs, metrics: &Metrics, cache: Option<&storage::Store>)
     Arc::new(kms)
 }
 
+/// How often the times that resyncs by ticket moved on are written to the
+/// cache (what a crash can lose: those resources are checked again sooner).
+const TOUCHED_EVERY: Duration = Duration::from_secs(5);
+
+/// Write the times resyncs by ticket moved on, in one batch every
+/// [`TOUCHED_EVERY`] (see `storage::Store::touch_sync`); a flush at a
+/// hand-over or at the stop writes what is left.
+async fn write_touched_times(cache: Option<storage::Store>) {
+    let Some(store) = cache else { return };
+    let mut tick = tokio::time::interval(TOUCHED_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let store = store.clone();
+        match tokio::task::spawn_blocking(move || store.write_touched()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "could not write the cache's moved-on times"),
+            Err(e) => tracing::warn!(error = %e, "the cache's moved-on times were not written"),
+        }
+    }
+}
+
 /// Drop the cache's sync records of KmsSecrets that no longer exist and
 /// the access tokens that have expired. (Lease records go when their lease
 /// is recorded or revoked; see `kms_dynamic_secret::pending`.) The live
@@ -836,17 +859,47 @@ async fn report_readiness(ctx: Arc<Context>, registry: Registry, per_resource: b
     }
 }
 
+/// Counts of the cached objects (kind → shard or `None` → count) and of each
+/// kind's resources by shard, as of a count of store changes.
+#[derive(Default)]
+struct Counted {
+    changes: Option<u64>,
+    cached: Vec<(&'static str, std::collections::BTreeMap<Option<u32>, usize>)>,
+    resources: Vec<Option<HashMap<u32, i64>>>,
+}
+
 async fn report_queue(
     ctx: Arc<Context>,
     registry: Registry,
     cached: Vec<(&'static str, Box<dyn Cache>)>,
 ) {
     let mut tick = tokio::time::interval(Duration::from_secs(5));
+    let mut counted = Counted::default();
     loop {
         tick.tick().await;
-        let of_kinds = registry.kinds().iter().filter_map(|k| k.cached());
-        let of_caches = cached.iter().map(|(kind, cache)| (*kind, cache.counts()));
-        for (kind, counts) in of_kinds.chain(of_caches) {
+        // Counting walks every cached object: only when a store changed
+        // since the last count (left alone, none does).
+        let changes = crate::controllers::packed::changes();
+        if counted.changes != Some(changes) {
+            let of_kinds = registry.kinds().iter().filter_map(|k| k.cached());
+            let of_caches = cached.iter().map(|(kind, cache)| (*kind, cache.counts()));
+            counted = Counted {
+                changes: Some(changes),
+                cached: of_kinds.chain(of_caches).collect(),
+                resources: registry
+                    .kinds()
+                    .iter()
+                    .map(|kind| {
+                        let mut counts: HashMap<u32, i64> = HashMap::new();
+                        for ns in kind.resource_namespaces()? {
+                            *counts.entry(ctx.gate.shard_of(&ns)).or_default() += 1;
+                        }
+                        Some(counts)
+                    })
+                    .collect(),
+            };
+        }
+        for (kind, counts) in &counted.cached {
             let whole = counts.get(&None).copied();
             let gauge = |shard: &str, n: usize| {
                 ctx.metrics
@@ -866,16 +919,12 @@ async fn report_queue(
                 }
             }
         }
-        for kind in registry.kinds() {
+        for (kind, counts) in registry.kinds().iter().zip(&counted.resources) {
             kind.report(&ctx);
-            let Some(namespaces) = kind.resource_namespaces() else {
+            let Some(counts) = counts else {
                 continue;
             };
             let (controller, stats) = (kind.controller(), kind.queue().stats());
-            let mut counts: HashMap<u32, i64> = HashMap::new();
-            for ns in namespaces {
-                *counts.entry(ctx.gate.shard_of(&ns)).or_default() += 1;
-            }
             for shard in 0..ctx.gate.shard_count() {
                 let s = shard.to_string();
                 let labels = [controller, s.as_str()];

@@ -16,6 +16,8 @@ use crate::error::StorageError;
 
 /// Schema of [`SyncRecord`](crate::SyncRecord) values.
 pub(crate) const SYNC_SCHEMA: u8 = 1;
+/// Schema of the times records that move a sync record's times on.
+pub(crate) const TIMES_SCHEMA: u8 = 1;
 /// Schema of [`LeaseRecord`](crate::LeaseRecord) values.
 pub(crate) const LEASE_SCHEMA: u8 = 1;
 /// Schema of [`TokenRecord`](crate::TokenRecord) values (the plaintext inside

@@ -21,12 +21,18 @@
 //! | `meta` | `cache_key` | 32 random bytes, created at first open |
 //! | `meta` | `key_check` | empty, or a keyed check value of the encryption key |
 //! | `sync` | object UID (UTF-8) | schema byte ‖ bincode([`SyncRecord`]) |
+//! | `times` | object UID (UTF-8) | schema byte ‖ bincode(ETag, last sync, next due) |
 //! | `lease` | object UID (UTF-8) | schema byte ‖ bincode([`LeaseRecord`]) |
 //! | `token` | HMAC of the identity (32 bytes) | schema byte ‖ nonce (12) ‖ AES-256-GCM(bincode(token)) ‖ tag (16) |
+//!
+//! A `times` record moves the times of the sync record of the same UID on
+//! without rewriting it (see [`Store::touch_sync`]); it was added within
+//! format version 1, as a tree that a build without it never opens.
 //!
 //! The token ciphertext is bound (as associated data) to its schema byte and
 //! its key, so it cannot be moved to another identity.
 
+use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
@@ -35,7 +41,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::codec::{self, DecodeFailure, LEASE_SCHEMA, SYNC_SCHEMA, TOKEN_SCHEMA};
+use crate::codec::{self, DecodeFailure, LEASE_SCHEMA, SYNC_SCHEMA, TIMES_SCHEMA, TOKEN_SCHEMA};
 use crate::crypto::{self, DataHasher, EncryptionKey, KEY_LEN, Keys, TokenCipher};
 use crate::error::StorageError;
 use crate::records::{AccessToken, LeaseRecord, Lookup, RecordKind, SyncRecord, TokenRecord, wipe};
@@ -56,6 +62,7 @@ const CORRUPT_PREFIX: &str = "db.corrupt-";
 
 const META_TREE: &[u8] = b"meta";
 const SYNC_TREE: &[u8] = b"sync";
+const TIMES_TREE: &[u8] = b"times";
 const LEASE_TREE: &[u8] = b"lease";
 const TOKEN_TREE: &[u8] = b"token";
 
@@ -140,14 +147,41 @@ struct Inner {
     db_path: PathBuf,
     db: sled::Db,
     sync: sled::Tree,
+    times: sled::Tree,
     lease: sled::Tree,
     token: sled::Tree,
     keys: Keys,
     max_bytes: Option<u64>,
     /// The size on disk last measured for the bound, and when.
     measured: std::sync::Mutex<Option<(Instant, u64)>>,
+    /// Times moved on by [`Store::touch_sync`] and not written yet.
+    touched: std::sync::Mutex<BTreeMap<Box<str>, TimesWire<Box<str>>>>,
     // Declared last: released only after the database above is closed.
     _lock: File,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // The database itself flushes as it closes, after this.
+        let pending = std::mem::take(self.touched.get_mut().unwrap_or_else(|e| e.into_inner()));
+        let _ = write_times(&self.times, &pending);
+    }
+}
+
+/// Writes times records in one batch; returns how many.
+fn write_times(
+    tree: &sled::Tree,
+    pending: &BTreeMap<Box<str>, TimesWire<Box<str>>>,
+) -> Result<usize, StorageError> {
+    if pending.is_empty() {
+        return Ok(0);
+    }
+    let mut batch = sled::Batch::default();
+    for (uid, times) in pending {
+        batch.insert(uid.as_bytes(), codec::encode(TIMES_SCHEMA, times)?);
+    }
+    tree.apply_batch(batch).map_err(db_error)?;
+    Ok(pending.len())
 }
 
 impl std::fmt::Debug for Store {
@@ -168,6 +202,15 @@ struct TokenWire<'a> {
     max_expires_at_unix_ms: i64,
 }
 
+/// What [`Store::touch_sync`] writes: the times of a sync record, for as
+/// long as its ETag is this one.
+#[derive(Clone, Serialize, Deserialize)]
+struct TimesWire<E> {
+    etag: E,
+    last_sync_unix_ms: i64,
+    next_due_unix_ms: i64,
+}
+
 #[derive(Deserialize)]
 struct TokenWireOwned {
     access_token: String,
@@ -186,6 +229,7 @@ enum OpenFailure {
 struct Opened {
     db: sled::Db,
     sync: sled::Tree,
+    times: sled::Tree,
     lease: sled::Tree,
     token: sled::Tree,
     keys: Keys,
@@ -263,11 +307,13 @@ impl Store {
                 db_path,
                 db: opened.db,
                 sync: opened.sync,
+                times: opened.times,
                 lease: opened.lease,
                 token: opened.token,
                 keys: opened.keys,
                 max_bytes: options.max_bytes,
                 measured: std::sync::Mutex::new(None),
+                touched: std::sync::Mutex::new(BTreeMap::new()),
                 _lock: lock,
             }),
         };
@@ -291,9 +337,79 @@ impl Store {
 
     // ----- sync records -------------------------------------------------
 
-    /// The sync record of the object with this UID.
+    /// The sync record of the object with this UID, with the times
+    /// [`Store::touch_sync`] last moved on when they are later than its own
+    /// and were written for the ETag it holds.
     pub fn get_sync(&self, uid: &str) -> Lookup<SyncRecord> {
-        self.get_plain(RecordKind::Sync, uid, SYNC_SCHEMA)
+        let mut record = match self.get_plain::<SyncRecord>(RecordKind::Sync, uid, SYNC_SCHEMA) {
+            Lookup::Hit(record) => record,
+            other => return other,
+        };
+        if let Some(times) = self.times_of(uid)
+            && record.etag.as_deref() == Some(&*times.etag)
+            && times.last_sync_unix_ms > record.last_sync_unix_ms
+        {
+            record.last_sync_unix_ms = times.last_sync_unix_ms;
+            record.next_due_unix_ms = times.next_due_unix_ms;
+        }
+        Lookup::Hit(record)
+    }
+
+    /// Moves the times of `uid`'s sync record on (a resync that found the
+    /// KMS answering `etag` unchanged) without reading or rewriting the
+    /// record: a few dozen bytes, kept in memory until
+    /// [`Store::write_touched`] (or a flush, or the last clone's drop)
+    /// writes every one pending in one batch to a tree of their own.
+    /// [`Store::get_sync`] applies them while the record's ETag is `etag`;
+    /// a later [`Store::put_sync`] with later times supersedes them.
+    ///
+    /// One write per resync, each finding its place in the tree, was most
+    /// of the cost of a resync left alone; a batch in key order visits
+    /// each of the tree's pages once. What a crash loses is the times moved
+    /// on since the last batch: those resources are checked again sooner.
+    ///
+    /// These records are not measured against the bound on the size: there
+    /// is at most one per sync record, and [`Store::retain`] removes it with
+    /// its sync record.
+    pub fn touch_sync(&self, uid: &str, etag: &str, last_sync_unix_ms: i64, next_due_unix_ms: i64) {
+        self.touched().insert(
+            uid.into(),
+            TimesWire {
+                etag: etag.into(),
+                last_sync_unix_ms,
+                next_due_unix_ms,
+            },
+        );
+    }
+
+    /// Writes the times [`Store::touch_sync`] moved on since the last call,
+    /// in one batch; returns how many. Call it every few seconds, off the
+    /// async runtime (it waits for the engine).
+    pub fn write_touched(&self) -> Result<usize, StorageError> {
+        let pending = std::mem::take(&mut *self.touched());
+        write_times(&self.inner.times, &pending)
+    }
+
+    fn touched(&self) -> std::sync::MutexGuard<'_, BTreeMap<Box<str>, TimesWire<Box<str>>>> {
+        self.inner.touched.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The times last moved on by [`Store::touch_sync`] for `uid`, pending
+    /// or written (an unreadable record is deleted and ignored: the sync
+    /// record's own times stand).
+    fn times_of(&self, uid: &str) -> Option<TimesWire<Box<str>>> {
+        if let Some(times) = self.touched().get(uid) {
+            return Some(times.clone());
+        }
+        let tree = &self.inner.times;
+        let value = tree.get(uid.as_bytes()).ok()??;
+        match codec::decode(TIMES_SCHEMA, &value) {
+            Ok(times) => Some(times),
+            Err(_) => {
+                let _ = tree.compare_and_swap(uid.as_bytes(), Some(&value), None::<&[u8]>);
+                None
+            }
+        }
     }
 
     /// Stores (replaces wholly) the sync record of `uid`.
@@ -364,7 +480,7 @@ impl Store {
             tree.clear().map_err(db_error)?;
             return Ok(count);
         };
-        self.prune_tree(RecordKind::Token, |key, value| {
+        self.prune_kind(RecordKind::Token, |key, value| {
             open_token(cipher, key, value).is_ok_and(|token| token.expires_at_unix_ms > now_unix_ms)
         })
     }
@@ -381,18 +497,27 @@ impl Store {
     {
         let mut removed = 0;
         for kind in [RecordKind::Sync, RecordKind::Lease] {
-            removed += self.prune_tree(kind, |key, _| match std::str::from_utf8(key) {
+            removed += self.prune_kind(kind, |key, _| match std::str::from_utf8(key) {
                 Ok(uid) => keep(kind, uid),
                 Err(_) => false,
             })?;
         }
+        // The times of a sync record go with it.
+        let sync = &self.inner.sync;
+        self.touched()
+            .retain(|uid, _| sync.contains_key(uid.as_bytes()).unwrap_or(true));
+        prune_tree(&self.inner.times, |key, _| {
+            sync.contains_key(key).unwrap_or(true)
+        })?;
         Ok(removed)
     }
 
     /// Writes all changes to disk and waits for it (a hand-over or shutdown
-    /// point). Changes are also written in the background every 500 ms and
-    /// when the last clone is dropped.
+    /// point), the times [`Store::touch_sync`] keeps pending included.
+    /// Changes are also written in the background every 500 ms and when the
+    /// last clone is dropped.
     pub fn flush(&self) -> Result<(), StorageError> {
+        self.write_touched()?;
         self.inner.db.flush().map(drop).map_err(db_error)?;
         self.restrict()
     }
@@ -405,6 +530,7 @@ impl Store {
 
     /// Like [`Store::flush`], without blocking the calling task.
     pub async fn flush_async(&self) -> Result<(), StorageError> {
+        self.write_touched()?;
         self.inner
             .db
             .flush_async()
@@ -538,36 +664,24 @@ impl Store {
 
     /// Deletes the records of `kind` for which `keep(key, value)` is false;
     /// a record changed since it was read is left alone.
-    fn prune_tree(
+    fn prune_kind(
         &self,
         kind: RecordKind,
-        mut keep: impl FnMut(&[u8], &[u8]) -> bool,
+        keep: impl FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize, StorageError> {
-        let tree = self.tree(kind);
-        let mut doomed = Vec::new();
-        for item in tree.iter() {
-            let (key, value) = item.map_err(db_error)?;
-            if !keep(&key, &value) {
-                doomed.push((key, value));
-            }
-        }
-        let mut removed = 0;
-        for (key, value) in doomed {
-            if tree
-                .compare_and_swap(&key, Some(&value), None::<&[u8]>)
-                .map_err(db_error)?
-                .is_ok()
-            {
-                removed += 1;
-            }
-        }
-        Ok(removed)
+        prune_tree(self.tree(kind), keep)
     }
 
     /// Writes raw bytes under a key, bypassing encoding (tests only).
     #[cfg(test)]
     pub(crate) fn raw_insert(&self, kind: RecordKind, key: &[u8], value: &[u8]) {
         self.tree(kind).insert(key, value).unwrap();
+    }
+
+    /// Writes raw bytes as the times of `uid` (tests only).
+    #[cfg(test)]
+    pub(crate) fn raw_insert_times(&self, uid: &[u8], value: &[u8]) {
+        self.inner.times.insert(uid, value).unwrap();
     }
 
     /// The tree of one kind (tests only).
@@ -581,6 +695,32 @@ impl Store {
     pub(crate) fn token_db_key(&self, identity: &str) -> Option<[u8; 32]> {
         self.inner.keys.tokens.as_ref().map(|c| c.db_key(identity))
     }
+}
+
+/// Deletes the records of `tree` for which `keep(key, value)` is false; a
+/// record changed since it was read is left alone.
+fn prune_tree(
+    tree: &sled::Tree,
+    mut keep: impl FnMut(&[u8], &[u8]) -> bool,
+) -> Result<usize, StorageError> {
+    let mut doomed = Vec::new();
+    for item in tree.iter() {
+        let (key, value) = item.map_err(db_error)?;
+        if !keep(&key, &value) {
+            doomed.push((key, value));
+        }
+    }
+    let mut removed = 0;
+    for (key, value) in doomed {
+        if tree
+            .compare_and_swap(&key, Some(&value), None::<&[u8]>)
+            .map_err(db_error)?
+            .is_ok()
+        {
+            removed += 1;
+        }
+    }
+    Ok(removed)
 }
 
 fn db_error(e: sled::Error) -> StorageError {
@@ -777,6 +917,7 @@ fn validate_and_scan(
 ) -> Result<Opened, ScanError> {
     let meta = db.open_tree(META_TREE)?;
     let sync = db.open_tree(SYNC_TREE)?;
+    let times = db.open_tree(TIMES_TREE)?;
     let lease = db.open_tree(LEASE_TREE)?;
     let token = db.open_tree(TOKEN_TREE)?;
 
@@ -797,7 +938,9 @@ fn validate_and_scan(
             });
         }
         None => {
-            let empty = [&meta, &sync, &lease, &token].iter().all(|t| t.is_empty());
+            let empty = [&meta, &sync, &times, &lease, &token]
+                .iter()
+                .all(|t| t.is_empty());
             if existed || !empty {
                 return Err(corrupt("database contents lost (no format marker)"));
             }
@@ -824,6 +967,7 @@ fn validate_and_scan(
         // Hashes and token keys were derived from the old key: useless now.
         dropped += sync.len() + token.len();
         sync.clear()?;
+        times.clear()?;
         token.clear()?;
         meta.insert(META_KEY_CHECK, keys.key_check.as_slice())?;
         db.flush()?;
@@ -838,6 +982,17 @@ fn validate_and_scan(
         if ok { records += 1 } else { bad.push(key) }
     }
     dropped += remove_all(&sync, &mut bad)?;
+    // Times are part of their sync record: not counted as records of their
+    // own, and dropped without one.
+    for item in times.iter() {
+        let (key, value) = item?;
+        let ok = sync.contains_key(&key)?
+            && codec::decode::<TimesWire<Box<str>>>(TIMES_SCHEMA, &value).is_ok();
+        if !ok {
+            bad.push(key);
+        }
+    }
+    remove_all(&times, &mut bad)?;
     for item in lease.iter() {
         let (key, value) = item?;
         let ok = std::str::from_utf8(&key).is_ok()
@@ -858,6 +1013,7 @@ fn validate_and_scan(
     Ok(Opened {
         db,
         sync,
+        times,
         lease,
         token,
         keys,

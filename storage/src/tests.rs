@@ -311,6 +311,97 @@ fn reopen_keeps_records_and_the_hash_key() {
     assert_eq!(store.data_hasher().hash_map(&data), hash);
 }
 
+/// `touch_sync` moves a sync record's times on without rewriting it: only
+/// forward, only for the ETag the record holds, pending until a batch or
+/// the store's drop writes it, across a reopen, and gone with the record.
+#[test]
+fn touched_times_move_a_record_on_for_its_etag_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let times = |store: &Store, uid: &str| match store.get_sync(uid) {
+        Lookup::Hit(r) => (r.last_sync_unix_ms, r.next_due_unix_ms),
+        other => panic!("{other:?}"),
+    };
+    let base = sync_record(1);
+    let etag = base.etag.clone().unwrap();
+    let (last, next) = (base.last_sync_unix_ms, base.next_due_unix_ms);
+    {
+        let (store, _) = open(dir.path(), None);
+        store.put_sync("uid-a", &base).unwrap();
+        store.put_sync("uid-b", &base).unwrap();
+        store.touch_sync("uid-a", &etag, last + 60_000, next + 60_000);
+        // Pending, and read as such.
+        let Lookup::Hit(moved) = store.get_sync("uid-a") else {
+            panic!()
+        };
+        let moved_on = SyncRecord {
+            last_sync_unix_ms: last + 60_000,
+            next_due_unix_ms: next + 60_000,
+            ..base.clone()
+        };
+        assert_eq!(moved, moved_on, "only the times move");
+        assert_eq!(store.write_touched().unwrap(), 1);
+        assert_eq!(store.write_touched().unwrap(), 0, "written once");
+        assert_eq!(store.get_sync("uid-a"), Lookup::Hit(moved_on));
+        // Left pending: the store's drop writes it.
+        store.touch_sync("uid-b", &etag, last + 30_000, next + 30_000);
+        // An orphan: times with no sync record are no record.
+        store.touch_sync("uid-orphan", &etag, last, next);
+        assert_eq!(store.get_sync("uid-orphan"), Lookup::Miss);
+    }
+    let (store, report) = open(dir.path(), None);
+    assert_eq!(
+        (report.records, report.dropped),
+        (2, 0),
+        "times are not records"
+    );
+    assert_eq!(times(&store, "uid-a"), (last + 60_000, next + 60_000));
+    assert_eq!(times(&store, "uid-b"), (last + 30_000, next + 30_000));
+    // The orphan was dropped at open: a record written now keeps its own times.
+    let own = SyncRecord {
+        last_sync_unix_ms: 5,
+        ..base.clone()
+    };
+    store.put_sync("uid-orphan", &own).unwrap();
+    assert_eq!(times(&store, "uid-orphan"), (5, next));
+
+    // Never backwards, never for another ETag, pending or written.
+    store.touch_sync("uid-a", &etag, last - 1, next - 1);
+    assert_eq!(times(&store, "uid-a"), (last, next));
+    store.write_touched().unwrap();
+    assert_eq!(times(&store, "uid-a"), (last, next));
+    store.touch_sync("uid-a", "W/\"other\"", last + 120_000, next + 120_000);
+    assert_eq!(times(&store, "uid-a"), (last, next));
+    // A later sync record supersedes earlier times; later times move it on.
+    store.touch_sync("uid-a", &etag, last + 60_000, next + 60_000);
+    store.write_touched().unwrap();
+    let later = SyncRecord {
+        last_sync_unix_ms: last + 90_000,
+        next_due_unix_ms: next + 90_000,
+        ..base.clone()
+    };
+    store.put_sync("uid-a", &later).unwrap();
+    assert_eq!(store.get_sync("uid-a"), Lookup::Hit(later.clone()));
+
+    // Unreadable times are ignored; the record's own stand.
+    store.raw_insert_times(b"uid-a", b"\x01\xff\xff");
+    assert_eq!(store.get_sync("uid-a"), Lookup::Hit(later.clone()));
+
+    // Gone with the record, written or pending.
+    store.touch_sync("uid-a", &etag, last + 200_000, next + 200_000);
+    store.write_touched().unwrap();
+    store.touch_sync("uid-b", &etag, last + 200_000, next + 200_000);
+    assert_eq!(
+        store
+            .retain(|_, uid| uid != "uid-a" && uid != "uid-b")
+            .unwrap(),
+        2
+    );
+    store.put_sync("uid-a", &base).unwrap();
+    store.put_sync("uid-b", &base).unwrap();
+    assert_eq!(store.get_sync("uid-a"), Lookup::Hit(base.clone()));
+    assert_eq!(store.get_sync("uid-b"), Lookup::Hit(base));
+}
+
 /// Copies the database files as they are now, as a crash would leave them.
 fn snapshot(dir: &Path, to: &Path) {
     for file in db_files(dir) {

@@ -19,11 +19,7 @@ const LOGIN: &str = "POST /api/v1/auth/universal-auth/login";
 
 async fn setup(client: &Client, ns: &str, kms: &DevServer, count: usize, interval: &str) {
     create_credentials(client, ns, "creds").await;
-    let ar = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("secrets.hanzo.ai", "v1alpha1", "KmsSecret"),
-        "kmssecrets",
-    );
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
+    let api = kms_secrets(client, ns);
     for i in 0..count {
         let o: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "secrets.hanzo.ai/v1alpha1", "kind": "KmsSecret",
@@ -41,6 +37,23 @@ async fn setup(client: &Client, ns: &str, kms: &DevServer, count: usize, interva
         .unwrap();
         api.create(&PostParams::default(), &o).await.unwrap();
     }
+}
+
+/// The KmsSecrets of a namespace.
+fn kms_secrets(client: &Client, ns: &str) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("secrets.hanzo.ai", "v1alpha1", "KmsSecret"),
+        "kmssecrets",
+    );
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+/// Now, in Unix milliseconds.
+fn unix_ms_now() -> i64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    i64::try_from(since.as_millis()).unwrap()
 }
 
 /// resourceVersion of every managed Secret, once all `count` exist.
@@ -73,11 +86,7 @@ async fn synced(client: &Client, ns: &str, count: usize) -> BTreeMap<String, Str
 
 /// Wait until `count` KmsSecrets say `Ready` for their generation.
 async fn all_ready(client: &Client, ns: &str, count: usize) {
-    let ar = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("secrets.hanzo.ai", "v1alpha1", "KmsSecret"),
-        "kmssecrets",
-    );
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
+    let api = kms_secrets(client, ns);
     let ready = wait_for(Duration::from_secs(60), || async {
         let list = api.list(&Default::default()).await.ok()?;
         let n = list
@@ -131,11 +140,7 @@ async fn a_restart_costs_the_kms_nothing() {
     all_ready(&client, &ns.name, N).await;
     op.stop();
     let resources_before: BTreeMap<String, String> = {
-        let ar = ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("secrets.hanzo.ai", "v1alpha1", "KmsSecret"),
-            "kmssecrets",
-        );
-        Api::<DynamicObject>::namespaced_with(client.clone(), &ns.name, &ar)
+        kms_secrets(&client, &ns.name)
             .list(&Default::default())
             .await
             .unwrap()
@@ -167,11 +172,7 @@ async fn a_restart_costs_the_kms_nothing() {
     // When they are due: conditional GETs answered 304 (resources due at
     // about the same time share one), with the persisted token (no login),
     // and nothing written: no Secret, no status (not even `lastSyncTime`).
-    let ar = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("secrets.hanzo.ai", "v1alpha1", "KmsSecret"),
-        "kmssecrets",
-    );
-    let crs: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns.name, &ar);
+    let crs = kms_secrets(&client, &ns.name);
     let due = wait_for(Duration::from_secs(50), || async {
         let log = op.output.text();
         (0..N)
@@ -341,6 +342,37 @@ async fn resources_left_alone_resync_by_their_folders_answer_alone() {
         "Secrets were written"
     );
 
+    // The cache's records moved on with the resyncs by ticket, so a restart
+    // finds none of them overdue. The records themselves were last written
+    // by the whole resync that issued the tickets, at least two rounds
+    // (10 s) before this: unmoved, they would be due 10 s ago or more.
+    let uids: Vec<String> = kms_secrets(&client, &ns.name)
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|o| o.uid().unwrap())
+        .collect();
+    assert_eq!(uids.len(), N);
+    let mut op = op;
+    let stopping = unix_ms_now();
+    op.stop();
+    {
+        let (store, _) = storage::Store::open(&cache, storage::Options::default()).unwrap();
+        for uid in &uids {
+            let storage::Lookup::Hit(record) = store.get_sync(uid) else {
+                panic!("no cache record for {uid}");
+            };
+            let overdue_ms = stopping - record.next_due_unix_ms;
+            assert!(
+                overdue_ms < 7_500,
+                "{uid} is due {overdue_ms} ms before the stop: its record did not move on"
+            );
+        }
+    }
+    let _op = Operator::start(&ns.name, &[&ns.name], &flags).await;
+
     // A new value in the KMS: the folder's answer has data, so the
     // resyncs are whole again, and every Secret has it at the next one.
     kms.set_secret("demo", "dev", "/", "A", "v2").await;
@@ -440,10 +472,6 @@ async fn a_lost_or_corrupt_cache_is_a_miss() {
 }
 
 async fn setup_one_more(client: &Client, ns: &str, kms: &DevServer) {
-    let ar = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("secrets.hanzo.ai", "v1alpha1", "KmsSecret"),
-        "kmssecrets",
-    );
     let o: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "secrets.hanzo.ai/v1alpha1", "kind": "KmsSecret",
         "metadata": {"name": "late"},
@@ -457,7 +485,7 @@ async fn setup_one_more(client: &Client, ns: &str, kms: &DevServer) {
         }
     }))
     .unwrap();
-    Api::<DynamicObject>::namespaced_with(client.clone(), ns, &ar)
+    kms_secrets(client, ns)
         .create(&PostParams::default(), &o)
         .await
         .unwrap();

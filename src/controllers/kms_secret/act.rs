@@ -477,7 +477,6 @@ impl Controller {
         &self,
         ctx: &Context,
         key: &ObjectKey,
-        shard: u32,
         cancel: &CancellationToken,
     ) -> Option<SystemTime> {
         let ticket = self.tickets.get(key)?;
@@ -488,20 +487,22 @@ impl Controller {
         let record = self
             .record(&ticket.uid)
             .filter(|r| r.etag.as_deref() == Some(&*ticket.etag))?;
-        // The persistent copy moves on too, or a restart would find every
-        // resource overdue.
-        let stored = match &ctx.cache {
-            None => None,
-            Some(cache) => match cache.get_sync(&ticket.uid) {
-                storage::Lookup::Hit(r) if r.etag.as_deref() == Some(&*ticket.etag) => Some(r),
-                _ => return None,
-            },
-        };
         let folder = &ticket.folder;
         let not_before = self.instant.not_before(key, SHARE_WINDOW);
         // Another resource of the folder had its ETag confirmed within
         // the window: that is this resource's answer too, without asking
-        // the KMS client (the folder's resources come due together).
+        // the KMS client (the folder's resources come due together, and
+        // one asks while the others wait).
+        let _asking = if folder.confirmed(&ticket.etag, not_before) {
+            None
+        } else {
+            // One of the folder's resources asks at a time; the others due
+            // with it find its confirmation when their turn comes.
+            tokio::select! {
+                g = folder.asking.lock() => Some(g),
+                () = cancel.cancelled() => return None,
+            }
+        };
         if !folder.confirmed(&ticket.etag, not_before) {
             // The client logs in if it must (a shared answer needs no token).
             let refused_from = self.instant.not_before(key, crate::kms::LIMITED_KEPT);
@@ -516,19 +517,12 @@ impl Controller {
         }
         let now = SystemTime::now();
         let next_due = plan::on_grid(now, ticket.interval, ticket.phase);
-        if let Some(mut stored) = stored {
+        // The persistent copy moves on too, or a restart would find every
+        // resource overdue: its times alone, without reading the record
+        // (written with the others moved on, in one batch every few seconds).
+        if let Some(cache) = &ctx.cache {
             let ms = crate::kms::client::unix_ms;
-            stored.last_sync_unix_ms = ms(now);
-            stored.next_due_unix_ms = ms(next_due);
-            if let Some(cache) = &ctx.cache
-                && let Err(e) = cache.put_sync(&ticket.uid, &stored)
-            {
-                ctx.metrics
-                    .cache_errors
-                    .with_label_values(&[&shard.to_string()])
-                    .inc();
-                tracing::warn!(error = %e, "could not write a cache record");
-            }
+            cache.touch_sync(&ticket.uid, &ticket.etag, ms(now), ms(next_due));
         }
         self.keep_record(
             &ticket.uid,

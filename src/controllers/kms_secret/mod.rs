@@ -87,7 +87,7 @@ impl Controller {
     async fn run(&self, job: Job<'_, ObjectKey>) -> Result<Action, SyncError> {
         let (ctx, key, shard, cancel) = (job.ctx, job.key, job.shard, job.cancel);
         if job.mark == Mark::Scheduled
-            && let Some(next_due) = self.rearm(ctx, key, shard, cancel).await
+            && let Some(next_due) = self.rearm(ctx, key, cancel).await
         {
             return Ok(Action::RequeueAt(next_due));
         }

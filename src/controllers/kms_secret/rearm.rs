@@ -54,6 +54,10 @@ pub(super) struct Folder {
     /// The ETag a `304` confirmed, and when the request that said so
     /// started.
     confirmed: Mutex<Option<(Instant, Box<str>)>>,
+    /// Held by the resource asking the KMS client for the folder: the
+    /// others due with it wait for its answer rather than each reaching
+    /// the client.
+    pub(super) asking: tokio::sync::Mutex<()>,
 }
 
 impl Folder {
@@ -62,6 +66,7 @@ impl Folder {
             identity,
             scope,
             confirmed: Mutex::new(None),
+            asking: tokio::sync::Mutex::new(()),
         }
     }
 
