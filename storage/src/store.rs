@@ -168,20 +168,18 @@ impl Drop for Inner {
     }
 }
 
-/// Writes times records in one batch; returns how many.
-fn write_times(
+/// Writes times records, in the order given; returns how many.
+fn write_times<'a>(
     tree: &sled::Tree,
-    pending: &BTreeMap<Box<str>, TimesWire<Box<str>>>,
+    entries: impl IntoIterator<Item = (&'a Box<str>, &'a TimesWire<Box<str>>)>,
 ) -> Result<usize, StorageError> {
-    if pending.is_empty() {
-        return Ok(0);
+    let mut written = 0;
+    for (uid, times) in entries {
+        tree.insert(uid.as_bytes(), codec::encode(TIMES_SCHEMA, times)?)
+            .map_err(db_error)?;
+        written += 1;
     }
-    let mut batch = sled::Batch::default();
-    for (uid, times) in pending {
-        batch.insert(uid.as_bytes(), codec::encode(TIMES_SCHEMA, times)?);
-    }
-    tree.apply_batch(batch).map_err(db_error)?;
-    Ok(pending.len())
+    Ok(written)
 }
 
 impl std::fmt::Debug for Store {
@@ -359,14 +357,15 @@ impl Store {
     /// KMS answering `etag` unchanged) without reading or rewriting the
     /// record: a few dozen bytes, kept in memory until
     /// [`Store::write_touched`] (or a flush, or the last clone's drop)
-    /// writes every one pending in one batch to a tree of their own.
+    /// writes those pending, in key order, to a tree of their own.
     /// [`Store::get_sync`] applies them while the record's ETag is `etag`;
     /// a later [`Store::put_sync`] with later times supersedes them.
     ///
-    /// One write per resync, each finding its place in the tree, was most
-    /// of the cost of a resync left alone; a batch in key order visits
-    /// each of the tree's pages once. What a crash loses is the times moved
-    /// on since the last batch: those resources are checked again sooner.
+    /// One write per resync as it happened, each looking its page up in
+    /// the database's files, was most of the cost of a resync left alone;
+    /// written together in key order, each page is looked up once. What a
+    /// crash loses is the times moved on since the last write: those
+    /// resources are checked again sooner.
     ///
     /// These records are not measured against the bound on the size: there
     /// is at most one per sync record, and [`Store::retain`] removes it with
@@ -382,12 +381,21 @@ impl Store {
         );
     }
 
-    /// Writes the times [`Store::touch_sync`] moved on since the last call,
-    /// in one batch; returns how many. Call it every few seconds, off the
-    /// async runtime (it waits for the engine).
-    pub fn write_touched(&self) -> Result<usize, StorageError> {
-        let pending = std::mem::take(&mut *self.touched());
-        write_times(&self.inner.times, &pending)
+    /// Writes up to `max` of the times [`Store::touch_sync`] keeps pending,
+    /// the first in key order (consecutive keys share the tree's pages, so
+    /// each page is looked up once for all of its keys); returns how many.
+    /// Call it every few seconds, as many times as it writes something,
+    /// with a `max` that keeps each call short. A failed write loses the
+    /// times taken for it: those resources are checked again sooner after
+    /// a restart.
+    pub fn write_touched(&self, max: usize) -> Result<usize, StorageError> {
+        let taken: Vec<_> = {
+            let mut touched = self.touched();
+            std::iter::from_fn(|| touched.pop_first())
+                .take(max)
+                .collect()
+        };
+        write_times(&self.inner.times, taken.iter().map(|(k, v)| (k, v)))
     }
 
     fn touched(&self) -> std::sync::MutexGuard<'_, BTreeMap<Box<str>, TimesWire<Box<str>>>> {
@@ -517,7 +525,7 @@ impl Store {
     /// Changes are also written in the background every 500 ms and when the
     /// last clone is dropped.
     pub fn flush(&self) -> Result<(), StorageError> {
-        self.write_touched()?;
+        self.write_touched(usize::MAX)?;
         self.inner.db.flush().map(drop).map_err(db_error)?;
         self.restrict()
     }
@@ -530,7 +538,7 @@ impl Store {
 
     /// Like [`Store::flush`], without blocking the calling task.
     pub async fn flush_async(&self) -> Result<(), StorageError> {
-        self.write_touched()?;
+        self.write_touched(usize::MAX)?;
         self.inner
             .db
             .flush_async()

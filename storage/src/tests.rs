@@ -339,8 +339,10 @@ fn touched_times_move_a_record_on_for_its_etag_alone() {
             ..base.clone()
         };
         assert_eq!(moved, moved_on, "only the times move");
-        assert_eq!(store.write_touched().unwrap(), 1);
-        assert_eq!(store.write_touched().unwrap(), 0, "written once");
+        store.touch_sync("uid-b", &etag, last + 1, next + 1);
+        assert_eq!(store.write_touched(1).unwrap(), 1, "at most what is asked");
+        assert_eq!(store.write_touched(5).unwrap(), 1);
+        assert_eq!(store.write_touched(5).unwrap(), 0, "written once");
         assert_eq!(store.get_sync("uid-a"), Lookup::Hit(moved_on));
         // Left pending: the store's drop writes it.
         store.touch_sync("uid-b", &etag, last + 30_000, next + 30_000);
@@ -367,13 +369,13 @@ fn touched_times_move_a_record_on_for_its_etag_alone() {
     // Never backwards, never for another ETag, pending or written.
     store.touch_sync("uid-a", &etag, last - 1, next - 1);
     assert_eq!(times(&store, "uid-a"), (last, next));
-    store.write_touched().unwrap();
+    store.write_touched(100).unwrap();
     assert_eq!(times(&store, "uid-a"), (last, next));
     store.touch_sync("uid-a", "W/\"other\"", last + 120_000, next + 120_000);
     assert_eq!(times(&store, "uid-a"), (last, next));
     // A later sync record supersedes earlier times; later times move it on.
     store.touch_sync("uid-a", &etag, last + 60_000, next + 60_000);
-    store.write_touched().unwrap();
+    store.write_touched(100).unwrap();
     let later = SyncRecord {
         last_sync_unix_ms: last + 90_000,
         next_due_unix_ms: next + 90_000,
@@ -388,7 +390,7 @@ fn touched_times_move_a_record_on_for_its_etag_alone() {
 
     // Gone with the record, written or pending.
     store.touch_sync("uid-a", &etag, last + 200_000, next + 200_000);
-    store.write_touched().unwrap();
+    store.write_touched(100).unwrap();
     store.touch_sync("uid-b", &etag, last + 200_000, next + 200_000);
     assert_eq!(
         store
