@@ -1,20 +1,24 @@
 //! The key of a namespaced object, as queues, indexes and streams hold it.
 
-/// A namespaced object's key.
+use std::sync::Arc;
+
+/// A namespaced object's key. Its parts are shared, not copied, by its
+/// clones: the work queue alone holds each key three times, and a resync
+/// clones it a few times more.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ObjectKey {
     /// Namespace.
-    pub namespace: String,
+    pub namespace: Arc<str>,
     /// Name.
-    pub name: String,
+    pub name: Arc<str>,
 }
 
 impl ObjectKey {
     /// A key.
-    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+    pub fn new(namespace: impl AsRef<str>, name: impl AsRef<str>) -> Self {
         Self {
-            namespace: namespace.into(),
-            name: name.into(),
+            namespace: namespace.as_ref().into(),
+            name: name.as_ref().into(),
         }
     }
 }

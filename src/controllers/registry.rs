@@ -532,7 +532,7 @@ mod tests {
         let next = || async {
             let (key, _, mark) = queue.next_entry(|_| true, |_| true).await.unwrap();
             queue.done(&key);
-            (key.name, mark)
+            (key.name.to_string(), mark)
         };
         assert_eq!(next().await, ("new".to_owned(), Mark::Change));
         assert_eq!(next().await, ("old-999".to_owned(), Mark::Change));

@@ -484,9 +484,9 @@ impl Controller {
             self.tickets.revoke(key);
             return None;
         }
-        let record = self
-            .record(&ticket.uid)
-            .filter(|r| r.etag.as_deref() == Some(&*ticket.etag))?;
+        if !self.record_holds(&ticket.uid, &ticket.etag) {
+            return None;
+        }
         let folder = &ticket.folder;
         let not_before = self.instant.not_before(key, SHARE_WINDOW);
         // Another resource of the folder had its ETag confirmed within
@@ -524,14 +524,7 @@ impl Controller {
             let ms = crate::kms::client::unix_ms;
             cache.touch_sync(&ticket.uid, &ticket.etag, ms(now), ms(next_due));
         }
-        self.keep_record(
-            &ticket.uid,
-            super::record::SyncRecord {
-                last_sync: now,
-                next_due,
-                ..record
-            },
-        );
+        self.move_record_on(&ticket.uid, &ticket.etag, now, next_due);
         tracing::debug!(resource = %key, "resync by ticket: the folder answered 304");
         Some(next_due)
     }

@@ -37,7 +37,7 @@ use self::plan::Planned;
 use self::status::{Progress, Synced};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use kube::ResourceExt;
 use tokio_util::sync::CancellationToken;
@@ -314,6 +314,28 @@ impl Controller {
             .unwrap_or_else(|e| e.into_inner())
             .get(uid)
             .cloned()
+    }
+
+    /// Whether the in-memory sync record of `uid` holds `etag`.
+    fn record_holds(&self, uid: &str, etag: &str) -> bool {
+        self.records
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(uid)
+            .is_some_and(|r| r.etag.as_deref() == Some(etag))
+    }
+
+    /// Move the in-memory sync record of `uid` on to a check at
+    /// `last_sync`, due again at `next_due`, if it still holds `etag` (in
+    /// place: a resync by ticket copies nothing).
+    fn move_record_on(&self, uid: &str, etag: &str, last_sync: SystemTime, next_due: SystemTime) {
+        let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(r) = records.get_mut(uid)
+            && r.etag.as_deref() == Some(etag)
+        {
+            r.last_sync = last_sync;
+            r.next_due = next_due;
+        }
     }
 
     /// Store the sync record of an object UID (in memory, and in the

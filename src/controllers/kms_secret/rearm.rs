@@ -300,7 +300,7 @@ mod tests {
         let a = tickets.folder(identity, scope);
         let b = tickets.folder(identity, scope);
         assert!(Arc::ptr_eq(&a, &b));
-        let key = |n: &str| ObjectKey::new("ns".to_owned(), n.to_owned());
+        let key = |n: &str| ObjectKey::new("ns", n);
         for n in ["x", "y"] {
             tickets.issue(
                 &key(n),
