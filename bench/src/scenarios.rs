@@ -172,6 +172,10 @@ pub struct Converge {
     /// The same by verb and resource (`APPLY kmssecrets/status`).
     #[serde(default)]
     pub apiserver_by_request: BTreeMap<String, f64>,
+    /// Bytes the API server's watches sent until then, by kind (every
+    /// watcher).
+    #[serde(default)]
+    pub watch_bytes: BTreeMap<String, f64>,
     /// Peak RSS and CPU per replica at that time.
     pub usage: Vec<Usage>,
     /// Seconds spent creating the resources (before the replicas started).
@@ -308,6 +312,7 @@ impl Session {
             apiserver_requests: api.total,
             apiserver_by_verb: api.by_verb,
             apiserver_by_request: api.by_request,
+            watch_bytes: api.watch_bytes,
             usage,
             create_seconds,
             newcomers,
@@ -376,6 +381,8 @@ impl Session {
             ),
             apiserver_by_request: api.by_request,
             writes,
+            watch_bytes_per_second: steady::per_second(&api.watch_bytes, took.as_secs_f64()),
+            watch_events_per_second: steady::per_second(&api.watch_events, took.as_secs_f64()),
             cpu_percent: steady::cpu_percent(&usage_before, &usage, took),
             usage,
         })
@@ -997,7 +1004,7 @@ pub fn table_rows(results: &[(String, Value)]) -> Vec<[String; 3]> {
                 "steady" => (
                     format!("N={} R={} window={} s", v["n"], v["replicas"], v["window_seconds"]),
                     format!(
-                        "KMS fetches {}/min (folders due {}/min; {} × 304), logins {}; writes {}; Lease writes {}/s (model {}/s); CPU % of a core {}; {}",
+                        "KMS fetches {}/min (folders due {}/min; {} × 304), logins {}; writes {}; Lease writes {}/s (model {}/s); watch bytes/s {}; CPU % of a core {}; {}",
                         f(&v["fetches_per_minute"]),
                         f(&v["folders_due_per_minute"]),
                         v["kms"]["fetches_not_modified"],
@@ -1005,6 +1012,7 @@ pub fn table_rows(results: &[(String, Value)]) -> Vec<[String; 3]> {
                         v["writes"],
                         f(&v["lease_writes_per_second"]),
                         f(&v["lease_writes_per_second_model"]),
+                        v["watch_bytes_per_second"],
                         v["cpu_percent"],
                         ld(v)
                     ),

@@ -53,30 +53,14 @@ impl Summary {
     }
 }
 
-/// The sum of every `apiserver_request_total` sample of a Prometheus text,
-/// and the sums by verb.
+/// The API server's counters in a Prometheus text: the sum of every
+/// `apiserver_request_total` sample and the sums by verb and by request;
+/// the bytes and events its watches sent, by resource
+/// (`apiserver_watch_events_sizes_sum` and `apiserver_watch_events_total`,
+/// counted per watch: an event sent to three watchers counts three times).
 pub fn apiserver_requests(metrics: &str) -> ApiRequests {
     let mut out = ApiRequests::default();
-    for line in metrics.lines() {
-        let Some(rest) = line.strip_prefix("apiserver_request_total") else {
-            continue;
-        };
-        // `apiserver_request_total{labels} value` or without labels.
-        let (labels, value) = match rest.strip_prefix('{') {
-            Some(r) => match r.rfind('}') {
-                Some(end) => (&r[..end], r[end + 1..].trim()),
-                None => continue,
-            },
-            None if rest.starts_with(' ') => ("", rest.trim()),
-            None => continue,
-        };
-        let Some(v) = value
-            .split_whitespace()
-            .next()
-            .and_then(|v| v.parse::<f64>().ok())
-        else {
-            continue;
-        };
+    for (labels, v) in samples(metrics, "apiserver_request_total") {
         out.total += v;
         let verb = label(labels, "verb").unwrap_or_default();
         let mut resource = label(labels, "resource").unwrap_or_default();
@@ -88,7 +72,36 @@ pub fn apiserver_requests(metrics: &str) -> ApiRequests {
             .or_default() += v;
         *out.by_verb.entry(verb).or_default() += v;
     }
+    let watched = |labels: &str| {
+        label(labels, "resource")
+            .or_else(|| label(labels, "kind"))
+            .unwrap_or_default()
+    };
+    for (labels, v) in samples(metrics, "apiserver_watch_events_sizes_sum") {
+        *out.watch_bytes.entry(watched(labels)).or_default() += v;
+    }
+    for (labels, v) in samples(metrics, "apiserver_watch_events_total") {
+        *out.watch_events.entry(watched(labels)).or_default() += v;
+    }
     out
+}
+
+/// The samples of the metric `name` (exactly: not a longer name it begins),
+/// as their label set (`a="x",b="y"`, empty without labels) and value.
+fn samples<'a>(metrics: &'a str, name: &'a str) -> impl Iterator<Item = (&'a str, f64)> + 'a {
+    metrics.lines().filter_map(move |line| {
+        let rest = line.strip_prefix(name)?;
+        let (labels, value) = match rest.strip_prefix('{') {
+            Some(r) => {
+                let end = r.rfind('}')?;
+                (&r[..end], r[end + 1..].trim())
+            }
+            None if rest.starts_with(' ') => ("", rest.trim()),
+            None => return None,
+        };
+        let v = value.split_whitespace().next()?.parse::<f64>().ok()?;
+        Some((labels, v))
+    })
 }
 
 /// The API server's request counter at one moment.
@@ -100,6 +113,10 @@ pub struct ApiRequests {
     pub by_verb: BTreeMap<String, f64>,
     /// By verb and resource (`APPLY kmssecrets/status`).
     pub by_request: BTreeMap<String, f64>,
+    /// Bytes the API server's watches sent, by resource (every watcher).
+    pub watch_bytes: BTreeMap<String, f64>,
+    /// Events the API server's watches sent, by resource (every watcher).
+    pub watch_events: BTreeMap<String, f64>,
 }
 
 impl ApiRequests {
@@ -115,6 +132,8 @@ impl ApiRequests {
             total: self.total - before.total,
             by_verb: diff(&self.by_verb, &before.by_verb),
             by_request: diff(&self.by_request, &before.by_request),
+            watch_bytes: diff(&self.watch_bytes, &before.watch_bytes),
+            watch_events: diff(&self.watch_events, &before.watch_events),
         }
     }
 }
@@ -246,7 +265,12 @@ apiserver_request_total{code=\"200\",component=\"apiserver\",dry_run=\"\",group=
 apiserver_request_total{code=\"201\",component=\"apiserver\",resource=\"secrets\",verb=\"POST\"} 3\n\
 apiserver_request_total{code=\"200\",resource=\"leases\",subverb=\"x\",verb=\"PUT\"} 1.5e1\n\
 apiserver_request_duration_seconds_bucket{verb=\"GET\",le=\"0.1\"} 99\n\
-apiserver_request_total_other 5\n";
+apiserver_request_total_other 5\n\
+apiserver_watch_events_sizes_bucket{group=\"\",kind=\"Secret\",version=\"v1\",le=\"1024\"} 3\n\
+apiserver_watch_events_sizes_sum{group=\"\",kind=\"Secret\",version=\"v1\"} 2500\n\
+apiserver_watch_events_sizes_sum{group=\"coordination.k8s.io\",resource=\"leases\",version=\"v1\"} 700\n\
+apiserver_watch_events_sizes_count{group=\"\",kind=\"Secret\",version=\"v1\"} 4\n\
+apiserver_watch_events_total{group=\"\",kind=\"Secret\",version=\"v1\"} 4\n";
         let counted = apiserver_requests(text);
         assert_eq!(counted.total, 30.0);
         assert_eq!(counted.by_verb["GET"], 12.0);
@@ -255,6 +279,15 @@ apiserver_request_total_other 5\n";
         assert_eq!(counted.by_verb.len(), 3);
         assert_eq!(counted.by_request["GET secrets"], 12.0);
         assert_eq!(counted.by_request["PUT leases"], 15.0);
+        assert_eq!(
+            counted.watch_bytes,
+            BTreeMap::from([("Secret".to_owned(), 2500.0), ("leases".to_owned(), 700.0)]),
+            "sums only, by kind or resource"
+        );
+        assert_eq!(
+            counted.watch_events,
+            BTreeMap::from([("Secret".to_owned(), 4.0)])
+        );
         let mut later = counted.clone();
         later.total += 2.0;
         *later.by_verb.get_mut("GET").unwrap() += 2.0;

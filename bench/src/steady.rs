@@ -64,6 +64,11 @@ pub struct Steady {
     /// The model's: every shard Lease and every member Lease renewed once a
     /// retry period.
     pub lease_writes_per_second_model: f64,
+    /// Bytes a second the API server's watches sent in the window, by
+    /// kind (every watcher: the replicas' and the benchmark's own).
+    pub watch_bytes_per_second: BTreeMap<String, f64>,
+    /// Events a second the API server's watches sent, by kind.
+    pub watch_events_per_second: BTreeMap<String, f64>,
     /// CPU of each replica in the window, percent of one core.
     pub cpu_percent: BTreeMap<String, f64>,
     /// Memory and CPU of each replica at the end of the window.
@@ -100,6 +105,15 @@ pub fn resync_interval(sync: &SyncMode) -> Duration {
         "h" => Duration::from_secs(n * 3600),
         _ => DEFAULT_RESYNC,
     }
+}
+
+/// Each count divided by `seconds`, to three decimals.
+pub fn per_second(counts: &BTreeMap<String, f64>, seconds: f64) -> BTreeMap<String, f64> {
+    let seconds = seconds.max(f64::EPSILON);
+    counts
+        .iter()
+        .map(|(k, v)| (k.clone(), (v / seconds * 1000.0).round() / 1000.0))
+        .collect()
 }
 
 /// Lease writes per second by the model: `shards` shard Leases and one
