@@ -168,6 +168,33 @@ impl Drop for Inner {
     }
 }
 
+/// Reads and decodes the record of `key` in `tree`; an unusable record is
+/// deleted (unless it was replaced meanwhile) and reported as
+/// [`Lookup::Error`], naming the record's `kind` and `label`.
+fn read_record<T>(
+    tree: &sled::Tree,
+    kind: &str,
+    key: &[u8],
+    label: &str,
+    decode: impl FnOnce(&[u8]) -> Result<T, DecodeFailure>,
+) -> Lookup<T> {
+    let value = match tree.get(key) {
+        Ok(Some(value)) => value,
+        Ok(None) => return Lookup::Miss,
+        Err(e) => return Lookup::Error(format!("{kind} record {label}: read failed: {e}")),
+    };
+    match decode(&value) {
+        Ok(record) => Lookup::Hit(record),
+        Err(failure) => {
+            let removal = match tree.compare_and_swap(key, Some(&value), None::<&[u8]>) {
+                Ok(_) => "removed",
+                Err(_) => "could not be removed",
+            };
+            Lookup::Error(format!("{kind} record {label}: {failure}; {removal}"))
+        }
+    }
+}
+
 /// Writes times records, in the order given; returns how many.
 fn write_times<'a>(
     tree: &sled::Tree,
@@ -409,15 +436,10 @@ impl Store {
         if let Some(times) = self.touched().get(uid) {
             return Some(times.clone());
         }
-        let tree = &self.inner.times;
-        let value = tree.get(uid.as_bytes()).ok()??;
-        match codec::decode(TIMES_SCHEMA, &value) {
-            Ok(times) => Some(times),
-            Err(_) => {
-                let _ = tree.compare_and_swap(uid.as_bytes(), Some(&value), None::<&[u8]>);
-                None
-            }
-        }
+        read_record(&self.inner.times, "times", uid.as_bytes(), uid, |value| {
+            codec::decode(TIMES_SCHEMA, value)
+        })
+        .hit()
     }
 
     /// Stores (replaces wholly) the sync record of `uid`.
@@ -589,22 +611,7 @@ impl Store {
         label: &str,
         decode: impl FnOnce(&[u8]) -> Result<T, DecodeFailure>,
     ) -> Lookup<T> {
-        let tree = self.tree(kind);
-        let value = match tree.get(key) {
-            Ok(Some(value)) => value,
-            Ok(None) => return Lookup::Miss,
-            Err(e) => return Lookup::Error(format!("{kind} record {label}: read failed: {e}")),
-        };
-        match decode(&value) {
-            Ok(record) => Lookup::Hit(record),
-            Err(failure) => {
-                let removal = match tree.compare_and_swap(key, Some(&value), None::<&[u8]>) {
-                    Ok(_) => "removed",
-                    Err(_) => "could not be removed",
-                };
-                Lookup::Error(format!("{kind} record {label}: {failure}; {removal}"))
-            }
-        }
+        read_record(self.tree(kind), kind.as_str(), key, label, decode)
     }
 
     fn put_plain<T: Serialize>(
