@@ -9,7 +9,9 @@
 //! and a change applied), `devserver` (the dev KMS's own list latency and
 //! throughput), `floor` (the least API work N resources need, no operator:
 //! what a converge is compared with), `steady` (a converged session left
-//! alone: what a window with nothing changing costs), `simulate` (no cluster: the shard
+//! alone: what a window with nothing changing costs), `outage` (every
+//! replica stopped for twice the resync interval, then started: how the
+//! overdue work spreads under the KMS budget), `simulate` (no cluster: the shard
 //! assignment and the shared KMS budget for 1 to 20 replicas), or `all`. It prints a table and writes JSON with `--out`.
 //!
 //! ```text
@@ -30,6 +32,7 @@ use serde_json::{Value, json};
 mod cluster;
 mod kms;
 mod newcomers;
+mod outage;
 mod peer;
 mod replicas;
 mod scenarios;
@@ -47,7 +50,7 @@ use workload::{Crd, SyncMode};
 #[command(name = "kms-bench", disable_version_flag = true)]
 struct Args {
     /// Scenarios: converge, restart, change, failover, devserver, floor,
-    /// steady, simulate, all (every one but steady).
+    /// steady, outage, simulate, all (every one but steady and outage).
     #[arg(required = true, value_delimiter = ',')]
     scenarios: Vec<String>,
     /// Write the results as JSON here.
@@ -132,6 +135,17 @@ struct Args {
     /// (the last first-sync status writes land).
     #[arg(long, default_value_t = 30)]
     steady_settle_seconds: u64,
+    /// `outage`: the resources' resync interval (the replicas stay
+    /// stopped for twice that; the sizes and replicas are `converge`'s).
+    #[arg(long, default_value = "1m")]
+    outage_resync: String,
+    /// `outage`: the replicas' `--kms-rate-limit` after the outage
+    /// (default: as before it).
+    #[arg(long)]
+    outage_budget: Option<f64>,
+    /// `outage`: seconds measured after every folder was checked.
+    #[arg(long, default_value_t = 30)]
+    outage_after_seconds: u64,
     /// `failover`: resources (3 replicas, instant updates on).
     #[arg(long, default_value_t = 1000)]
     failover_size: usize,
@@ -261,6 +275,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 "floor",
                 "simulate",
                 "steady",
+                "outage",
                 "all"
             ]
             .contains(&s.as_str()),
@@ -429,6 +444,45 @@ async fn run(args: Args) -> anyhow::Result<()> {
                         .await;
                     s.stop();
                     results.push(entry("steady", &st?));
+                    anyhow::Ok(())
+                }
+                .await;
+                if let Err(e) = outcome {
+                    notes.push(format!("{label} failed: {e:#}"));
+                }
+                flush(&results, &notes)?;
+            }
+        }
+    }
+
+    // Not part of `all`: twice the resync interval of waiting per size.
+    if args.scenarios.iter().any(|x| x == "outage") {
+        let sync = SyncMode {
+            resync: Some(args.outage_resync.clone()),
+            instant: false,
+        };
+        let interval = steady::resync_interval(&sync);
+        for &n in &args.sizes {
+            for &r in &args.replicas {
+                let label = format!("outage-{n}-r{r}");
+                let outcome = async {
+                    let (mut s, c) = Session::converge(&env, &label, n, r, sync.clone()).await?;
+                    results.push(entry("converge", &c));
+                    let folders = n.div_ceil(10);
+                    let budget = args
+                        .outage_budget
+                        .unwrap_or_else(|| outage::budget_of(&env.extra_args));
+                    let wait = outage::target(folders, budget) * 3 + Duration::from_secs(120);
+                    let o = s
+                        .outage(
+                            interval * 2,
+                            args.outage_budget,
+                            wait,
+                            Duration::from_secs(args.outage_after_seconds),
+                        )
+                        .await;
+                    s.stop();
+                    results.push(entry("outage", &o?));
                     anyhow::Ok(())
                 }
                 .await;

@@ -160,6 +160,16 @@ impl Replicas {
         Ok(())
     }
 
+    /// The extra arguments of every replica started from now on.
+    pub fn extra_args(&self) -> &[String] {
+        &self.settings.extra_args
+    }
+
+    /// Replace the extra arguments of every replica started from now on.
+    pub fn set_extra_args(&mut self, args: Vec<String>) {
+        self.settings.extra_args = args;
+    }
+
     /// Start every replica.
     pub fn start_all(&mut self) -> anyhow::Result<()> {
         for n in self.names() {

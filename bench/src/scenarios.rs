@@ -176,6 +176,10 @@ pub struct Converge {
     /// watcher).
     #[serde(default)]
     pub watch_bytes: BTreeMap<String, f64>,
+    /// Events the API server's watches sent until then, by kind (every
+    /// watcher: each replica and the benchmark).
+    #[serde(default)]
+    pub watch_events: BTreeMap<String, f64>,
     /// Peak RSS and CPU per replica at that time.
     pub usage: Vec<Usage>,
     /// Seconds spent creating the resources (before the replicas started).
@@ -313,6 +317,7 @@ impl Session {
             apiserver_by_verb: api.by_verb,
             apiserver_by_request: api.by_request,
             watch_bytes: api.watch_bytes,
+            watch_events: api.watch_events,
             usage,
             create_seconds,
             newcomers,
@@ -430,6 +435,104 @@ impl Session {
             });
         }
         Ok(out)
+    }
+
+    /// Stop every replica for `outage`, start them again (with `budget`
+    /// as `--kms-rate-limit` when given) and measure until every folder has
+    /// been read, or `wait` passed, and `after` more (see
+    /// [`crate::outage`]).
+    pub async fn outage(
+        &mut self,
+        outage: Duration,
+        budget: Option<f64>,
+        wait: Duration,
+        after: Duration,
+    ) -> anyhow::Result<crate::outage::Outage> {
+        use crate::outage;
+        self.replicas.stop_all(Duration::from_secs(30));
+        eprintln!(
+            "[{}] every replica stopped for {} s",
+            self.label,
+            outage.as_secs()
+        );
+        tokio::time::sleep(outage).await;
+        if let Some(b) = budget {
+            let args = outage::with_budget(self.replicas.extra_args(), b);
+            self.replicas.set_extra_args(args);
+        }
+        let budget = outage::budget_of(self.replicas.extra_args());
+        let folders = self.namespaces.len();
+        self.kms.reset_stats().await?;
+        let load = load();
+        let t0 = Instant::now();
+        self.replicas.start_all()?;
+        let (mut per_second, mut last_total) = (Vec::new(), 0);
+        let mut sample_seconds = vec![0.0];
+        let (mut ready_at, mut checked_at, mut end) = (None, None, t0 + wait);
+        let mut reconciled_at = None;
+        let mut counts = self.kms.counts().await?;
+        while Instant::now() < end {
+            let next = t0 + Duration::from_secs(per_second.len() as u64 + 1);
+            tokio::time::sleep_until(next.into()).await;
+            counts = self.kms.counts().await?;
+            sample_seconds.push(t0.elapsed().as_secs_f64());
+            per_second.push(counts.total - last_total);
+            last_total = counts.total;
+            if ready_at.is_none() && self.replicas.all_ready().await {
+                ready_at = Some(t0.elapsed());
+            }
+            if per_second.len() % 10 == 0 {
+                eprintln!(
+                    "[{}]   {} s: {} KMS requests, {}/{folders} folders checked",
+                    self.label,
+                    per_second.len(),
+                    counts.total,
+                    counts.folders_read
+                );
+            }
+            if reconciled_at.is_none()
+                && let Ok(Some(done)) = self.replicas.reconciles().await
+                && done >= self.n as f64
+            {
+                reconciled_at = Some(t0.elapsed());
+            }
+            if checked_at.is_none()
+                && counts.folders_read >= folders as u64
+                && reconciled_at.is_some()
+            {
+                checked_at = Some(t0.elapsed());
+                end = Instant::now() + after;
+                eprintln!(
+                    "[{}] every folder checked after {:.1} s",
+                    self.label,
+                    t0.elapsed().as_secs_f64()
+                );
+            }
+        }
+        let window_budget = budget * outage::WINDOW as f64;
+        let (max_window, windows_above_budget) =
+            outage::windows(&sample_seconds, &per_second, outage::WINDOW, budget);
+        Ok(outage::Outage {
+            n: self.n,
+            folders,
+            replicas: self.replicas.set.len(),
+            sync: self.sync.clone(),
+            load,
+            outage_seconds: secs(outage),
+            budget,
+            target_seconds: secs(outage::target(folders, budget)),
+            seconds_to_ready: ready_at.map(secs),
+            seconds_all_checked: checked_at.map(secs),
+            seconds_reconciled: reconciled_at.map(secs),
+            folders_checked: counts.folders_read,
+            kms: counts,
+            per_second,
+            sample_seconds,
+            max_window,
+            window_budget,
+            windows_above_budget,
+            usage: self.replicas.usage(),
+        })
     }
 
     /// Change `KEY` in `percent`% of the folders; measure until the Secrets

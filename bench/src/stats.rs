@@ -166,12 +166,19 @@ pub struct KmsCounts {
     pub total: u64,
     /// Requests by route (`METHOD /template`), every status together.
     pub by_route: BTreeMap<String, u64>,
+    /// Distinct folders read (a `200` or a `304`) since the counters were
+    /// reset (the dev server's `foldersRead`).
+    #[serde(default)]
+    pub folders_read: u64,
 }
 
 impl KmsCounts {
     /// Group the counters of an `/admin/stats` answer.
     pub fn from_stats(stats: &Value) -> Self {
-        let mut out = Self::default();
+        let mut out = Self {
+            folders_read: stats["foldersRead"].as_u64().unwrap_or(0),
+            ..Self::default()
+        };
         let Some(routes) = stats["requests"].as_object() else {
             return out;
         };
@@ -213,6 +220,8 @@ impl KmsCounts {
                 .saturating_sub(before.fetches_not_modified),
             total: self.total.saturating_sub(before.total),
             by_route,
+            // Distinct since the reset: not a counter to subtract.
+            folders_read: self.folders_read,
         }
     }
 }
@@ -313,7 +322,8 @@ apiserver_watch_events_total{group=\"\",kind=\"Secret\",version=\"v1\"} 4\n";
         assert_eq!(c.fetches_not_modified, 40);
         assert_eq!(c.total, 59);
         assert_eq!(c.by_route["GET /api/v2/workspace/:slug"], 2);
-        let later = KmsCounts::from_stats(&json!({"requests": {
+        assert_eq!(c.folders_read, 0, "an answer without foldersRead");
+        let later = KmsCounts::from_stats(&json!({"foldersRead": 7, "requests": {
             "POST /api/v1/auth/universal-auth/login": {"200": 4, "429": 1},
             "GET /api/v3/secrets/raw": {"200": 10, "304": 45},
             "GET /api/v2/workspace/:slug": {"200": 2},
@@ -325,6 +335,7 @@ apiserver_watch_events_total{group=\"\",kind=\"Secret\",version=\"v1\"} 4\n";
             (d.logins, d.fetches, d.fetches_not_modified, d.total),
             (1, 5, 5, 6)
         );
+        assert_eq!(d.folders_read, 7, "distinct folders since the reset");
         assert_eq!(d.by_route.len(), 2);
         assert_eq!(KmsCounts::from_stats(&json!({})).total, 0);
     }

@@ -1,8 +1,9 @@
 //! The admin API under `/admin` (bearer `--admin-token`; open when none is
 //! set). Its requests are not counted and not subject to faults.
 //!
-//! - `GET /admin/stats`, `DELETE /admin/stats`: request counters, and the
-//!   requests the rate limits refused.
+//! - `GET /admin/stats`, `DELETE /admin/stats`: request counters, the
+//!   requests the rate limits refused, and the number of distinct folders
+//!   read (`foldersRead`: listed with a `200` or a `304`).
 //! - `GET /admin/faults`, `POST /admin/faults`, `DELETE /admin/faults`.
 //! - `GET /admin/ratelimit`, `POST /admin/ratelimit`, `DELETE
 //!   /admin/ratelimit`: the per-client rate limits.
@@ -82,13 +83,15 @@ async fn unknown(req: Request) -> ApiError {
 struct StatsOut {
     requests: Counts,
     rate_limited: std::collections::BTreeMap<String, u64>,
+    folders_read: usize,
 }
 
 async fn stats(State(app): State<App>) -> Response {
-    let (requests, rate_limited) = app.stats.snapshot();
+    let (requests, rate_limited, folders_read) = app.stats.snapshot();
     ok(&StatsOut {
         requests,
         rate_limited,
+        folders_read,
     })
 }
 
@@ -97,6 +100,7 @@ async fn reset_stats(State(app): State<App>) -> Response {
     ok(&StatsOut {
         requests: Counts::new(),
         rate_limited: std::collections::BTreeMap::new(),
+        folders_read: 0,
     })
 }
 

@@ -18,6 +18,7 @@ use crate::errors::ApiError;
 use crate::faults::Action;
 use crate::ratelimit::{Category, Verdict};
 use crate::server::Peer;
+use crate::validate::query_object;
 
 /// Marks a response that must not be sent: the connection is closed instead.
 #[derive(Debug, Clone, Copy)]
@@ -46,18 +47,51 @@ pub(crate) fn template(path: &str) -> String {
         .join("/")
 }
 
+/// The routes that list a folder.
+const LISTS: [&str; 2] = ["GET /api/v3/secrets/raw", "GET /api/v4/secrets"];
+
 /// Count every answer by route and status (`dropped` for a dropped
-/// connection).
+/// connection), and every folder a list read.
 pub(crate) async fn count(State(app): State<App>, req: Request, next: Next) -> Response {
     let key = route_key(&req);
+    let folder = LISTS
+        .contains(&key.as_str())
+        .then(|| folder_of(req.uri().query()));
     let resp = next.run(req).await;
-    let status = if resp.extensions().get::<DropConnection>().is_some() {
+    let dropped = resp.extensions().get::<DropConnection>().is_some();
+    let status = if dropped {
         "dropped".to_owned()
     } else {
         resp.status().as_u16().to_string()
     };
+    if let Some(folder) = folder
+        && !dropped
+        && matches!(resp.status(), StatusCode::OK | StatusCode::NOT_MODIFIED)
+    {
+        app.stats.record_folder_read(folder);
+    }
     app.stats.record(key, status);
     resp
+}
+
+/// The folder a list's query names: project (slug or id), environment and
+/// path (`/` when absent), as the query spells them.
+fn folder_of(query: Option<&str>) -> String {
+    let q = query_object(query);
+    let field = |names: &[&str]| {
+        names
+            .iter()
+            .find_map(|n| q[*n].as_str())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let path = field(&["secretPath"]);
+    format!(
+        "{}/{}:{}",
+        field(&["workspaceSlug", "workspaceId", "projectSlug", "projectId"]),
+        field(&["environment"]),
+        if path.is_empty() { "/" } else { &path }
+    )
 }
 
 /// Apply the faults in force.
@@ -212,6 +246,30 @@ mod tests {
             "/api/v3/secrets/raw/:secretName"
         );
         assert_eq!(template("/api/v3/secrets/raw"), "/api/v3/secrets/raw");
+    }
+
+    #[test]
+    fn a_folder_is_its_project_environment_and_path() {
+        let a = folder_of(Some(
+            "workspaceSlug=p&environment=dev&secretPath=%2Fapps%2Fa",
+        ));
+        assert_eq!(a, "p/dev:/apps/a");
+        assert_eq!(
+            folder_of(Some(
+                "environment=dev&secretPath=/apps/a&workspaceSlug=p&recursive=true"
+            )),
+            a,
+            "the order of the query and other fields do not matter"
+        );
+        assert_eq!(
+            folder_of(Some("projectSlug=p&environment=dev&secretPath=%2Fapps%2Fb")),
+            "p/dev:/apps/b"
+        );
+        assert_eq!(
+            folder_of(Some("workspaceId=42&environment=prod")),
+            "42/prod:/"
+        );
+        assert_eq!(folder_of(None), "/:/");
     }
 
     #[test]

@@ -1,9 +1,11 @@
 //! Request counters of the admin API: for each route template
 //! (`GET /api/v3/secrets/raw/:secretName`) the number of answers per status
 //! code, faulted and refused requests included, and the number of requests
-//! the rate limits refused, per route.
+//! the rate limits refused, per route; and how many distinct folders were
+//! read (listed with a `200` or a `304`), so that a benchmark can tell when
+//! every folder of a workload has been checked.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Mutex;
 
 /// Counts per route, then per status.
@@ -19,6 +21,8 @@ pub(crate) struct Stats {
 struct Inner {
     counts: Counts,
     limited: BTreeMap<String, u64>,
+    /// Folders read: project, environment and path.
+    folders: HashSet<String>,
 }
 
 impl Stats {
@@ -42,10 +46,20 @@ impl Stats {
         *self.lock().limited.entry(route).or_default() += 1;
     }
 
-    /// The counts so far, and the rate-limited requests per route.
-    pub fn snapshot(&self) -> (Counts, BTreeMap<String, u64>) {
+    /// Count a successful read of `folder` (counted once until a reset).
+    pub fn record_folder_read(&self, folder: String) {
+        self.lock().folders.insert(folder);
+    }
+
+    /// The counts so far, the rate-limited requests per route, and the
+    /// number of distinct folders read.
+    pub fn snapshot(&self) -> (Counts, BTreeMap<String, u64>, usize) {
         let inner = self.lock();
-        (inner.counts.clone(), inner.limited.clone())
+        (
+            inner.counts.clone(),
+            inner.limited.clone(),
+            inner.folders.len(),
+        )
     }
 
     /// Start again from zero.
@@ -53,5 +67,6 @@ impl Stats {
         let mut inner = self.lock();
         inner.counts.clear();
         inner.limited.clear();
+        inner.folders.clear();
     }
 }

@@ -25,8 +25,13 @@ use tokio::time::Instant;
 pub enum Mark {
     /// It came due at a scheduled time (a resync, the retry of a resync).
     Scheduled,
-    /// Added as due (a watch event, a new resource, a full pass, a
-    /// stream's opening).
+    /// Put in line with every resource of its shard (the shard's first
+    /// list, its full pass: [`Queue::add_in_line`]): waiting work, counted
+    /// in the replica's demand like work added as due, but for a resource
+    /// in step it is a resync (after a restart every resource is overdue at
+    /// once), so its KMS requests are as routine as a resync's.
+    InLine,
+    /// Added as due (a watch event, a new resource, a stream's opening).
     Added,
     /// A change heard from the KMS, or the retry of one: served from the
     /// lane of changes.
@@ -36,10 +41,10 @@ pub enum Mark {
 /// A queued key's place.
 #[derive(Clone, Copy, Debug)]
 enum Place {
-    /// In the ready FIFO since the instant; whether it became ready at a
-    /// scheduled time (a resync, a retry) rather than being added as due
-    /// (an event, a new resource, a full pass).
-    Ready(Instant, bool),
+    /// In the ready FIFO since the instant, and how it is handed out: as
+    /// scheduled work (a resync, a retry), in line (a full pass), or added
+    /// as due (an event, a new resource).
+    Ready(Instant, Mark),
     /// Waiting until the instant (with a sequence number for ordering),
     /// and how it is handed out when it comes due.
     Delayed(Instant, u64, Mark),
@@ -110,6 +115,15 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
     /// Queue `key` now.
     pub fn add(&self, key: K, shard: u32) {
         self.add_at(key, shard, Instant::now());
+    }
+
+    /// Queue `key` now, in line with every resource of its shard
+    /// (`Mark::InLine`): the first list of a shard and its full pass. After
+    /// a restart or a hand-over they are all overdue at once; a resource in
+    /// step among them spends the KMS budget as a resync does, behind every
+    /// change.
+    pub fn add_in_line(&self, key: K, shard: u32) {
+        self.add_marked(key, shard, Instant::now(), Mark::InLine);
     }
 
     /// Queue `key` now for a change heard from outside (an event of the
@@ -220,8 +234,7 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
             q.queued.insert(key, (shard, Place::Change(since)));
         } else {
             q.ready.push_back(key.clone());
-            q.queued
-                .insert(key, (shard, Place::Ready(since, mark == Mark::Scheduled)));
+            q.queued.insert(key, (shard, Place::Ready(since, mark)));
         }
     }
 
@@ -283,8 +296,7 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
                     // to the lane of changes is skipped, whatever the key
                     // has become since (in the lane, delayed, or gone).
                     let mark = match q.queued.get(&key) {
-                        Some((_, Place::Ready(_, true))) if !lane => Mark::Scheduled,
-                        Some((_, Place::Ready(_, false))) if !lane => Mark::Added,
+                        Some((_, Place::Ready(_, mark))) if !lane => *mark,
                         Some((_, Place::Change(_))) if lane => Mark::Change,
                         _ => continue,
                     };
@@ -444,7 +456,10 @@ impl<K: Clone + Eq + Hash + Ord> Queue<K> {
             .queued
             .values()
             .filter(|(shard, place)| {
-                matches!(place, Place::Ready(_, false) | Place::Change(_)) && owned(*shard)
+                matches!(
+                    place,
+                    Place::Ready(_, Mark::InLine | Mark::Added) | Place::Change(_)
+                ) && owned(*shard)
             })
             .count();
         added + q.processing.len()

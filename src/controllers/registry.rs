@@ -262,8 +262,10 @@ impl<T: Ours, R: Reconciler<ObjectKey>> Kind for Resources<T, R> {
             (gate.shard_of(ns) == shard).then(|| ObjectKey::new(ns, h.name))
         });
         of_shard.sort();
+        // In line: a resource in step spends the budget as a resync does,
+        // behind every change (after a restart all are overdue at once).
         for key in of_shard {
-            self.queue.add(key, shard);
+            self.queue.add_in_line(key, shard);
         }
     }
 
@@ -379,8 +381,11 @@ where
         // edited or deleted, go ahead of the crowd: the lane of changes is
         // served before the resyncs and the full passes of gained shards,
         // so a new resource is not queued behind thousands of them.
+        // The first list puts the rest in line, as the full pass does.
         if edited || (!deleted && super::force_sync::pending(o).is_some()) {
             queue.add_change(key, shard);
+        } else if initial && !asked {
+            queue.add_in_line(key, shard);
         } else {
             queue.add(key, shard);
         }
@@ -536,11 +541,13 @@ mod tests {
         };
         assert_eq!(next().await, ("new".to_owned(), Mark::Change));
         assert_eq!(next().await, ("old-999".to_owned(), Mark::Change));
-        assert_eq!(next().await, ("old-0".to_owned(), Mark::Added));
+        // The first list's are in line (a resource in step among them
+        // spends the KMS budget as a resync does).
+        assert_eq!(next().await, ("old-0".to_owned(), Mark::InLine));
         let mut rest = 0;
         while !queue.is_empty() {
             let (name, mark) = next().await;
-            assert_eq!(mark, Mark::Added, "{name}");
+            assert_eq!(mark, Mark::InLine, "{name}");
             rest += 1;
         }
         assert_eq!(rest, 998, "the status write queued the resource again");

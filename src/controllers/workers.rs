@@ -309,17 +309,19 @@ impl Drop for Slot {
     }
 }
 
-/// How urgent a reconcile's KMS requests are: routine only for a key that
-/// came due at a scheduled time (a resync, a retry of one) and is in step;
-/// a key added as due (an event, a new resource, a full pass), a change
-/// or its retry, or one not in step (never synced, its spec changed,
-/// failing) is urgent.
+/// How urgent a reconcile's KMS requests are: routine for a key in step
+/// that came due at a scheduled time (a resync, a retry of one); a catch-up
+/// for a key in step put in line with its shard (a first list, a full
+/// pass: after a restart every resource is overdue at once); urgent for a
+/// key added as due (an event, a new resource), a change or its retry, or
+/// one not in step (never synced, its spec changed, failing).
 fn urgency(mark: Mark, in_step: impl FnOnce() -> bool) -> Urgency {
-    if mark == Mark::Scheduled && in_step() {
-        Urgency::Routine
-    } else {
-        Urgency::Urgent
-    }
+    let calm = match mark {
+        Mark::Scheduled => Urgency::Routine,
+        Mark::InLine => Urgency::CatchUp,
+        Mark::Added | Mark::Change => return Urgency::Urgent,
+    };
+    if in_step() { calm } else { Urgency::Urgent }
 }
 
 /// When a failed reconcile of `key` is tried again. A transient error (the
@@ -434,8 +436,14 @@ mod tests {
     }
 
     #[test]
-    fn only_a_scheduled_resync_in_step_is_routine() {
+    fn only_a_resync_or_a_full_pass_of_a_resource_in_step_is_not_urgent() {
         assert_eq!(urgency(Mark::Scheduled, || true), Urgency::Routine);
+        assert_eq!(urgency(Mark::InLine, || true), Urgency::CatchUp);
+        assert_eq!(
+            urgency(Mark::InLine, || false),
+            Urgency::Urgent,
+            "a first sync of a full pass"
+        );
         assert_eq!(
             urgency(Mark::Scheduled, || false),
             Urgency::Urgent,

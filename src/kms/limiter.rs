@@ -25,7 +25,13 @@
 //! token only while more than half a burst is left, so they still run at
 //! the full rate while nothing else does, but changes that come together (a
 //! folder's event wakes many resources at once) find tokens there, not a
-//! bucket the resyncs just emptied.
+//! bucket the resyncs just emptied. Routine requests, and the catch-up of
+//! a full pass ([`Urgency::CatchUp`]: after a restart every resource is
+//! overdue at once), keep their own pace: each spends a token of it too,
+//! earned at the same rate, at most two saved, so they never run ahead of
+//! the rate on what the bucket saved (no 10 s of the catch-up hold more
+//! than ten seconds of the rate and two tokens). A catch-up leaves no part
+//! of the burst: it runs at the rate from its first second.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -60,6 +66,10 @@ struct Bucket {
     paused_until: Option<Instant>,
     /// Urgent requests waiting for a token (routine ones let them go first).
     urgent_waiting: u32,
+    /// The routine requests' own pace: earned at the bucket's rate, at
+    /// most [`ROUTINE_SAVED`]; a routine request spends one of these as
+    /// well as a token.
+    routine: f64,
     /// Until when routine requests stand back for urgent work that a pause
     /// refused (see [`URGENT_AFTER_PAUSE`]).
     urgent_parked_until: Option<Instant>,
@@ -80,9 +90,14 @@ impl Bucket {
             paused_until: None,
             urgent_waiting: 0,
             urgent_parked_until: None,
+            routine: 1.0,
         }
     }
 }
+
+/// The most of their own pace routine requests save: two, not one, so that
+/// a request whose timer runs late loses nothing of the rate.
+const ROUTINE_SAVED: f64 = 2.0;
 
 /// How urgent the KMS requests of a task are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,8 +106,15 @@ pub enum Urgency {
     /// sync, a retry of one. The default.
     Urgent,
     /// A scheduled resync of a resource that is in step: it waits while
-    /// urgent requests wait.
+    /// urgent requests wait, keeps its own pace and leaves half the burst.
     Routine,
+    /// A check of a resource in step that a shard's full pass put in line
+    /// (after a restart or a hand-over every resource of the shard is
+    /// overdue at once): as routine, except that it leaves no part of the
+    /// burst, so the catch-up runs at the rate from its first second rather
+    /// than once the bucket has saved half a burst (its own pace still
+    /// keeps it from spending what the bucket saved).
+    CatchUp,
 }
 
 tokio::task_local! {
@@ -226,7 +248,8 @@ impl Limiter {
         host: &str,
         longest_wait: Option<Duration>,
     ) -> Result<Acquired, (Acquired, Duration)> {
-        let urgent = current_urgency() == Urgency::Urgent;
+        let urgency = current_urgency();
+        let urgent = urgency == Urgency::Urgent;
         let mut waited = false;
         // Counted among the urgent waiters from its first wait to its token.
         let mut counted: Option<UrgentWait<'_>> = None;
@@ -264,26 +287,34 @@ impl Limiter {
                     }
                     let elapsed = now.saturating_duration_since(b.last).as_secs_f64();
                     b.tokens = (b.tokens + elapsed * rate).min(burst);
+                    b.routine = (b.routine + elapsed * rate).min(ROUTINE_SAVED);
                     b.last = now;
                     // A routine request lets the urgent ones that wait go
                     // first, and looks again after about one token's time.
                     let yields = !urgent && b.urgent_waiting > 0;
                     // A routine request leaves half the burst for the
                     // changes.
-                    let need = if urgent {
-                        1.0
-                    } else {
+                    let need = if urgency == Urgency::Routine {
                         (burst / 2.0 + 1.0).min(burst)
+                    } else {
+                        1.0
                     };
+                    // A routine request also spends its own pace.
+                    let paced = urgent || b.routine >= 1.0 - 1e-9;
                     if yields {
                         Some(Duration::from_secs_f64(1.0 / rate))
-                    } else if b.tokens >= need - 1e-9 {
+                    } else if b.tokens >= need - 1e-9 && paced {
                         // (A token earned in steps of elapsed × rate may
                         // fall short by a rounding error: it counts.)
                         b.tokens = (b.tokens - 1.0).max(0.0);
+                        if !urgent {
+                            b.routine = (b.routine - 1.0).max(0.0);
+                        }
                         None
                     } else {
-                        Some(Duration::from_secs_f64((need - b.tokens) / rate))
+                        let short =
+                            (need - b.tokens).max(if urgent { 0.0 } else { 1.0 - b.routine });
+                        Some(Duration::from_secs_f64(short.max(0.0) / rate))
                     }
                 });
                 if urgent && wait.is_some() && counted.is_none() {
@@ -636,6 +667,65 @@ mod tests {
             assert_eq!(l.acquire("h").await, Acquired::Immediately, "urgent {i}");
         }
         assert_eq!(l.acquire("h").await, Acquired::AfterWaiting);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn routine_requests_never_run_ahead_of_the_rate_on_a_saved_burst() {
+        let l = Limiter::new(10.0);
+        l.acquire("h").await;
+        // Idle long enough for the bucket to fill: 20 tokens saved.
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let start = Instant::now();
+        let mut at = Vec::new();
+        for _ in 0..25 {
+            with_urgency(Urgency::Routine, l.acquire("h")).await;
+            at.push(start.elapsed());
+        }
+        // Two at once (their own pace saves two), then 10/s: no 10 in
+        // less than 0.8 s, where the saved burst would have let 10 go at
+        // once.
+        for w in at.windows(10) {
+            assert!(w[9] - w[0] >= Duration::from_millis(790), "{at:?}");
+        }
+        let took = start.elapsed();
+        assert!(
+            took >= Duration::from_millis(2250) && took <= Duration::from_millis(2400),
+            "25 routine requests at 10/s took {took:?}"
+        );
+        // And the bucket kept its burst for urgent requests meanwhile.
+        for i in 0..18 {
+            assert_eq!(l.acquire("h").await, Acquired::Immediately, "urgent {i}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_catch_up_runs_at_the_rate_from_the_start_and_never_above_it() {
+        let l = Limiter::new(10.0);
+        // From a new bucket (one token): at once, then 10/s, where routine
+        // requests wait for half a burst first (1.0 s).
+        let start = Instant::now();
+        let mut at = Vec::new();
+        for _ in 0..20 {
+            with_urgency(Urgency::CatchUp, l.acquire("h")).await;
+            at.push(start.elapsed());
+        }
+        assert_eq!(at[0], Duration::ZERO);
+        let took = start.elapsed();
+        assert!(
+            took >= Duration::from_millis(1850) && took <= Duration::from_millis(2000),
+            "20 catch-up requests at 10/s took {took:?}"
+        );
+        // On a saved burst: never ahead of the rate either.
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let start = Instant::now();
+        let mut at = Vec::new();
+        for _ in 0..25 {
+            with_urgency(Urgency::CatchUp, l.acquire("h")).await;
+            at.push(start.elapsed());
+        }
+        for w in at.windows(10) {
+            assert!(w[9] - w[0] >= Duration::from_millis(790), "{at:?}");
+        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -310,6 +310,10 @@ async fn login_list_update_lease_and_count() {
     );
     assert_eq!(r["GET /api/v3/secrets/raw"], json!({"200": 3, "304": 1}));
     assert_eq!(
+        stats["foldersRead"], 1,
+        "four reads of one folder count it once"
+    );
+    assert_eq!(
         r["PATCH /api/v3/secrets/raw/:secretName"],
         json!({"200": 1})
     );
@@ -340,7 +344,7 @@ async fn login_list_update_lease_and_count() {
     assert_eq!(c.admin("DELETE", "/admin/stats", None).await.status, 200);
     assert_eq!(
         c.admin("GET", "/admin/stats", None).await.json(),
-        json!({"requests": {}, "rateLimited": {}})
+        json!({"requests": {}, "rateLimited": {}, "foldersRead": 0})
     );
     server.shutdown().await;
 }
