@@ -468,16 +468,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 let outcome = async {
                     let (mut s, c) = Session::converge(&env, &label, n, r, sync.clone()).await?;
                     results.push(entry("converge", &c));
-                    let folders = n.div_ceil(10);
-                    let budget = args
-                        .outage_budget
-                        .unwrap_or_else(|| outage::budget_of(&env.extra_args));
-                    let wait = outage::target(folders, budget) * 3 + Duration::from_secs(120);
                     let o = s
                         .outage(
                             interval * 2,
                             args.outage_budget,
-                            wait,
                             Duration::from_secs(args.outage_after_seconds),
                         )
                         .await;

@@ -439,13 +439,12 @@ impl Session {
 
     /// Stop every replica for `outage`, start them again (with `budget`
     /// as `--kms-rate-limit` when given) and measure until every folder has
-    /// been read, or `wait` passed, and `after` more (see
-    /// [`crate::outage`]).
+    /// been read, or three times the target and two minutes passed, and
+    /// `after` more (see [`crate::outage`]).
     pub async fn outage(
         &mut self,
         outage: Duration,
         budget: Option<f64>,
-        wait: Duration,
         after: Duration,
     ) -> anyhow::Result<crate::outage::Outage> {
         use crate::outage;
@@ -462,6 +461,7 @@ impl Session {
         }
         let budget = outage::budget_of(self.replicas.extra_args());
         let folders = self.namespaces.len();
+        let wait = outage::target(folders, budget) * 3 + Duration::from_secs(120);
         self.kms.reset_stats().await?;
         let load = load();
         let t0 = Instant::now();

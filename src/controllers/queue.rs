@@ -29,7 +29,8 @@ pub enum Mark {
     /// list, its full pass: [`Queue::add_in_line`]): waiting work, counted
     /// in the replica's demand like work added as due, but for a resource
     /// in step it is a resync (after a restart every resource is overdue at
-    /// once), so its KMS requests are as routine as a resync's.
+    /// once), so its KMS requests are a paced catch-up, behind urgent ones
+    /// (`kms::limiter::Urgency::CatchUp`).
     InLine,
     /// Added as due (a watch event, a new resource, a stream's opening).
     Added,

@@ -66,9 +66,9 @@ struct Bucket {
     paused_until: Option<Instant>,
     /// Urgent requests waiting for a token (routine ones let them go first).
     urgent_waiting: u32,
-    /// The routine requests' own pace: earned at the bucket's rate, at
-    /// most [`ROUTINE_SAVED`]; a routine request spends one of these as
-    /// well as a token.
+    /// The own pace of routine and catch-up requests: earned at the
+    /// bucket's rate, at most [`ROUTINE_SAVED`]; each such request spends
+    /// one of these as well as a token.
     routine: f64,
     /// Until when routine requests stand back for urgent work that a pause
     /// refused (see [`URGENT_AFTER_PAUSE`]).
@@ -299,7 +299,8 @@ impl Limiter {
                     } else {
                         1.0
                     };
-                    // A routine request also spends its own pace.
+                    // A routine or catch-up request also spends its own
+                    // pace.
                     let paced = urgent || b.routine >= 1.0 - 1e-9;
                     if yields {
                         Some(Duration::from_secs_f64(1.0 / rate))
