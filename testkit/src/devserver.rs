@@ -57,7 +57,10 @@ impl DevServer {
         // The first "listening on URL" line says where it listens.
         let (tx, rx) = std::sync::mpsc::channel();
         let tx = Mutex::new(Some(tx));
+        // An error that stops it names its cause in a few lines: no
+        // backtrace of the error (a panic's still follows RUST_BACKTRACE).
         let mut process = Launch::new(bin)
+            .env("RUST_LIB_BACKTRACE", "0")
             .args(["dev-server", "--addr", &format!("{ip}:0")])
             .args(extra_args)
             .arg("--admin-token")

@@ -20,16 +20,15 @@ pub fn binary() -> PathBuf {
 pub struct TempDir(pub PathBuf);
 
 impl TempDir {
-    /// A new empty directory.
+    /// A new empty directory of its own: created exclusively under a random
+    /// name, so two tests starting in the same instant never share one (a
+    /// name made of the process and the time did not guarantee that).
     pub fn new(prefix: &str) -> Self {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        let dir =
-            std::env::temp_dir().join(format!("kms-it-{prefix}-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        Self(dir)
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("kms-it-{prefix}-"))
+            .tempdir()
+            .expect("temp dir");
+        Self(dir.keep())
     }
 }
 

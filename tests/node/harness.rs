@@ -208,13 +208,11 @@ pub async fn namespace(client: &Client, name: &str) {
 pub fn apply(manifest: &str) {
     let dir = std::env::temp_dir().join(format!("kms-node-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!(
-        "m-{}.yaml",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    ));
+    // A name of its own per call: two calls in the same instant never write
+    // one file.
+    static APPLIED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = APPLIED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = dir.join(format!("m-{n}.yaml"));
     std::fs::write(&path, manifest).unwrap();
     ok(
         "kubectl",
