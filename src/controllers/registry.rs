@@ -97,8 +97,11 @@ pub trait Kind: Send + Sync + 'static {
     fn resource_kind(&self) -> Option<&str> {
         None
     }
-    /// Queue the resource `namespace/name` (something it uses changed).
-    fn enqueue(&self, _namespace: &str, _name: &str, _gate: &dyn Ownership) {}
+    /// Queue the resource `namespace/name`: something it uses changed
+    /// (added as due), or was listed by a watch's first list (`in_line`:
+    /// nothing is known to have changed, and the resource's own first list
+    /// or full pass puts it in line anyway).
+    fn enqueue(&self, _namespace: &str, _name: &str, _gate: &dyn Ownership, _in_line: bool) {}
     /// Wait until its caches hold their initial lists.
     fn wait_ready(&self) -> BoxFuture<'_, ()>;
     /// Queue every resource that uses the global configuration (it changed).
@@ -236,9 +239,13 @@ impl<T: Ours, R: Reconciler<ObjectKey>> Kind for Resources<T, R> {
         Some(self.kind)
     }
 
-    fn enqueue(&self, namespace: &str, name: &str, gate: &dyn Ownership) {
-        self.queue
-            .add(ObjectKey::new(namespace, name), gate.shard_of(namespace));
+    fn enqueue(&self, namespace: &str, name: &str, gate: &dyn Ownership, in_line: bool) {
+        let (key, shard) = (ObjectKey::new(namespace, name), gate.shard_of(namespace));
+        if in_line {
+            self.queue.add_in_line(key, shard);
+        } else {
+            self.queue.add(key, shard);
+        }
     }
 
     fn wait_ready(&self) -> BoxFuture<'_, ()> {
@@ -408,8 +415,23 @@ impl Registry {
         self.0.get().map_or(&[], Vec::as_slice)
     }
 
-    /// Queue the resource an owner id names (`<Kind>/<namespace>/<name>`).
+    /// Queue the resource an owner id names (`<Kind>/<namespace>/<name>`):
+    /// something it owns or reads changed.
     pub fn owner(&self, owner: &str, gate: &dyn Ownership) {
+        self.route(owner, gate, false);
+    }
+
+    /// Queue the resource an owner id names in line with its shard: a
+    /// watch's first list showed something it owns or reads, which may
+    /// have changed while nobody watched, or not (after a restart, every
+    /// managed Secret is listed). Its check is not urgent: the resource is
+    /// a catch-up like the rest of its shard, and an owner queued as added
+    /// would spend the burst the changes need.
+    pub fn owner_in_line(&self, owner: &str, gate: &dyn Ownership) {
+        self.route(owner, gate, true);
+    }
+
+    fn route(&self, owner: &str, gate: &dyn Ownership, in_line: bool) {
         let Some(owner) = OwnerId::parse(owner) else {
             return;
         };
@@ -418,7 +440,7 @@ impl Registry {
             .iter()
             .find(|k| k.resource_kind() == Some(owner.kind))
         {
-            k.enqueue(owner.namespace, owner.name, gate);
+            k.enqueue(owner.namespace, owner.name, gate, in_line);
         }
     }
 
@@ -555,6 +577,47 @@ mod tests {
         handle(&Event::InitApply(ks("old-1", "u1", 1, false)));
         handle(&Event::Delete(ks("old-2", "u2", 1, false)));
         assert_eq!(next().await, ("old-2".to_owned(), Mark::Change));
+    }
+
+    /// An owner routed from a watch's first list (a managed Secret listed
+    /// after a restart) joins its shard's line; one routed for a change is
+    /// added as due, and keeps that mark when a first list names it too.
+    #[tokio::test]
+    async fn an_owner_a_first_list_names_joins_the_line() {
+        struct Idle;
+        impl Reconciler<ObjectKey> for Idle {
+            async fn reconcile(
+                &self,
+                _job: super::super::workers::Job<'_, ObjectKey>,
+            ) -> Result<super::super::workers::Action, super::super::error::SyncError> {
+                Ok(super::super::workers::Action::Done)
+            }
+        }
+        let queue = Arc::new(Queue::<ObjectKey>::new());
+        let kind = Resources::<KmsSecret, _>::new(Scoped::empty(&[]), queue.clone(), Idle);
+        let registry = Registry::default();
+        registry.set(vec![Arc::new(kind)]);
+        let gate = crate::controllers::context::OwnsAll;
+        registry.owner_in_line("KmsSecret/ns/listed", &gate);
+        registry.owner("KmsSecret/ns/changed", &gate);
+        registry.owner_in_line("KmsSecret/ns/changed", &gate);
+        // Another kind's id, and a malformed one: nothing.
+        registry.owner("Other/ns/x", &gate);
+        registry.owner_in_line("KmsSecret/ns", &gate);
+        let mut marks = Vec::new();
+        while !queue.is_empty() {
+            let (key, _, mark) = queue.next_entry(|_| true, |_| true).await.unwrap();
+            queue.done(&key);
+            marks.push((key.name.to_string(), mark));
+        }
+        marks.sort();
+        assert_eq!(
+            marks,
+            [
+                ("changed".to_owned(), Mark::Added),
+                ("listed".to_owned(), Mark::InLine)
+            ]
+        );
     }
 
     #[test]

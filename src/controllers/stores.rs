@@ -137,7 +137,7 @@ where
     K: Resource + Clone + Debug + DeserializeOwned + Serialize + Send + Sync + 'static,
     K::DynamicType: Default + std::hash::Hash + Eq + Clone,
 {
-    fn empty(namespaces: &[String]) -> Self {
+    pub(super) fn empty(namespaces: &[String]) -> Self {
         Self {
             parts: Arc::new(RwLock::new(Vec::new())),
             namespaces: namespaces.to_vec().into(),

@@ -56,6 +56,16 @@ impl Routes {
             self.registry.owner(owner, self.gate.as_ref());
         }
     }
+
+    /// Queue a resource that owns or reads an object: added as due for a
+    /// change, in line for an object a first list showed.
+    fn owner_for(&self, owner: &str, listed: bool) {
+        if listed {
+            self.registry.owner_in_line(owner, self.gate.as_ref());
+        } else {
+            self.registry.owner(owner, self.gate.as_ref());
+        }
+    }
 }
 
 /// Managed Secrets and ConfigMaps (label `secrets.hanzo.ai/managed=true`):
@@ -100,9 +110,12 @@ where
     // are rolled from here).
     let keys = [SHARD_LABEL, NAMESPACE_SHARD_LABEL];
     watches.watch_by::<K, _>(&config, &keys, move |event| {
-        let (o, deleted) = match event {
-            Event::Apply(o) | Event::InitApply(o) => (o, false),
-            Event::Delete(o) => (o, true),
+        // A first list (after a start, a hand-over or a lost watch) shows
+        // every managed object, changed or not: their owners go in line.
+        let (o, deleted, listed) = match event {
+            Event::Apply(o) => (o, false, false),
+            Event::InitApply(o) => (o, false, true),
+            Event::Delete(o) => (o, true, false),
             Event::Init | Event::InitDone => return,
         };
         let (ns, name) = (o.namespace().unwrap_or_default(), o.name_any());
@@ -113,11 +126,11 @@ where
             let version = o.resource_version().unwrap_or_default();
             routes.own_writes.delivered(kind, &ns, &name, &version)
         };
-        if !own {
-            routes.owner_of(o.annotations());
+        if !own && let Some(owner) = o.annotations().get(OWNER_ANNOTATION) {
+            routes.owner_for(owner, listed);
         }
         for reader in readers.iter().flat_map(|i| i.dependents(&ns, &name)) {
-            routes.registry.owner(&reader, routes.gate.as_ref());
+            routes.owner_for(&reader, listed);
         }
         let changed = {
             let mut versions = versions.lock().unwrap_or_else(|e| e.into_inner());
