@@ -584,13 +584,12 @@ mod tests {
     /// added as due, and keeps that mark when a first list names it too.
     #[tokio::test]
     async fn an_owner_a_first_list_names_joins_the_line() {
+        use crate::controllers::error::SyncError;
+        use crate::controllers::workers::{Action, Job};
         struct Idle;
         impl Reconciler<ObjectKey> for Idle {
-            async fn reconcile(
-                &self,
-                _job: super::super::workers::Job<'_, ObjectKey>,
-            ) -> Result<super::super::workers::Action, super::super::error::SyncError> {
-                Ok(super::super::workers::Action::Done)
+            async fn reconcile(&self, _job: Job<'_, ObjectKey>) -> Result<Action, SyncError> {
+                Ok(Action::Done)
             }
         }
         let queue = Arc::new(Queue::<ObjectKey>::new());

@@ -51,9 +51,11 @@ pub struct Routes {
 }
 
 impl Routes {
-    fn owner_of(&self, annotations: &BTreeMap<String, String>) {
+    /// Queue the owner an object's annotations name (see
+    /// [`Routes::owner_for`]).
+    fn owner_of(&self, annotations: &BTreeMap<String, String>, listed: bool) {
         if let Some(owner) = annotations.get(OWNER_ANNOTATION) {
-            self.registry.owner(owner, self.gate.as_ref());
+            self.owner_for(owner, listed);
         }
     }
 
@@ -126,8 +128,8 @@ where
             let version = o.resource_version().unwrap_or_default();
             routes.own_writes.delivered(kind, &ns, &name, &version)
         };
-        if !own && let Some(owner) = o.annotations().get(OWNER_ANNOTATION) {
-            routes.owner_for(owner, listed);
+        if !own {
+            routes.owner_of(o.annotations(), listed);
         }
         for reader in readers.iter().flat_map(|i| i.dependents(&ns, &name)) {
             routes.owner_for(&reader, listed);
@@ -259,7 +261,7 @@ impl Indexer {
                     .map(|o| o.annotations().clone()),
             };
             if let Some(a) = &annotations {
-                routes.owner_of(a);
+                routes.owner_of(a, false);
             }
         }
     }
