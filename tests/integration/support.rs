@@ -206,6 +206,28 @@ pub struct Operator {
     pub output: Lines,
 }
 
+/// Lines of a failed test's operator log shown with its failure.
+const LOG_TAIL: usize = 80;
+
+impl Drop for Operator {
+    /// A test that fails shows the end of its operator's log (what the
+    /// operator decided is often the only way to tell why, and a CI run
+    /// keeps nothing else).
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let text = self.output.text();
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = &lines[lines.len().saturating_sub(LOG_TAIL)..];
+        eprintln!("--- the operator's last {} log lines ---", tail.len());
+        for line in tail {
+            let cut = line.char_indices().nth(600).map_or(line.len(), |(i, _)| i);
+            eprintln!("{}", &line[..cut]);
+        }
+    }
+}
+
 impl Operator {
     /// Start `kms-operator run` watching `namespaces`, with extra flags, and
     /// wait until it is ready ([`Operator::ready`]).
