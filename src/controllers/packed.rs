@@ -52,6 +52,9 @@ struct Entry {
     uid: Option<Box<str>>,
     shard: Option<Box<str>>,
     owner: Option<Box<str>>,
+    /// The list that last delivered it ([`Inner::epoch`]): a re-list
+    /// drops what it did not deliver.
+    listed: u32,
 }
 
 /// A `resourceVersion` as a number, 0 when it is none. The API server
@@ -64,7 +67,7 @@ pub(crate) fn version_of(rv: Option<&str>) -> u64 {
 }
 
 /// Whether a copy at `incoming` is older than one at `held`.
-fn older(incoming: u64, held: u64) -> bool {
+pub(crate) fn older(incoming: u64, held: u64) -> bool {
     incoming != 0 && held != 0 && incoming < held
 }
 
@@ -187,9 +190,26 @@ fn forget_owned(by_owner: &mut HashMap<Box<str>, HashSet<Box<str>>>, owner: &str
 #[derive(Default)]
 struct Inner {
     objects: Objects,
-    /// A list in progress (between `Init` and `InitDone`): it replaces
-    /// `objects` when complete, as kube's reflector store does.
-    relist: Option<Objects>,
+    /// The count of lists started.
+    epoch: u32,
+    /// A list in progress (between `Init` and `InitDone`), by its epoch.
+    /// Each object it delivers replaces the cached copy at once (unless
+    /// that is newer), so the store never shows an older copy than the
+    /// event just handed on; once complete, the objects it did not deliver
+    /// (deleted meanwhile) are dropped. kube's reflector store instead
+    /// keeps a second copy of everything and swaps it in at the end: until
+    /// then readers would see older copies than the events they are told
+    /// of, and a re-list would hold every object twice.
+    listing: Option<u32>,
+}
+
+impl Inner {
+    /// Mark the entry under `key` as delivered by the list in progress.
+    fn mark_listed(&mut self, key: &str) {
+        if let (Some(epoch), Some(e)) = (self.listing, self.objects.map.get_mut(key)) {
+            e.listed = epoch;
+        }
+    }
 }
 
 /// Objects of kind `K`, kept as JSON. Cheap to clone (one store).
@@ -261,6 +281,7 @@ where
                 uid: meta.uid.as_deref().map(Into::into),
                 shard: label(&meta.labels, self.label),
                 owner: label(&meta.annotations, self.annotation),
+                listed: 0,
             },
         ))
     }
@@ -277,22 +298,34 @@ where
         }
     }
 
-    /// Apply a watch event, as kube's reflector store does: a re-list
-    /// (`Init`, `InitApply`…, `InitDone`) replaces the whole store when it
-    /// completes; `Apply` and `Delete` change one object.
+    /// Apply a watch event: a (re-)list (`Init`, `InitApply`…,
+    /// `InitDone`) leaves the store holding what it delivered, each object
+    /// taken as it comes ([`Inner::listing`]); `Apply` and `Delete` change
+    /// one object.
     pub fn apply(&self, event: &Event<K>) {
         match event {
-            Event::Init => self.write().relist = Some(Objects::default()),
+            Event::Init => {
+                let mut inner = self.write();
+                inner.epoch = inner.epoch.wrapping_add(1);
+                inner.listing = Some(inner.epoch);
+            }
             Event::InitApply(o) => {
                 if let Some((k, e)) = self.pack(o) {
                     let mut inner = self.write();
-                    inner.relist.get_or_insert_default().insert(k, e);
+                    let newer_held = inner
+                        .objects
+                        .get(&k)
+                        .is_some_and(|held| older(e.version, held.version));
+                    if !newer_held {
+                        inner.objects.insert(k.clone(), e);
+                    }
+                    inner.mark_listed(&k);
                 }
             }
             Event::InitDone => {
                 let mut inner = self.write();
-                if let Some(listed) = inner.relist.take() {
-                    inner.objects = listed;
+                if let Some(epoch) = inner.listing.take() {
+                    inner.objects.retain(|_, e| e.listed == epoch);
                 }
             }
             Event::Apply(o) => {
@@ -338,25 +371,11 @@ where
             None => true,
             Some(held) => held.json != e.json && !older(e.version, held.version),
         };
-        if let Some(listed) = inner.relist.as_mut()
-            && listed
-                .get(&k)
-                .is_none_or(|held| older(held.version, e.version))
-        {
-            listed.insert(
-                k.clone(),
-                Entry {
-                    json: e.json.clone(),
-                    version: e.version,
-                    uid: e.uid.clone(),
-                    shard: e.shard.clone(),
-                    owner: e.owner.clone(),
-                },
-            );
-        }
         if fresh {
-            inner.objects.insert(k, e);
+            inner.objects.insert(k.clone(), e);
         }
+        // A re-list in progress keeps it.
+        inner.mark_listed(&k);
         fresh
     }
 
@@ -366,9 +385,6 @@ where
         let mut inner = self.write();
         let inner = &mut *inner;
         inner.objects.retain(|k, e| keep(head(k, e)));
-        if let Some(listed) = inner.relist.as_mut() {
-            listed.retain(|k, e| keep(head(k, e)));
-        }
     }
 
     /// The object, decoded.
@@ -595,12 +611,12 @@ mod tests {
         );
         store.apply(&Event::Delete(secret("ns", "b", "1")));
         assert_eq!(store.len(), 1);
-        // A re-list replaces everything, once complete: until then reads
-        // see the old objects.
+        // A re-list: each object it delivers is read at once; once
+        // complete, what it did not deliver is gone.
         store.apply(&Event::Init);
         store.apply(&Event::InitApply(secret("ns", "c", "1")));
         assert!(store.contains(Some("ns"), "a"));
-        assert!(!store.contains(Some("ns"), "c"));
+        assert!(store.contains(Some("ns"), "c"));
         store.apply(&Event::InitDone);
         assert!(!store.contains(Some("ns"), "a"));
         assert!(store.contains(Some("ns"), "c"));
@@ -675,6 +691,41 @@ mod tests {
         assert_eq!(version_of(Some("x")), 0);
     }
 
+    /// A re-list hands each object on as it delivers it: the store shows
+    /// that copy at once (what reads the store when told of the event must
+    /// not find an older one), keeps a newer copy it already holds, and
+    /// drops what the list did not deliver only once it is complete.
+    #[test]
+    fn a_relist_shows_each_delivered_copy_at_once() {
+        let store = Packed::<Secret>::new(SHARD_LABEL, OWNER_ANNOTATION);
+        let value = |name: &str| {
+            store
+                .get(Some("ns"), name)
+                .map(|s| s.data.as_ref().unwrap()["K"].0.clone())
+        };
+        store.apply(&Event::Apply(at(secret("ns", "a", "old"), "10")));
+        store.apply(&Event::Apply(at(secret("ns", "gone", "x"), "11")));
+        assert!(store.merge_listed(&at(secret("ns", "b", "merged"), "30"), None));
+        store.apply(&Event::Init);
+        store.apply(&Event::InitApply(at(secret("ns", "a", "new"), "20")));
+        assert_eq!(value("a").as_deref(), Some(&b"new"[..]));
+        // Not delivered yet: still there.
+        assert_eq!(value("gone").as_deref(), Some(&b"x"[..]));
+        // The store holds a newer copy than the list's: kept.
+        store.apply(&Event::InitApply(at(secret("ns", "b", "listed"), "25")));
+        assert_eq!(value("b").as_deref(), Some(&b"merged"[..]));
+        store.apply(&Event::InitDone);
+        assert_eq!(value("a").as_deref(), Some(&b"new"[..]));
+        assert_eq!(value("b").as_deref(), Some(&b"merged"[..]));
+        assert_eq!(value("gone"), None);
+        assert_eq!(store.len(), 2);
+        // A later re-list keeps only what it delivers again.
+        store.apply(&Event::Init);
+        store.apply(&Event::InitApply(at(secret("ns", "b", "merged"), "30")));
+        store.apply(&Event::InitDone);
+        assert_eq!((value("a"), store.len()), (None, 1));
+    }
+
     #[test]
     fn objects_are_found_by_owner_as_they_change() {
         let store = Packed::<Secret>::new(SHARD_LABEL, OWNER_ANNOTATION);
@@ -718,10 +769,12 @@ mod tests {
         assert!(names("KmsSecret/ns/x").is_empty());
         store.retain(|h| h.name != "b");
         assert!(names("KmsSecret/ns/y").is_empty());
+        store.apply(&Event::Apply(owned("ns", "e", "KmsSecret/ns/x")));
         store.apply(&Event::Init);
         store.apply(&Event::InitApply(owned("ns", "d", "KmsSecret/ns/x")));
-        // Until the list completes, the store (and its index) is the old one.
-        assert!(names("KmsSecret/ns/x").is_empty());
+        // A listed object is indexed at once; one the list has not
+        // delivered (yet) stays until the list completes.
+        assert_eq!(names("KmsSecret/ns/x"), ["d", "e"]);
         store.apply(&Event::InitDone);
         assert_eq!(names("KmsSecret/ns/x"), ["d"]);
         assert_eq!(store.len(), 1);

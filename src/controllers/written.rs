@@ -1,12 +1,19 @@
 //! The status a controller last wrote per resource, with the
-//! resourceVersion it was written over. Until the watch delivers the
-//! write, the cached copy of the resource is that older version: a
+//! resourceVersion that write made. Until the watch delivers the write,
+//! the cached copy of the resource is an older version (the one the write
+//! was made over, or another writer's change that came between): a
 //! reconcile reads the resource with the written status laid over it
 //! ([`WrittenStatus::freshest`]), so it never writes an older status back
-//! (dropping conditions, announcing `Ready` again). Once the watch shows a
-//! newer version, the cached copy is used as it is, and the entry is
-//! dropped ([`WrittenStatus::seen`]): at any time it holds only the writes
-//! the watch has not delivered yet, not a copy of every resource's status.
+//! (dropping conditions, announcing `Ready` again) nor acts again on what
+//! the write recorded as done (a `force-sync` value handled). Once the
+//! watch shows the write's version or a later one, the cached copy is used
+//! as it is, and the entry is dropped ([`WrittenStatus::seen`]): at any
+//! time it holds only the writes the watch has not delivered yet, not a
+//! copy of every resource's status.
+//!
+//! Versions are compared as numbers, as the watch caches compare them
+//! ([`packed::version_of`](super::packed::version_of)); a version that is
+//! not a number leaves the cached copy as it is.
 //!
 //! [`OwnWrites`] does the same for the targets (Secrets, ConfigMaps) a
 //! replica writes: the watch event of its own write is not a change to
@@ -16,12 +23,13 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use super::packed::{older, version_of};
 use super::target::TargetKind;
 
-/// Statuses written, by resource UID: `(resourceVersion written over,
+/// Statuses written, by resource UID: `(resourceVersion the write made,
 /// status)`.
 pub struct WrittenStatus<S> {
-    inner: Mutex<HashMap<String, (String, S)>>,
+    inner: Mutex<HashMap<String, (u64, S)>>,
 }
 
 impl<S> Default for WrittenStatus<S> {
@@ -33,33 +41,39 @@ impl<S> Default for WrittenStatus<S> {
 }
 
 impl<S: Clone> WrittenStatus<S> {
-    /// `status` was written over the resource `uid` at `resource_version`.
+    /// `status` was written over the resource `uid`, making
+    /// `resource_version`.
     pub fn written(&self, uid: &str, resource_version: &str, status: S) {
-        self.inner
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(uid.to_owned(), (resource_version.to_owned(), status));
+        let made = version_of(Some(resource_version));
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if made == 0 {
+            inner.remove(uid);
+            return;
+        }
+        inner.insert(uid.to_owned(), (made, status));
     }
 
     /// The status to read the resource `uid` with, when its cached copy (at
-    /// `cached_version`) is still the one the last write was made over.
+    /// `cached_version`) is older than the last write.
     pub fn freshest(&self, uid: &str, cached_version: &str) -> Option<S> {
+        let cached = version_of(Some(cached_version));
         self.inner
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(uid)
-            .filter(|(base, _)| base == cached_version)
+            .filter(|(made, _)| older(cached, *made))
             .map(|(_, s)| s.clone())
     }
 
-    /// The watch delivered the resource `uid` at `resource_version`: a
-    /// version other than the one the last write was made over is that
-    /// write or a later one, so the written status is no longer needed.
+    /// The watch delivered the resource `uid` at `resource_version`: the
+    /// last write or a later version (whose status includes the write) no
+    /// longer needs the written status.
     pub fn seen(&self, uid: &str, resource_version: &str) {
+        let delivered = version_of(Some(resource_version));
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         if inner
             .get(uid)
-            .is_some_and(|(base, _)| base != resource_version)
+            .is_some_and(|(made, _)| !older(delivered, *made))
         {
             inner.remove(uid);
         }
@@ -154,34 +168,46 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_written_status_stands_until_the_watch_shows_a_newer_copy() {
+    fn the_written_status_stands_until_the_watch_shows_the_write() {
         let w: WrittenStatus<&str> = WrittenStatus::default();
         assert_eq!(w.freshest("u", "5"), None);
-        w.written("u", "5", "Ready");
-        // The cache still holds the copy the write was made over.
+        // Written over version 5, making 7.
+        w.written("u", "7", "Ready");
+        // The cache still holds the copy the write was made over, or a
+        // change someone made between (6): the write is fresher.
         assert_eq!(w.freshest("u", "5"), Some("Ready"));
+        assert_eq!(w.freshest("u", "6"), Some("Ready"));
         assert_eq!(w.freshest("other", "5"), None);
-        // The watch delivered the write (or anything newer).
-        assert_eq!(w.freshest("u", "6"), None);
-        w.written("u", "6", "Failed");
-        assert_eq!(w.freshest("u", "6"), Some("Failed"));
+        // The cache shows the write, or anything later.
+        assert_eq!(w.freshest("u", "7"), None);
+        assert_eq!(w.freshest("u", "8"), None);
+        w.written("u", "9", "Failed");
+        assert_eq!(w.freshest("u", "8"), Some("Failed"));
         w.retain(|uid| uid != "u");
-        assert_eq!(w.freshest("u", "6"), None);
+        assert_eq!(w.freshest("u", "8"), None);
+        // A version that is not a number cannot be ordered: the cache wins.
+        w.written("v", "x1", "Ready");
+        assert_eq!((w.pending(), w.freshest("v", "5")), (0, None));
+        w.written("v", "7", "Ready");
+        assert_eq!(w.freshest("v", "x1"), None);
     }
 
     #[test]
     fn an_entry_lasts_only_until_the_watch_delivers_the_write() {
         let w: WrittenStatus<&str> = WrittenStatus::default();
-        w.written("a", "5", "Ready");
-        w.written("b", "7", "Ready");
-        // The copy written over, seen again: still needed.
+        w.written("a", "7", "Ready");
+        w.written("b", "9", "Ready");
+        // The copy written over, and a change someone made before the
+        // write landed: still needed.
         w.seen("a", "5");
-        assert_eq!((w.pending(), w.freshest("a", "5")), (2, Some("Ready")));
-        // The write (or a later change) arrived: gone.
         w.seen("a", "6");
+        assert_eq!((w.pending(), w.freshest("a", "6")), (2, Some("Ready")));
+        // The write (or a later change) arrived: gone.
+        w.seen("a", "7");
         w.seen("unknown", "1");
-        assert_eq!((w.pending(), w.freshest("a", "5")), (1, None));
-        assert_eq!(w.freshest("b", "7"), Some("Ready"));
+        assert_eq!((w.pending(), w.freshest("a", "6")), (1, None));
+        w.seen("b", "10");
+        assert_eq!((w.pending(), w.freshest("b", "8")), (0, None));
     }
 
     #[test]

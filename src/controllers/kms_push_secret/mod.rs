@@ -86,8 +86,8 @@ pub struct Controller {
     /// The identity of each resource's last successful login, by UID: used
     /// for cleanup when the credentials Secret is gone.
     identities: Mutex<HashMap<String, Identity>>,
-    /// The last status written per UID, with the resourceVersion it was
-    /// written over: used while the watched copy has not caught up yet, so
+    /// The last status written per UID, with the resourceVersion the
+    /// write made: used while the watched copy has not caught up yet, so
     /// that a reconcile right after another one starts from what it wrote.
     /// Dropped by the watch as it delivers each write.
     written: Arc<WrittenStatus<KmsPushSecretStatus>>,
@@ -245,7 +245,7 @@ impl Controller {
     }
 
     /// The resource with the status this controller last wrote, when the
-    /// watched copy is still the one that status was written over.
+    /// watched copy is older than that write.
     fn freshest(&self, cr: &KmsPushSecret) -> KmsPushSecret {
         let mut cr = cr.clone();
         if let (Some(uid), Some(rv)) = (cr.uid(), cr.resource_version())
@@ -264,8 +264,8 @@ impl Controller {
         old: &KmsPushSecretStatus,
         new: &KmsPushSecretStatus,
     ) -> Result<(), SyncError> {
-        status::write(ctx, cr, old, new).await?;
-        if let (Some(uid), Some(rv)) = (cr.uid(), cr.resource_version()) {
+        let made = status::write(ctx, cr, old, new).await?;
+        if let (Some(uid), Some(rv)) = (cr.uid(), made) {
             self.written.written(&uid, &rv, new.clone());
         }
         Ok(())

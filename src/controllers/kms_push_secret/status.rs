@@ -365,20 +365,21 @@ fn unchanged(a: &KmsPushSecretStatus, b: &KmsPushSecretStatus) -> bool {
 }
 
 /// Patch the status (when it changed) and publish an Event when `Ready`
-/// changed (status or reason).
+/// changed (status or reason): the resourceVersion the write made, `None`
+/// when nothing was written.
 pub async fn write(
     ctx: &Context,
     cr: &KmsPushSecret,
     old: &KmsPushSecretStatus,
     status: &KmsPushSecretStatus,
-) -> Result<(), SyncError> {
+) -> Result<Option<String>, SyncError> {
     if unchanged(old, status) {
-        return Ok(());
+        return Ok(None);
     }
     let ns = cr.namespace().unwrap_or_default();
     // The whole status is applied by one field manager, so entries left
     // out (a key no longer managed) are removed.
-    Api::<KmsPushSecret>::namespaced(ctx.client.clone(), &ns)
+    let made = Api::<KmsPushSecret>::namespaced(ctx.client.clone(), &ns)
         .patch_status(
             &cr.name_any(),
             &PatchParams::apply(FIELD_MANAGER).force(),
@@ -395,7 +396,7 @@ pub async fn write(
         };
         publish(ctx, cr, type_, &ready.reason, &ready.message).await;
     }
-    Ok(())
+    Ok(made.resource_version())
 }
 
 /// Publish an Event about the resource (failures are logged, not returned).

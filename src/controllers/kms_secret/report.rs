@@ -39,7 +39,7 @@ impl Controller {
         }
         let ns = cr.namespace().unwrap_or_default();
         let started = std::time::Instant::now();
-        Api::<KmsSecret>::namespaced(ctx.client.clone(), &ns)
+        let made = Api::<KmsSecret>::namespaced(ctx.client.clone(), &ns)
             .patch_status(
                 &cr.name_any(),
                 &PatchParams::apply(FIELD_MANAGER).force(),
@@ -54,7 +54,7 @@ impl Controller {
             changed = ?status_changes(&old, &status),
             "status written"
         );
-        if let (Some(uid), Some(rv)) = (cr.uid(), cr.resource_version()) {
+        if let (Some(uid), Some(rv)) = (cr.uid(), made.resource_version()) {
             self.written.written(&uid, &rv, status.clone());
         }
         // A gradual reload held: one Warning Event when it starts (or changes).
