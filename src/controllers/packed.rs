@@ -204,11 +204,21 @@ struct Inner {
 }
 
 impl Inner {
-    /// Mark the entry under `key` as delivered by the list in progress.
-    fn mark_listed(&mut self, key: &str) {
-        if let (Some(epoch), Some(e)) = (self.listing, self.objects.map.get_mut(key)) {
+    /// Take a listed copy unless the store holds the same or a newer one,
+    /// and mark the entry as delivered by the list in progress, if any.
+    /// Whether it was new or changed.
+    fn take_listed(&mut self, key: Box<str>, e: Entry) -> bool {
+        let fresh = match self.objects.get(&key) {
+            None => true,
+            Some(held) => held.json != e.json && !older(e.version, held.version),
+        };
+        if fresh {
+            self.objects.insert(key.clone(), e);
+        }
+        if let (Some(epoch), Some(e)) = (self.listing, self.objects.map.get_mut(&key)) {
             e.listed = epoch;
         }
+        fresh
     }
 }
 
@@ -311,15 +321,7 @@ where
             }
             Event::InitApply(o) => {
                 if let Some((k, e)) = self.pack(o) {
-                    let mut inner = self.write();
-                    let newer_held = inner
-                        .objects
-                        .get(&k)
-                        .is_some_and(|held| older(e.version, held.version));
-                    if !newer_held {
-                        inner.objects.insert(k.clone(), e);
-                    }
-                    inner.mark_listed(&k);
+                    self.write().take_listed(k, e);
                 }
             }
             Event::InitDone => {
@@ -365,26 +367,14 @@ where
         if deleted.is_some_and(|at| !older(at, e.version)) {
             return false;
         }
-        let mut inner = self.write();
-        let inner = &mut *inner;
-        let fresh = match inner.objects.get(&k) {
-            None => true,
-            Some(held) => held.json != e.json && !older(e.version, held.version),
-        };
-        if fresh {
-            inner.objects.insert(k.clone(), e);
-        }
-        // A re-list in progress keeps it.
-        inner.mark_listed(&k);
-        fresh
+        // A re-list in progress keeps it too.
+        self.write().take_listed(k, e)
     }
 
-    /// Keep only the objects whose [`Head`] passes `keep` (in a re-list in
-    /// progress too).
+    /// Keep only the objects whose [`Head`] passes `keep` (a re-list in
+    /// progress brings back only what it delivers after).
     pub fn retain(&self, mut keep: impl FnMut(Head<'_>) -> bool) {
-        let mut inner = self.write();
-        let inner = &mut *inner;
-        inner.objects.retain(|k, e| keep(head(k, e)));
+        self.write().objects.retain(|k, e| keep(head(k, e)));
     }
 
     /// The object, decoded.
